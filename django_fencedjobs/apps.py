@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class FencedJobsConfig(AppConfig):
+    name = "django_fencedjobs"
+    label = "fencedjobs"
+    verbose_name = "Scheduled jobs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registers the system checks (fencedjobs.E001...).
+        from django_fencedjobs import checks  # noqa: F401
+
+        # Every installed app's ``jobs`` module declares its jobs with @job.
+        autodiscover_modules("jobs")

@@ -1,0 +1,104 @@
+"""Clocks: where "now" comes from for lease arithmetic and due-ness.
+
+Leases are compared against one clock for every host, so a worker whose system clock is
+skewed cannot steal or keep a lease it should not. The default is the database's clock.
+``FENCEDJOBS["CLOCK"]`` names any zero-argument callable returning an aware datetime; tests
+use :data:`fake_clock`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from django.db import connections, router
+from django.utils.module_loading import import_string
+
+Clock = Callable[[], datetime]
+
+
+def system_now() -> datetime:
+    """This host's clock, in UTC. Fine for a single host; skew between hosts is not detected."""
+    return datetime.now(UTC)
+
+
+def database_now() -> datetime:
+    """The database server's clock (the default): one clock for every host.
+
+    On PostgreSQL this is ``clock_timestamp()`` (the real time, not the start of the current
+    transaction as ``now()`` would be). A SQLite database is a file on one host, so that
+    host's clock *is* the database's clock and no query is needed.
+    """
+    from django_fencedjobs.models import JobLease
+
+    connection = connections[router.db_for_write(JobLease)]
+    if connection.vendor == "postgresql":
+        sql = "SELECT clock_timestamp()"
+    elif connection.vendor == "mysql":
+        sql = "SELECT UTC_TIMESTAMP(6)"
+    else:
+        return system_now()
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        value: datetime = cursor.fetchone()[0]
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+class FakeClock:
+    """A clock that only moves when told to: ``FENCEDJOBS = {"CLOCK": "django_fencedjobs.clock.fake_clock"}``.
+
+    >>> fake_clock.set(datetime(2026, 3, 8, 6, 59, tzinfo=UTC))
+    >>> fake_clock.advance(timedelta(minutes=1))
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._lock = threading.Lock()
+        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def set(self, value: datetime) -> None:
+        if value.tzinfo is None:
+            raise ValueError("FakeClock.set() needs an aware datetime")
+        with self._lock:
+            self._now = value.astimezone(UTC)
+
+    def advance(self, delta: timedelta) -> datetime:
+        with self._lock:
+            self._now += delta
+            return self._now
+
+
+#: The fake clock tests select through settings.
+fake_clock = FakeClock()
+
+_resolved: tuple[str, Clock] | None = None
+
+
+def get_clock() -> Clock:
+    """The clock ``FENCEDJOBS["CLOCK"]`` names (imported once)."""
+    global _resolved
+    from django_fencedjobs.conf import get_settings
+
+    path = get_settings().CLOCK
+    if _resolved is None or _resolved[0] != path:
+        _resolved = (path, import_string(path))
+    return _resolved[1]
+
+
+def now() -> datetime:
+    """The current instant by the configured clock, aware, in UTC."""
+    value = get_clock()()
+    if value.tzinfo is None:
+        raise ValueError(f"the clock {get_clock()!r} returned a naive datetime; it must be aware")
+    return value.astimezone(UTC)
+
+
+def reset() -> None:
+    global _resolved
+    _resolved = None

@@ -1,0 +1,128 @@
+"""``fenced_atomic``: a transaction that commits only while its run still holds the lease.
+
+It has the shape of :func:`django.db.transaction.atomic`: a decorator, a decorator with
+arguments, or a context manager. On entry it opens ``transaction.atomic`` and, inside it,
+checks and locks the run's fence (:func:`django_fencedjobs.lease.lock_fence`). When the
+fence is stale it raises :class:`FenceLost` and the block never runs; everything written
+in it rolls back. The lock is held until the transaction ends, so no successor can take
+the lease between the check and the commit.
+
+A fenced block nested in another joins it (a savepoint, as ``atomic`` does) without a
+second check: the outer block's lock already covers the whole transaction.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Callable
+from contextlib import ContextDecorator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from django.db import connections, transaction
+
+from django_fencedjobs import lease
+from django_fencedjobs.exceptions import FenceLost, NotInRun
+
+if TYPE_CHECKING:
+    from django_fencedjobs.runner import Run
+
+_current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
+    "fencedjobs_current_run", default=None
+)
+
+
+def current_run() -> Run:
+    """The run whose handler is executing, or :class:`NotInRun`."""
+    run = _current_run.get()
+    if run is None:
+        raise NotInRun()
+    return run
+
+
+def set_current_run(run: Run | None) -> contextvars.Token[Run | None]:
+    return _current_run.set(run)
+
+
+def reset_current_run(token: contextvars.Token[Run | None]) -> None:
+    _current_run.reset(token)
+
+
+class _Depth(threading.local):
+    """Per thread, per database alias: how many fenced blocks are open. Per-entry state
+    lives here, never on the decorator instance, which serves every call and thread."""
+
+    def __init__(self) -> None:
+        self.by_alias: dict[str, list[transaction.Atomic]] = {}
+
+
+_depth = _Depth()
+
+
+def in_fenced_block(using: str) -> bool:
+    return bool(_depth.by_alias.get(using))
+
+
+class FencedAtomic(ContextDecorator):
+    def __init__(self, using: str | None) -> None:
+        self.using = using
+
+    def __enter__(self) -> None:
+        run = current_run()
+        alias = self.using or lease.lease_db()
+        if alias != lease.lease_db():
+            raise NotInRun(
+                f"fenced_atomic(using={alias!r}): the job leases live in database "
+                f"{lease.lease_db()!r}; the fence can only guard writes made in the same "
+                "transaction, on the same database (see check fencedjobs.E009)."
+            )
+        stack = _depth.by_alias.setdefault(alias, [])
+        atomic = transaction.atomic(using=alias)
+        atomic.__enter__()
+        stack.append(atomic)
+        if len(stack) > 1:
+            return  # joined the enclosing fenced block: its lock covers this transaction
+        try:
+            run.check_fence(connections[alias])
+        except BaseException as exc:
+            stack.pop()
+            atomic.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        alias = self.using or lease.lease_db()
+        atomic = _depth.by_alias[alias].pop()
+        return atomic.__exit__(exc_type, exc_value, traceback)
+
+
+FuncT = TypeVar("FuncT", bound=Callable[..., Any])
+
+
+@overload
+def fenced_atomic(using: FuncT) -> FuncT: ...
+@overload
+def fenced_atomic(using: str | None = None) -> FencedAtomic: ...
+def fenced_atomic(using: str | None | FuncT = None) -> FencedAtomic | FuncT:
+    """Run a block in a transaction that commits only if this run still holds its lease.
+
+    ::
+
+        with fenced_atomic():
+            write_invoices(window.start, window.end)
+            run.advance_watermark(window.end)
+
+    Raises :class:`FenceLost` (nothing in the block is committed) when another run has
+    taken the lease, and :class:`NotInRun` outside a job's run.
+    """
+    if callable(using):
+        return FencedAtomic(None)(using)  # type: ignore[return-value]
+    return FencedAtomic(using)
+
+
+__all__ = ["FenceLost", "FencedAtomic", "current_run", "fenced_atomic", "in_fenced_block"]

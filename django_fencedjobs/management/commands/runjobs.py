@@ -1,0 +1,77 @@
+"""``manage.py runjobs``: run due jobs once (for cron) or in a loop (for a supervisor)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+
+from django_fencedjobs import runner
+from django_fencedjobs.exceptions import UnknownJob
+from django_fencedjobs.listing import describe_jobs
+
+
+class Command(BaseCommand):
+    help = (
+        "Run due scheduled jobs: once (--once, for cron) or in a loop until SIGTERM/SIGINT "
+        "(for supervisor, systemd or a Kubernetes Deployment)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--once", action="store_true", help="One pass over due jobs, then exit.")
+        mode.add_argument(
+            "--list",
+            action="store_true",
+            help="List the jobs with their schedules and next three fire times, then exit.",
+        )
+        parser.add_argument(
+            "--job",
+            action="append",
+            dest="jobs",
+            metavar="NAME",
+            help="Only this job (repeatable). Default: every registered job.",
+        )
+
+    def handle(self, *args: Any, once: bool, list: bool, jobs: list[str] | None, **options: Any) -> None:
+        try:
+            selected = runner.runnable_jobs(jobs)
+        except UnknownJob as exc:
+            raise CommandError(str(exc)) from None
+        if list:
+            self.stdout.write(describe_jobs(selected))
+            return
+        runner.clear_stop()
+        previous = {sig: signal.signal(sig, _stop_gracefully) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            if once:
+                result = runner.run_once(jobs)
+                if options["verbosity"] >= 2:
+                    for record in result.runs:
+                        self.stdout.write(str(record))
+            else:
+                runner.loop(jobs)
+        except DatabaseError as exc:
+            raise CommandError(f"database unavailable: {_one_line(exc)}") from None
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
+    """First signal: finish the current batch, record, release, exit 0. A second one
+    interrupts at once (the open transaction rolls back)."""
+    runner.request_stop()
+    signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
+    print(
+        f"received {signal.Signals(signum).name}: stopping after the current batch",
+        file=sys.stderr,
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

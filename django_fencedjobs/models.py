@@ -1,0 +1,129 @@
+"""The app's three tables.
+
+* :class:`JobLease`: one row per job. It holds the fenced lease (``fence``, ``owner``,
+  ``lease_until``) and the job's schedule state (``next_run_at``, ``last_success_at``,
+  ``consecutive_failures``, ``paused``). Every statement that changes the lease lives in
+  :mod:`django_fencedjobs.lease`.
+* :class:`JobRun`: one row per run, unique on ``(job, scheduled_for)``.
+* :class:`Watermark`: how far a job has got, per job and optional key, advanced in the
+  same transaction as the work it covers.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+#: ``lease_until`` of a job nobody holds: any "now" is later.
+LEASE_FREE = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class JobLease(models.Model):
+    name = models.CharField(_("job"), max_length=200, unique=True)
+    fence = models.BigIntegerField(
+        _("fence"),
+        default=0,
+        help_text=_("Incremented by every acquisition and revocation; never decreases."),
+    )
+    owner = models.CharField(_("owner"), max_length=200, blank=True)
+    lease_until = models.DateTimeField(_("lease until"), default=LEASE_FREE)
+    next_run_at = models.DateTimeField(_("next run at"))
+    last_success_at = models.DateTimeField(_("last success at"), null=True, blank=True)
+    consecutive_failures = models.PositiveIntegerField(_("consecutive failures"), default=0)
+    paused = models.BooleanField(_("paused"), default=False)
+    schedule_fingerprint = models.CharField(_("schedule fingerprint"), max_length=64, blank=True)
+    created_at = models.DateTimeField(_("created at"))
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        ordering = ["name"]
+        indexes = [models.Index(fields=["next_run_at"], name="fencedjobs_lease_next_run")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Outcome(models.TextChoices):
+    RUNNING = "running", _("running")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    TIMED_OUT = "timed_out", _("timed out")
+    FENCE_LOST = "fence_lost", _("fence lost")
+    MISSED = "missed", _("missed")
+    ABANDONED = "abandoned", _("abandoned")
+    INTERRUPTED = "interrupted", _("interrupted")
+
+
+class JobRun(models.Model):
+    job = models.CharField(_("job"), max_length=200)
+    scheduled_for = models.DateTimeField(_("scheduled for"))
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    outcome = models.CharField(
+        _("outcome"), max_length=16, choices=Outcome.choices, default=Outcome.RUNNING
+    )
+    capped = models.BooleanField(
+        _("capped"), default=False, help_text=_("Stopped at max_batches with work left.")
+    )
+    items = models.BigIntegerField(_("items"), default=0)
+    batches = models.IntegerField(_("batches"), default=0)
+    fence = models.BigIntegerField(_("fence"), default=0)
+    owner = models.CharField(_("owner"), max_length=200, blank=True)
+    missed_slots = models.IntegerField(
+        _("missed slots"), default=0, help_text=_("Earlier due slots coalesced into this run.")
+    )
+    watermark_before = models.CharField(_("watermark before"), max_length=64, blank=True)
+    watermark_after = models.CharField(_("watermark after"), max_length=64, blank=True)
+    error = models.TextField(_("error"), blank=True)
+
+    class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
+        ordering = ["-scheduled_for", "-id"]
+        constraints = [
+            # Each firing is recorded once: a second run for the same slot cannot exist.
+            models.UniqueConstraint(fields=["job", "scheduled_for"], name="fencedjobs_run_once"),
+        ]
+        indexes = [
+            models.Index(fields=["-scheduled_for", "-id"], name="fencedjobs_run_recent"),
+            models.Index(fields=["job", "-scheduled_for"], name="fencedjobs_run_job_recent"),
+            models.Index(fields=["outcome", "-scheduled_for"], name="fencedjobs_run_outcome"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job} @ {self.scheduled_for:%Y-%m-%d %H:%M:%S} UTC ({self.outcome})"
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to finish, or None while running or when never started."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+
+class Watermark(models.Model):
+    job = models.CharField(_("job"), max_length=200)
+    key = models.CharField(_("key"), max_length=200, blank=True, default="")
+    position = models.DateTimeField(_("position"), null=True, blank=True)
+    cursor = models.BigIntegerField(_("cursor"), null=True, blank=True)
+    fence = models.BigIntegerField(_("fence of last writer"), default=0)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("watermark")
+        verbose_name_plural = _("watermarks")
+        constraints = [
+            models.UniqueConstraint(fields=["job", "key"], name="fencedjobs_watermark_unique"),
+        ]
+
+    def __str__(self) -> str:
+        label = f"{self.job}[{self.key}]" if self.key else self.job
+        return f"{label} = {self.value}"
+
+    @property
+    def value(self) -> datetime | int | None:
+        return self.position if self.position is not None else self.cursor

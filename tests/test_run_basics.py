@@ -1,0 +1,156 @@
+"""A run's life in one process: acquire, execute, record, release."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.test import override_settings
+
+from django_fencedjobs import FenceLost, NotInRun, fenced_atomic, job
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.models import JobLease, JobRun, Outcome, Watermark
+from django_fencedjobs.registry import registry
+from django_fencedjobs.runner import tick
+from tests.testapp.models import Item, Write
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def jobs():
+    with registry.isolated() as isolated, override_settings(
+        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    ):
+        fake_clock.set(T0)
+        yield isolated
+
+
+def test_a_job_is_not_run_before_its_first_slot(jobs):
+    calls = []
+
+    @job("*/15 * * * *", name="t.quarterly")
+    def quarterly(run):
+        calls.append(run.scheduled_for)
+
+    tick()
+    assert calls == []
+    lease = JobLease.objects.get(name="t.quarterly")
+    assert lease.next_run_at == T0 + timedelta(minutes=15)
+
+
+def test_a_due_job_runs_once_and_is_recorded(jobs):
+    @job("*/15 * * * *", name="t.quarterly")
+    def quarterly(run):
+        with fenced_atomic():
+            Write.objects.create(job="t.quarterly", fence=run.fence, seq=1)
+            run.add_items(1)
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15, seconds=2))
+    result = tick()
+    again = tick()
+    assert [r.outcome for r in result.runs] == [Outcome.SUCCEEDED]
+    assert again.runs == []
+    run = JobRun.objects.get()
+    assert run.scheduled_for == T0 + timedelta(minutes=15)
+    assert run.items == 1 and run.fence == 1
+    lease = JobLease.objects.get()
+    assert lease.last_success_at == T0 + timedelta(minutes=15, seconds=2)
+    assert lease.next_run_at == T0 + timedelta(minutes=30)
+    assert Write.objects.filter(fence=1).count() == 1
+
+
+def test_missed_slots_coalesce_into_one_run(jobs):
+    @job("0 * * * *", name="t.hourly", jitter=timedelta(0))
+    def hourly(run):
+        pass
+
+    tick()
+    fake_clock.set(T0 + timedelta(hours=5, minutes=1))
+    (run,) = tick().runs
+    assert run.scheduled_for == T0 + timedelta(hours=5)
+    assert run.missed_slots == 4
+
+
+def test_a_failing_handler_is_recorded_with_its_traceback(jobs):
+    @job("*/15 * * * *", name="t.broken")
+    def broken(run):
+        with fenced_atomic():
+            Write.objects.create(job="t.broken", fence=run.fence, seq=1)
+            raise RuntimeError("boom")
+
+    tick()
+    fake_clock.advance(timedelta(minutes=15))
+    (run,) = tick().runs
+    assert run.outcome == Outcome.FAILED
+    assert "RuntimeError: boom" in run.error
+    assert Write.objects.count() == 0
+    assert JobLease.objects.get().consecutive_failures == 1
+
+
+def test_fenced_atomic_outside_a_run_raises_not_in_run(jobs):
+    with pytest.raises(NotInRun):
+        with fenced_atomic():
+            pass
+
+
+def test_a_stale_fence_rolls_back_the_block(jobs):
+    @job("*/15 * * * *", name="t.stale")
+    def stale(run):
+        JobLease.objects.filter(name="t.stale").update(fence=run.fence + 1)
+        with fenced_atomic():
+            Write.objects.create(job="t.stale", fence=run.fence, seq=1)
+
+    tick()
+    fake_clock.advance(timedelta(minutes=15))
+    (run,) = tick().runs
+    assert run.outcome == Outcome.FENCE_LOST
+    assert Write.objects.count() == 0
+
+
+def test_windows_advance_the_watermark_with_the_work(jobs):
+    @job("5 * * * *", name="t.rollup")
+    def rollup(run):
+        for window in run.windows(timedelta(hours=1), start=T0 - timedelta(hours=3)):
+            with fenced_atomic():
+                Write.objects.create(job="t.rollup", fence=run.fence, seq=window.start.hour)
+                run.advance_watermark(window.end)
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=6))
+    (run,) = tick().runs
+    assert run.outcome == Outcome.SUCCEEDED, run.error
+    assert sorted(Write.objects.values_list("seq", flat=True)) == [6, 7, 8]
+    assert Watermark.objects.get(job="t.rollup").position == T0
+    fake_clock.set(T0 + timedelta(hours=1, minutes=6))
+    (run,) = tick().runs
+    assert sorted(Write.objects.values_list("seq", flat=True)) == [6, 7, 8, 9]
+
+
+def test_batches_claim_each_item_once(jobs):
+    Item.objects.bulk_create([Item(name=f"i{n}") for n in range(25)])
+
+    @job("*/5 * * * *", name="t.items", max_batches=2)
+    def items(run):
+        for batch in run.batches(Item.objects.filter(processed_at=None).order_by("id"), size=10):
+            for item in batch:
+                item.processed_at = run.now
+                item.processed_by_fence = run.fence
+            Item.objects.bulk_update(batch, ["processed_at", "processed_by_fence"])
+            run.add_items(len(batch))
+
+    tick()
+    fake_clock.advance(timedelta(minutes=5))
+    (first,) = tick().runs
+    assert (first.outcome, first.items, first.batches, first.capped) == (Outcome.SUCCEEDED, 20, 2, True)
+    fake_clock.advance(timedelta(minutes=5))
+    (second,) = tick().runs
+    assert (second.items, second.capped) == (5, False)
+    assert Item.objects.filter(processed_at=None).count() == 0
+
+
+def test_fence_lost_is_importable_from_the_package():
+    assert issubclass(FenceLost, Exception)
