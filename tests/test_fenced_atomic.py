@@ -1,0 +1,238 @@
+"""fenced_atomic has the shape of transaction.atomic and commits only under a current fence."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from django_fencedjobs import FenceLost, NotInRun, WatermarkError, fenced_atomic, job
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.models import JobLease, Outcome
+from django_fencedjobs.registry import registry
+from django_fencedjobs.runner import Run, tick
+from tests.testapp.models import Write
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def inside_run():
+    """Call ``body(run)`` as the handler of a real run; re-raise what it raised."""
+    with registry.isolated(), override_settings(
+        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    ):
+
+        def call(body: Callable[[Run], Any], **job_kwargs: Any):
+            raised: list[BaseException] = []
+            fake_clock.set(T0)
+
+            @job("*/5 * * * *", name="t.fenced", **job_kwargs)
+            def handler(run):
+                try:
+                    body(run)
+                except BaseException as exc:
+                    raised.append(exc)
+                    raise
+
+            tick()
+            fake_clock.advance(timedelta(minutes=5))
+            (record,) = tick().runs
+            if raised and not isinstance(raised[0], FenceLost):
+                raise raised[0]
+            return record
+
+        yield call
+
+
+def write(run: Run, seq: int) -> None:
+    Write.objects.create(job=run.job.name, fence=run.fence, seq=seq)
+
+
+def test_works_as_context_manager_bare_decorator_and_decorator_with_arguments(inside_run):
+    @fenced_atomic
+    def bare(run):
+        write(run, 2)
+
+    @fenced_atomic(using="default")
+    def with_arguments(run):
+        write(run, 3)
+
+    def body(run):
+        with fenced_atomic():
+            write(run, 1)
+        bare(run)
+        with_arguments(run)
+
+    assert inside_run(body).outcome == Outcome.SUCCEEDED
+    assert sorted(Write.objects.values_list("seq", flat=True)) == [1, 2, 3]
+
+
+def test_one_decorator_instance_serves_every_call_and_thread(inside_run):
+    @fenced_atomic
+    def guarded(run, seq):
+        write(run, seq)
+
+    def body(run):
+        for seq in range(3):
+            guarded(run, seq)
+        # Per-entry state is per thread: another thread entering the same instance while
+        # this one is inside it must not disturb this thread's block.
+        with fenced_atomic():
+            write(run, 10)
+            errors: list[BaseException] = []
+            thread = threading.Thread(target=lambda: _outside(guarded, errors))
+            thread.start()
+            thread.join()
+            assert isinstance(errors[0], NotInRun)
+            write(run, 11)
+
+    assert inside_run(body).outcome == Outcome.SUCCEEDED
+    assert sorted(Write.objects.values_list("seq", flat=True)) == [0, 1, 2, 10, 11]
+
+
+def _outside(func, errors):
+    try:
+        func(None, 99)
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_the_fence_is_checked_with_one_locking_statement(inside_run):
+    def body(run):
+        with CaptureQueriesContext(connection) as queries:
+            with fenced_atomic():
+                write(run, 1)
+        fence_checks = [q["sql"] for q in queries if "fencedjobs_joblease" in q["sql"]]
+        assert len(fence_checks) == 1
+        sql = fence_checks[0]
+        assert ("FOR UPDATE" in sql) if connection.vendor == "postgresql" else sql.startswith("UPDATE")
+
+    assert inside_run(body).outcome == Outcome.SUCCEEDED
+
+
+def test_a_nested_block_joins_the_outer_without_a_second_check(inside_run):
+    def body(run):
+        with CaptureQueriesContext(connection) as queries:
+            with fenced_atomic():
+                write(run, 1)
+                with fenced_atomic():
+                    write(run, 2)
+        assert len([q for q in queries if "fencedjobs_joblease" in q["sql"]]) == 1
+
+    assert inside_run(body).outcome == Outcome.SUCCEEDED
+    assert Write.objects.count() == 2
+
+
+def test_an_inner_failure_rolls_back_only_the_inner_block(inside_run):
+    def body(run):
+        with fenced_atomic():
+            write(run, 1)
+            with pytest.raises(ValueError), fenced_atomic():
+                write(run, 2)
+                raise ValueError("inner")
+
+    assert inside_run(body).outcome == Outcome.SUCCEEDED
+    assert list(Write.objects.values_list("seq", flat=True)) == [1]
+
+
+def test_the_body_exception_is_never_hidden(inside_run):
+    def body(run):
+        with fenced_atomic():
+            write(run, 1)
+            raise KeyError("from the body")
+
+    with pytest.raises(KeyError, match="from the body"):
+        inside_run(body)
+    assert Write.objects.count() == 0
+
+
+def test_a_superseded_fence_raises_at_entry_and_the_block_never_runs(inside_run):
+    entered = []
+
+    def body(run):
+        JobLease.objects.filter(name=run.job.name).update(fence=run.fence + 1)
+        with fenced_atomic():
+            entered.append(True)
+            write(run, 1)
+
+    record = inside_run(body)
+    assert record.outcome == Outcome.FENCE_LOST
+    assert entered == []
+    assert Write.objects.count() == 0
+
+
+def test_fence_lost_inside_an_outer_plain_atomic_rolls_back_the_outer_writes(inside_run):
+    def body(run):
+        with transaction.atomic():
+            write(run, 1)
+            JobLease.objects.filter(name=run.job.name).update(fence=run.fence + 1)
+            with fenced_atomic():
+                write(run, 2)
+
+    assert inside_run(body).outcome == Outcome.FENCE_LOST
+    assert Write.objects.count() == 0
+
+
+def test_outside_a_run_it_raises_not_in_run_with_advice():
+    with pytest.raises(NotInRun, match="only work inside a job's handler"):
+        with fenced_atomic():
+            pass
+
+
+def test_another_database_than_the_leases_is_refused(inside_run):
+    def body(run):
+        with pytest.raises(NotInRun, match="same database"):
+            with fenced_atomic(using="other"):
+                pass
+
+    assert inside_run(body).outcome == Outcome.SUCCEEDED
+
+
+def test_the_watermark_only_moves_forward_and_only_inside_the_fenced_block(inside_run):
+    def body(run):
+        with pytest.raises(WatermarkError, match="inside"):
+            run.advance_watermark(T0)
+        with fenced_atomic():
+            run.advance_watermark(T0)
+        with pytest.raises(WatermarkError, match="only moves forward"), fenced_atomic():
+            run.advance_watermark(T0 - timedelta(hours=1))
+        with fenced_atomic():
+            run.advance_watermark(T0 + timedelta(hours=1))
+
+    record = inside_run(body)
+    assert record.outcome == Outcome.SUCCEEDED
+    assert record.watermark_after == (T0 + timedelta(hours=1)).isoformat()
+
+
+@pytest.mark.postgres_only
+def test_advisory_exclusion_refuses_a_second_concurrent_transaction(inside_run, django_db_blocker):
+    from django.db import connections
+
+    from django_fencedjobs.lease import advisory_key
+
+    def body(run):
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                cursor.execute("BEGIN")
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(run.job.name)])
+                with pytest.raises(FenceLost, match="advisory lock"), fenced_atomic():
+                    write(run, 1)
+                cursor.execute("ROLLBACK")
+            with fenced_atomic():
+                write(run, 2)
+        finally:
+            other.close()
+
+    record = inside_run(body, exclusion="advisory")
+    assert record.outcome == Outcome.SUCCEEDED, record.error
+    assert list(Write.objects.values_list("seq", flat=True)) == [2]

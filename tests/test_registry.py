@@ -1,0 +1,90 @@
+"""@job validates eagerly and names the job and the field; the registry keeps declarations."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from django_fencedjobs import JobDefinitionError, UnknownJob, job
+from django_fencedjobs.registry import get_job, registry
+
+
+@pytest.fixture
+def jobs():
+    with registry.isolated() as isolated:
+        yield isolated
+
+
+def test_the_default_name_is_module_and_function(jobs):
+    @job("*/5 * * * *")
+    def sync_invoices(run):
+        pass
+
+    assert sync_invoices.job.name == f"{__name__}.test_the_default_name_is_module_and_function.<locals>.sync_invoices"
+    assert get_job(sync_invoices.job.name) is sync_invoices.job
+
+
+def test_the_function_is_returned_unchanged_for_unit_tests(jobs):
+    def handler(run):
+        return "called"
+
+    assert job("*/5 * * * *", name="x")(handler) is handler
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"timeout": 30}, "timeout must be a datetime.timedelta"),
+        ({"timeout": timedelta(0)}, "timeout must be positive"),
+        ({"jitter": timedelta(seconds=-1)}, "jitter must be positive"),
+        ({"max_batches": 0}, "max_batches must be a positive int"),
+        ({"failure_threshold": 0}, "failure_threshold must be a positive int"),
+        ({"exclusion": "mutex"}, "exclusion must be 'lease' or 'advisory'"),
+        ({"starting_deadline": timedelta(seconds=-5)}, "starting_deadline must be positive"),
+    ],
+)
+def test_bad_values_raise_at_declaration_naming_job_and_field(jobs, kwargs, words):
+    with pytest.raises(JobDefinitionError) as info:
+        job("*/5 * * * *", name="billing.sync", **kwargs)(lambda run: None)
+    assert "billing.sync" in str(info.value)
+    assert words in str(info.value)
+
+
+def test_bare_decorator_without_schedule_is_refused(jobs):
+    with pytest.raises(JobDefinitionError, match="needs a schedule"):
+
+        @job
+        def nothing(run):
+            pass
+
+
+def test_an_invalid_schedule_is_kept_for_the_system_check(jobs):
+    @job("61 * * * *", name="bad.cron")
+    def bad(run):
+        pass
+
+    declared = get_job("bad.cron")
+    assert declared.schedule is None
+    assert "bad.cron" in str(declared.schedule_error)
+
+
+def test_an_unknown_job_name_lists_the_known_ones(jobs):
+    job("*/5 * * * *", name="a.one")(lambda run: None)
+    with pytest.raises(UnknownJob, match="a.one"):
+        get_job("a.two")
+
+
+def test_the_default_timeout_is_half_the_interval_at_most_an_hour(jobs):
+    job("*/10 * * * *", name="ten")(lambda run: None)
+    job("0 3 * * *", name="daily")(lambda run: None)
+    assert get_job("ten").run_timeout == timedelta(minutes=5)
+    assert get_job("daily").run_timeout == timedelta(hours=1)
+
+
+def test_the_job_name_seeds_a_stable_jitter(jobs):
+    job("*/10 * * * *", name="a", jitter=timedelta(minutes=5))(lambda run: None)
+    job("*/10 * * * *", name="b", jitter=timedelta(minutes=5))(lambda run: None)
+    a, b = get_job("a").valid_schedule, get_job("b").valid_schedule
+    assert a.offset != b.offset
+    assert timedelta(0) <= a.offset < timedelta(minutes=5)
