@@ -455,7 +455,7 @@ def run_job(job: Job, row: lease.LeaseRow) -> JobRun | None:
             job.starting_deadline,
             extra=_log_fields(record, event="run_missed"),
         )
-        signals.run_finished.send_robust(sender=Job, job=job, record=record)
+        signals.send(signals.run_finished, job=job, record=record)
         return record
     return _execute(job, Run(job, record, now=now, watermarks=watermarks))
 
@@ -469,7 +469,7 @@ def _execute(job: Job, run: Run) -> JobRun:
         record.missed_slots,
         extra=_log_fields(record, event="run_started"),
     )
-    signals.run_started.send_robust(sender=Job, job=job, record=record)
+    signals.send(signals.run_started, job=job, record=record)
     token = set_current_run(run)
     supervisor = Supervisor(run)
     supervisor.start()
@@ -552,7 +552,7 @@ def _record(run: Run, outcome: str, error: str, supervisor: Supervisor) -> JobRu
         duration or 0.0,
         extra=_log_fields(record, event="run_finished", duration=duration),
     )
-    signals.run_finished.send_robust(sender=Job, job=run.job, record=record)
+    signals.send(signals.run_finished, job=run.job, record=record)
     return record
 
 
@@ -663,7 +663,7 @@ def tick(names: Sequence[str] | None = None) -> TickResult:
     if runs:
         rows = lease.read(list(by_name))
     wakeups = [row.wakeup for row in rows.values() if not row.paused]
-    signals.tick_finished.send_robust(sender=Job, now=now)
+    signals.send(signals.tick_finished, now=now)
     return TickResult(runs, min(wakeups) if wakeups else None)
 
 

@@ -58,19 +58,19 @@ import bisect
 import calendar
 import functools
 import hashlib
+import itertools
 import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, tzinfo
-from datetime import timezone as _dt_timezone
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django_fencedjobs.exceptions import ScheduleError
 
 __all__ = ["SEARCH_HORIZON_YEARS", "Schedule"]
 
-UTC = _dt_timezone.utc
+UTC = UTC
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: How far ahead a search for the next matching date goes before it gives up.
@@ -528,8 +528,7 @@ class Schedule:
         for fire in self.iter_after(after):
             return fire
         raise ScheduleError(
-            f"{self!r} does not fire in the {SEARCH_HORIZON_YEARS} years after "
-            f"{after.isoformat()}."
+            f"{self!r} does not fire in the {SEARCH_HORIZON_YEARS} years after {after.isoformat()}."
         )
 
     def fire_times(
@@ -598,9 +597,7 @@ class Schedule:
                 windows.append(self._collect(probe - 3 * day, probe + 2 * day, 4 * 1440))
                 previous = current
         gaps = [
-            later - earlier
-            for window in windows
-            for earlier, later in zip(window, window[1:], strict=False)
+            later - earlier for window in windows for earlier, later in itertools.pairwise(window)
         ]
         if gaps:
             return min(gaps)

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -19,7 +19,7 @@ import pytest
 from django_fencedjobs.exceptions import ScheduleError
 from django_fencedjobs.schedule import Schedule
 
-UTC = timezone.utc
+UTC = UTC
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -116,8 +116,19 @@ def test_every_must_be_a_timedelta() -> None:
 
 @pytest.mark.parametrize(
     "zone",
-    ["+02:00", "-0500", "+2", "UTC+2", "GMT-5", "utc-03:00", "Etc/GMT+5", "Etc/GMT-14", "EST",
-     "MST", "HST"],
+    [
+        "+02:00",
+        "-0500",
+        "+2",
+        "UTC+2",
+        "GMT-5",
+        "utc-03:00",
+        "Etc/GMT+5",
+        "Etc/GMT-14",
+        "EST",
+        "MST",
+        "HST",
+    ],
 )
 def test_fixed_offset_zone_is_refused_with_its_own_message(zone: str) -> None:
     with pytest.raises(ScheduleError) as caught:
@@ -128,7 +139,9 @@ def test_fixed_offset_zone_is_refused_with_its_own_message(zone: str) -> None:
     assert "'Europe/Berlin'" in message
 
 
-@pytest.mark.parametrize("zone", ["Mars/Olympus_Mons", "America", "", "../../etc/passwd", "Europe/"])
+@pytest.mark.parametrize(
+    "zone", ["Mars/Olympus_Mons", "America", "", "../../etc/passwd", "Europe/"]
+)
 def test_unknown_zone_is_refused_naming_it(zone: str) -> None:
     with pytest.raises(ScheduleError) as caught:
         Schedule("0 9 * * *", timezone=zone)
@@ -228,9 +241,13 @@ def test_day_fields_are_or_unless_one_starts_with_a_star() -> None:
 
 def test_single_value_with_step_runs_to_the_end_of_the_range() -> None:
     start = z("2026-01-01 00:00:00")
-    minutes = [t.minute for t in Schedule("5/20 * * * *").fire_times(start, start + timedelta(hours=1))]
+    minutes = [
+        t.minute for t in Schedule("5/20 * * * *").fire_times(start, start + timedelta(hours=1))
+    ]
     assert minutes == [5, 25, 45]
-    minutes = [t.minute for t in Schedule("5-5/2 * * * *").fire_times(start, start + timedelta(hours=1))]
+    minutes = [
+        t.minute for t in Schedule("5-5/2 * * * *").fire_times(start, start + timedelta(hours=1))
+    ]
     assert minutes == [5]
 
 
@@ -286,7 +303,9 @@ def test_results_are_aware_utc_whatever_the_input_zone() -> None:
 
 
 def test_iter_after_is_an_endless_ascending_stream_matching_next_after() -> None:
-    schedule = Schedule("0 9 * * 1-5", timezone="Europe/Berlin", jitter=timedelta(minutes=5), key="k")
+    schedule = Schedule(
+        "0 9 * * 1-5", timezone="Europe/Berlin", jitter=timedelta(minutes=5), key="k"
+    )
     stream = schedule.iter_after(z("2026-03-20 00:00:00"))
     first = [next(stream) for _ in range(300)]
     assert first == sorted(set(first))
@@ -379,8 +398,12 @@ def test_jitter_and_fingerprint_are_stable_across_processes_and_hash_seeds() -> 
 def test_every_fires_on_multiples_of_the_interval_since_the_epoch() -> None:
     schedule = Schedule(every=timedelta(minutes=5))
     got = schedule.fire_times(z("2026-05-01 10:02:30"), z("2026-05-01 10:20:00"))
-    assert got == [z("2026-05-01 10:05:00"), z("2026-05-01 10:10:00"), z("2026-05-01 10:15:00"),
-                   z("2026-05-01 10:20:00")]
+    assert got == [
+        z("2026-05-01 10:05:00"),
+        z("2026-05-01 10:10:00"),
+        z("2026-05-01 10:15:00"),
+        z("2026-05-01 10:20:00"),
+    ]
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     assert all((t - epoch).total_seconds() % 300 == 0 for t in got)
 
@@ -462,14 +485,23 @@ def test_equal_arguments_make_equal_hashable_schedules() -> None:
     assert hash(a) == hash(b)
     assert len({a, b}) == 1
     assert a != Schedule("*/15 * * * *", timezone="Europe/Berlin", jitter=timedelta(minutes=3))
-    assert a != Schedule("*/15 * * * *", timezone="Europe/Paris", jitter=timedelta(minutes=3), key="x")
+    assert a != Schedule(
+        "*/15 * * * *", timezone="Europe/Paris", jitter=timedelta(minutes=3), key="x"
+    )
     assert a != "*/15 * * * *"
 
 
 def test_repr_shows_the_arguments() -> None:
     assert repr(Schedule("*/15 * * * *")) == "Schedule(cron='*/15 * * * *')"
     assert (
-        repr(Schedule(every=timedelta(minutes=5), timezone="Europe/Berlin", jitter=timedelta(seconds=30), key="k"))
+        repr(
+            Schedule(
+                every=timedelta(minutes=5),
+                timezone="Europe/Berlin",
+                jitter=timedelta(seconds=30),
+                key="k",
+            )
+        )
         == "Schedule(every=datetime.timedelta(seconds=300), timezone='Europe/Berlin', "
         "jitter=datetime.timedelta(seconds=30), key='k')"
     )
@@ -488,9 +520,10 @@ def test_fingerprint_is_short_hex_and_changes_with_what_matters() -> None:
         Schedule("0 9 * * *", timezone="Europe/Berlin", jitter=timedelta(seconds=1)).fingerprint()
         != fingerprint
     )
-    assert Schedule(every=timedelta(minutes=1)).fingerprint() != Schedule(
-        every=timedelta(minutes=2)
-    ).fingerprint()
+    assert (
+        Schedule(every=timedelta(minutes=1)).fingerprint()
+        != Schedule(every=timedelta(minutes=2)).fingerprint()
+    )
     # Pinned: a stored fingerprint must keep matching after an upgrade.
     assert fingerprint == _pinned_fingerprint()
 
@@ -524,8 +557,10 @@ def _pinned_fingerprint() -> str:
         (Schedule(every=timedelta(hours=1)), "every hour (UTC)"),
         (Schedule(every=timedelta(days=2)), "every 2 days (UTC)"),
         (Schedule(every=timedelta(seconds=30)), "every 30 seconds (UTC)"),
-        (Schedule(every=timedelta(seconds=90), jitter=timedelta(seconds=75)),
-         "every 1m30s (UTC), jitter 1m15s"),
+        (
+            Schedule(every=timedelta(seconds=90), jitter=timedelta(seconds=75)),
+            "every 1m30s (UTC), jitter 1m15s",
+        ),
     ],
 )
 def test_describe_reads_as_words(schedule: Schedule, words: str) -> None:
@@ -539,7 +574,11 @@ def test_schedule_module_does_not_import_django() -> None:
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     result = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
         check=True,
     )
     assert result.stdout.strip() == "False"

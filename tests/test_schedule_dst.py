@@ -26,14 +26,14 @@ America/Santiago       Sun 2026-09-06 00:00-01:00 (04:00Z)     Sat 2026-04-04 23
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from django_fencedjobs.schedule import Schedule
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def z(text: str) -> datetime:
@@ -134,22 +134,36 @@ def test_several_wall_times_in_the_gap_collapse_into_one_run_in_new_york() -> No
     assert got == [z("2026-03-08 07:00")], local(got, NY)
     # A stepped-but-fixed hour field (does not start with "*") is fixed time too.
     got = fires("0 1-23/1 * * *", NY, "2026-03-08 05:30", "2026-03-08 09:30")
-    assert got == [z("2026-03-08 06:00"), z("2026-03-08 07:00"), z("2026-03-08 08:00"),
-                   z("2026-03-08 09:00")], local(got, NY)
+    assert got == [
+        z("2026-03-08 06:00"),
+        z("2026-03-08 07:00"),
+        z("2026-03-08 08:00"),
+        z("2026-03-08 09:00"),
+    ], local(got, NY)
 
 
 def test_fixed_hours_list_in_repeated_hour_runs_each_wall_time_once_in_new_york() -> None:
     got = fires("0 0-3 * * *", NY, "2026-11-01 03:00", "2026-11-01 09:00")
     # 00:00 EDT, 01:00 EDT (first), 02:00 EST, 03:00 EST.
-    assert got == [z("2026-11-01 04:00"), z("2026-11-01 05:00"), z("2026-11-01 07:00"),
-                   z("2026-11-01 08:00")], local(got, NY)
+    assert got == [
+        z("2026-11-01 04:00"),
+        z("2026-11-01 05:00"),
+        z("2026-11-01 07:00"),
+        z("2026-11-01 08:00"),
+    ], local(got, NY)
 
 
 def test_quarter_hour_wildcard_runs_every_real_instant_in_spring_in_new_york() -> None:
     got = fires("*/15 * * * *", NY, "2026-03-08 06:00", "2026-03-08 07:30")
     # 01:15, 01:30, 01:45 EST, then 03:00, 03:15, 03:30 EDT: nothing invented at 02:xx.
-    assert got == [z("2026-03-08 06:15"), z("2026-03-08 06:30"), z("2026-03-08 06:45"),
-                   z("2026-03-08 07:00"), z("2026-03-08 07:15"), z("2026-03-08 07:30")]
+    assert got == [
+        z("2026-03-08 06:15"),
+        z("2026-03-08 06:30"),
+        z("2026-03-08 06:45"),
+        z("2026-03-08 07:00"),
+        z("2026-03-08 07:15"),
+        z("2026-03-08 07:30"),
+    ]
     assert local(got, NY)[3] == "03-08 03:00-0400"
 
 
@@ -157,8 +171,14 @@ def test_quarter_hour_wildcard_runs_both_repeated_hours_in_fall_in_new_york() ->
     got = fires("*/15 * * * *", NY, "2026-11-01 04:45", "2026-11-01 07:00")
     assert got == [z("2026-11-01 05:00") + timedelta(minutes=15 * i) for i in range(9)]
     assert local(got, NY) == [
-        "11-01 01:00-0400", "11-01 01:15-0400", "11-01 01:30-0400", "11-01 01:45-0400",
-        "11-01 01:00-0500", "11-01 01:15-0500", "11-01 01:30-0500", "11-01 01:45-0500",
+        "11-01 01:00-0400",
+        "11-01 01:15-0400",
+        "11-01 01:30-0400",
+        "11-01 01:45-0400",
+        "11-01 01:00-0500",
+        "11-01 01:15-0500",
+        "11-01 01:30-0500",
+        "11-01 01:45-0500",
         "11-01 02:00-0500",
     ]
 
@@ -166,18 +186,29 @@ def test_quarter_hour_wildcard_runs_both_repeated_hours_in_fall_in_new_york() ->
 def test_hourly_wildcard_skips_the_gap_and_runs_both_one_oclocks_in_new_york() -> None:
     spring = fires("0 * * * *", NY, "2026-03-08 04:30", "2026-03-08 08:30")
     # 00:00 EST, 01:00 EST, 03:00 EDT, 04:00 EDT (there is no 02:00).
-    assert spring == [z("2026-03-08 05:00"), z("2026-03-08 06:00"), z("2026-03-08 07:00"),
-                      z("2026-03-08 08:00")]
+    assert spring == [
+        z("2026-03-08 05:00"),
+        z("2026-03-08 06:00"),
+        z("2026-03-08 07:00"),
+        z("2026-03-08 08:00"),
+    ]
     fall = fires("0 * * * *", NY, "2026-11-01 03:30", "2026-11-01 07:30")
     # 00:00 EDT, 01:00 EDT, 01:00 EST, 02:00 EST.
-    assert fall == [z("2026-11-01 04:00"), z("2026-11-01 05:00"), z("2026-11-01 06:00"),
-                    z("2026-11-01 07:00")]
+    assert fall == [
+        z("2026-11-01 04:00"),
+        z("2026-11-01 05:00"),
+        z("2026-11-01 06:00"),
+        z("2026-11-01 07:00"),
+    ]
 
 
 def test_wildcard_minute_in_a_fixed_hour_runs_both_passes_and_skips_the_gap_in_new_york() -> None:
     fall = fires("*/30 1 * * *", NY, "2026-11-01 00:00", "2026-11-01 12:00")
     assert local(fall, NY) == [
-        "11-01 01:00-0400", "11-01 01:30-0400", "11-01 01:00-0500", "11-01 01:30-0500",
+        "11-01 01:00-0400",
+        "11-01 01:30-0400",
+        "11-01 01:00-0500",
+        "11-01 01:30-0500",
     ]
     spring = fires("*/30 2 * * *", NY, "2026-03-07 12:00", "2026-03-09 12:00")
     assert local(spring, NY) == ["03-09 02:00-0400", "03-09 02:30-0400"]
@@ -234,8 +265,12 @@ def test_wildcards_run_every_real_instant_in_london() -> None:
     assert local(spring, LONDON) == ["03-29 00:00+0000", "03-29 02:00+0100", "03-29 03:00+0100"]
     fall = fires("0 * * * *", LONDON, "2026-10-24 22:30", "2026-10-25 02:30")
     # 00:00 BST, 01:00 BST, 01:00 GMT, 02:00 GMT.
-    assert fall == [z("2026-10-24 23:00"), z("2026-10-25 00:00"), z("2026-10-25 01:00"),
-                    z("2026-10-25 02:00")]
+    assert fall == [
+        z("2026-10-24 23:00"),
+        z("2026-10-25 00:00"),
+        z("2026-10-25 01:00"),
+        z("2026-10-25 02:00"),
+    ]
     quarter = fires("*/15 * * * *", LONDON, "2026-10-24 23:45", "2026-10-25 02:00")
     assert quarter == [z("2026-10-25 00:00") + timedelta(minutes=15 * i) for i in range(9)]
 
@@ -281,11 +316,17 @@ def test_weekday_schedule_keeps_local_time_on_lord_howe() -> None:
 def test_quarter_hour_wildcard_on_lord_howe() -> None:
     spring = fires("*/15 * * * *", LORD_HOWE, "2026-10-03 15:00", "2026-10-03 16:00")
     assert local(spring, LORD_HOWE) == [
-        "10-04 01:45+1030", "10-04 02:30+1100", "10-04 02:45+1100", "10-04 03:00+1100",
+        "10-04 01:45+1030",
+        "10-04 02:30+1100",
+        "10-04 02:45+1100",
+        "10-04 03:00+1100",
     ]
     fall = fires("*/15 * * * *", LORD_HOWE, "2026-04-04 14:15", "2026-04-04 15:30")
     assert local(fall, LORD_HOWE) == [
-        "04-05 01:30+1100", "04-05 01:45+1100", "04-05 01:30+1030", "04-05 01:45+1030",
+        "04-05 01:30+1100",
+        "04-05 01:45+1100",
+        "04-05 01:30+1030",
+        "04-05 01:45+1030",
         "04-05 02:00+1030",
     ]
 
@@ -294,12 +335,19 @@ def test_hourly_wildcard_has_ninety_minute_gaps_on_lord_howe() -> None:
     spring = fires("0 * * * *", LORD_HOWE, "2026-10-03 13:00", "2026-10-03 17:00")
     # 01:00 +10:30 then 03:00 +11: 02:00 never happened.
     assert local(spring, LORD_HOWE) == [
-        "10-04 00:00+1030", "10-04 01:00+1030", "10-04 03:00+1100", "10-04 04:00+1100",
+        "10-04 00:00+1030",
+        "10-04 01:00+1030",
+        "10-04 03:00+1100",
+        "10-04 04:00+1100",
     ]
     fall = fires("0 * * * *", LORD_HOWE, "2026-04-04 12:30", "2026-04-04 16:30")
     # 01:00 +11, then 02:00 +10:30, 90 minutes later: no whole hour was repeated.
-    assert fall == [z("2026-04-04 13:00"), z("2026-04-04 14:00"), z("2026-04-04 15:30"),
-                    z("2026-04-04 16:30")]
+    assert fall == [
+        z("2026-04-04 13:00"),
+        z("2026-04-04 14:00"),
+        z("2026-04-04 15:30"),
+        z("2026-04-04 16:30"),
+    ]
     assert Schedule("0 * * * *", timezone=LORD_HOWE).min_interval() == timedelta(hours=1)
 
 
@@ -325,7 +373,9 @@ def test_midnight_gap_in_santiago_moves_the_run_to_one_oclock_the_same_day() -> 
     got = fires("0 0 * * *", "America/Santiago", "2026-09-05 00:00", "2026-09-08 00:00")
     # Sat 00:00 -04, Sun 01:00 -03 (00:00-01:00 was skipped), Mon 00:00 -03.
     assert local(got, "America/Santiago") == [
-        "09-05 00:00-0400", "09-06 01:00-0300", "09-07 00:00-0300",
+        "09-05 00:00-0400",
+        "09-06 01:00-0300",
+        "09-07 00:00-0300",
     ]
 
 
@@ -333,7 +383,9 @@ def test_repeated_evening_hour_in_santiago_runs_fixed_time_once() -> None:
     got = fires("30 23 * * *", "America/Santiago", "2026-04-03 12:00", "2026-04-06 12:00")
     # Saturday's 23:30 happens twice (-03, then -04): it runs at the first.
     assert local(got, "America/Santiago") == [
-        "04-03 23:30-0300", "04-04 23:30-0300", "04-05 23:30-0400",
+        "04-03 23:30-0300",
+        "04-04 23:30-0300",
+        "04-05 23:30-0400",
     ]
     assert got == [z("2026-04-04 02:30"), z("2026-04-05 02:30"), z("2026-04-06 03:30")]
 

@@ -8,10 +8,11 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from django_fencedjobs import runner
 from django_fencedjobs.exceptions import UnknownJob
+from django_fencedjobs.lease import lease_db
 from django_fencedjobs.listing import describe_jobs
 
 
@@ -27,6 +28,7 @@ class Command(BaseCommand):
         mode.add_argument(
             "--list",
             action="store_true",
+            dest="list_jobs",
             help="List the jobs with their schedules and next three fire times, then exit.",
         )
         parser.add_argument(
@@ -37,12 +39,14 @@ class Command(BaseCommand):
             help="Only this job (repeatable). Default: every registered job.",
         )
 
-    def handle(self, *args: Any, once: bool, list: bool, jobs: list[str] | None, **options: Any) -> None:
+    def handle(
+        self, *args: Any, once: bool, list_jobs: bool, jobs: list[str] | None, **options: Any
+    ) -> None:
         try:
             selected = runner.runnable_jobs(jobs)
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
-        if list:
+        if list_jobs:
             self.stdout.write(describe_jobs(selected))
             return
         runner.clear_stop()
@@ -54,6 +58,9 @@ class Command(BaseCommand):
                     for record in result.runs:
                         self.stdout.write(str(record))
             else:
+                # Fail fast if the database is unreachable at start; once running, the loop
+                # survives it going away.
+                connections[lease_db()].ensure_connection()
                 runner.loop(jobs)
         except DatabaseError as exc:
             raise CommandError(f"database unavailable: {_one_line(exc)}") from None

@@ -1,0 +1,1 @@
+"""The example project: django-fencedjobs' demo, run with ``make demo``."""

@@ -1,0 +1,126 @@
+"""Settings of the example project, read from the environment with django-environ.
+
+=================  ============================================================
+variable           default
+=================  ============================================================
+``DEBUG``          ``True`` (a local demo)
+``SECRET_KEY``     a development key; set a real one anywhere else
+``ALLOWED_HOSTS``  ``127.0.0.1,localhost``
+``DATABASE_URL``   ``sqlite:///example_project/db.sqlite3`` (beside this file);
+                   e.g. ``postgres://user:password@localhost/demo`` for PostgreSQL
+``LOG_LEVEL``      ``INFO`` for django_fencedjobs' JSON log lines on stderr
+=================  ============================================================
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BASE_DIR.parent
+
+env = environ.Env()
+
+DEBUG = env.bool("DEBUG", default=True)
+SECRET_KEY = env.str(
+    "SECRET_KEY", default="django-insecure-fencedjobs-example-project-development-only"
+)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            # Wait up to 20 s for another process's write lock (the scheduler and the
+            # web server share the file) instead of failing at once.
+            "timeout": 20,
+            # BEGIN IMMEDIATE: take SQLite's write lock when a transaction starts, not at
+            # its first write. Fenced writes depend on it. fenced_atomic's fence check is
+            # a write (a no-op UPDATE of the job's lease row): holding the write lock from
+            # that statement to the commit is what keeps a successor from taking the
+            # lease in between. In the default (deferred) mode a transaction that has
+            # read first (a handler's query, Django's update_or_create, a run recorded
+            # after a read) and then needs the write lock while the other process holds
+            # it gets "database is locked" at once: SQLite does not wait (the timeout
+            # above is not applied) because its snapshot is already stale. With
+            # IMMEDIATE every transaction queues for the lock, for up to `timeout`.
+            "transaction_mode": "IMMEDIATE",
+        }
+    )
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_fencedjobs",
+    "example_project.demo",  # app label "demo"
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "example_project.urls"
+WSGI_APPLICATION = "example_project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+
+FENCEDJOBS: dict[str, object] = {
+    # The defaults suit the demo: the database's clock, "<hostname>:<pid>" as the owner.
+}
+
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "json": {"()": "example_project.logging.JsonFormatter"},
+    },
+    "handlers": {
+        "json_stderr": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stderr",
+            "formatter": "json",
+        },
+    },
+    "loggers": {
+        # One JSON object per line, with the fields the runner passes in `extra=`
+        # (event, job, fence, owner, scheduled_for, outcome, items, batches, ...).
+        "django_fencedjobs": {"handlers": ["json_stderr"], "level": LOG_LEVEL, "propagate": False},
+        "example_project": {"handlers": ["json_stderr"], "level": LOG_LEVEL, "propagate": False},
+    },
+}
