@@ -70,7 +70,6 @@ from django_fencedjobs.exceptions import ScheduleError
 
 __all__ = ["SEARCH_HORIZON_YEARS", "Schedule"]
 
-UTC = UTC
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: How far ahead a search for the next matching date goes before it gives up.

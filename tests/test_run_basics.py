@@ -154,3 +154,19 @@ def test_batches_claim_each_item_once(jobs):
 
 def test_fence_lost_is_importable_from_the_package():
     assert issubclass(FenceLost, Exception)
+
+
+def test_run_job_now_runs_through_the_lease_and_records_the_run(jobs):
+    from django_fencedjobs.testing import run_job_now
+
+    @job("0 3 * * *", name="t.nightly", jitter=timedelta(minutes=1))
+    def nightly(run):
+        with fenced_atomic():
+            Write.objects.create(job="t.nightly", fence=run.fence, seq=1)
+
+    first = run_job_now(nightly)
+    fake_clock.advance(timedelta(seconds=1))
+    second = run_job_now("t.nightly")
+    assert (first.outcome, second.outcome) == (Outcome.SUCCEEDED, Outcome.SUCCEEDED)
+    assert (first.fence, second.fence) == (1, 2)
+    assert JobLease.objects.get().next_run_at > fake_clock()

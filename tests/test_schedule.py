@@ -19,7 +19,6 @@ import pytest
 from django_fencedjobs.exceptions import ScheduleError
 from django_fencedjobs.schedule import Schedule
 
-UTC = UTC
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -33,8 +33,6 @@ import pytest
 
 from django_fencedjobs.schedule import Schedule
 
-UTC = UTC
-
 
 def z(text: str) -> datetime:
     """An aware UTC instant from "YYYY-MM-DD HH:MM"."""

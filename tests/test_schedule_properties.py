@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from django_fencedjobs.exceptions import ScheduleError
 from django_fencedjobs.schedule import Schedule
 
-UTC = UTC
 ZONES = [
     "UTC",
     "America/New_York",

@@ -1,0 +1,98 @@
+"""The demo's jobs: one of each kind django-fencedjobs is built for.
+
+* ``demo.send_due_reminders``: per-item work. Every 30 seconds, claim the reminders that
+  are due and not sent, in batches; each batch is marked sent in the same fenced
+  transaction that claimed it, so a reminder is marked sent once, by one run.
+* ``demo.minutely_rollup``: watermark work. Every minute, count the events of each whole
+  minute since the watermark into ``Rollup`` and advance the watermark in the same
+  transaction: a missed minute is caught up by the next run, a double tick adds nothing.
+* ``demo.weekday_report_berlin``: a local-time job, weekdays at 09:00 in Europe/Berlin
+  (07:00 or 08:00 UTC, depending on daylight saving time), with a stable jitter.
+
+``manage.py demo`` asks for one run of each right away ("run now"), so every job has a
+recorded run within the demo's first seconds; after that each runs on its schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django_fencedjobs import Run, fenced_atomic, job
+from example_project.demo.models import Event, Reminder, Report, Rollup
+
+logger = logging.getLogger("example_project.demo")
+
+BERLIN = ZoneInfo("Europe/Berlin")
+#: On its very first run (no watermark yet) the rollup starts this far back.
+ROLLUP_BACKFILL = timedelta(hours=3)
+
+
+@job(every=timedelta(seconds=30), name="demo.send_due_reminders", timeout=timedelta(seconds=20))
+def send_due_reminders(run: Run) -> None:
+    due = Reminder.objects.filter(sent_at=None, due_at__lte=run.now).order_by("due_at", "id")
+    for batch in run.batches(due, size=5):
+        # This body runs inside the batch's fenced transaction: if the fence is lost,
+        # nothing below commits and the reminders stay unsent for the next run.
+        for reminder in batch:
+            # A real job would hand the message to an outbox table here, in the same
+            # transaction, rather than call an external service that cannot roll back.
+            logger.info(
+                "reminder sent: %s",
+                reminder.text,
+                extra={"event": "reminder_sent", "reminder": reminder.pk, "fence": run.fence},
+            )
+            reminder.sent_at = run.now
+            reminder.sent_by_fence = run.fence
+        Reminder.objects.bulk_update(batch, ["sent_at", "sent_by_fence"])
+        Event.objects.bulk_create(Event(kind="reminder_sent", occurred_at=run.now) for _ in batch)
+        run.add_items(len(batch))
+
+
+@job("* * * * *", name="demo.minutely_rollup", max_batches=240, timeout=timedelta(seconds=45))
+def minutely_rollup(run: Run) -> None:
+    first_start = _floor_minute(run.now - ROLLUP_BACKFILL)  # only used without a watermark
+    for window in run.windows(step=timedelta(minutes=1), start=first_start):
+        with fenced_atomic():
+            count = Event.objects.filter(
+                occurred_at__gte=window.start, occurred_at__lt=window.end
+            ).count()
+            Rollup.objects.update_or_create(
+                window_start=window.start,
+                defaults={"window_end": window.end, "count": count, "fence": run.fence},
+            )
+            run.advance_watermark(window.end)
+            run.add_items(count)
+
+
+@job(
+    "0 9 * * 1-5",
+    name="demo.weekday_report_berlin",
+    timezone="Europe/Berlin",
+    jitter=timedelta(minutes=5),
+    timeout=timedelta(minutes=10),
+)
+def weekday_report_berlin(run: Run) -> None:
+    day = run.scheduled_for.astimezone(BERLIN).date()
+    since = run.now - timedelta(days=1)
+    with fenced_atomic():
+        # One report per local date, whichever run writes it (a retry rewrites it).
+        Report.objects.update_or_create(
+            day=day,
+            defaults={
+                "created_at": run.now,
+                "reminders_sent": Reminder.objects.filter(
+                    sent_at__gte=since, sent_at__lte=run.now
+                ).count(),
+                "events": Event.objects.filter(
+                    occurred_at__gte=since, occurred_at__lt=run.now
+                ).count(),
+                "fence": run.fence,
+            },
+        )
+        run.add_items(1)
+
+
+def _floor_minute(value: datetime) -> datetime:
+    return value.astimezone(UTC).replace(second=0, microsecond=0)
