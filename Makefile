@@ -59,8 +59,12 @@ lint: venv
 bench: venv
 	$(PY) scripts/throwaway_postgres.py --durable -- $(BIN)/python bench/run.py $(BENCH_ARGS)
 
-demo:
-	@echo "demo: see issue"
+# The example project in the foreground (docs/demo.md): migrate its SQLite file, create
+# or reset the admin login, seed data, then the scheduler (runjobs) and the admin
+# (runserver) together until Ctrl-C. DEMO_PORT picks the port (default 8000);
+# DATABASE_URL another database.
+demo: venv
+	$(BIN)/python manage.py demo
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -14,5 +14,10 @@ class FencedJobsConfig(AppConfig):
         # Registers the system checks (fencedjobs.E001...).
         from django_fencedjobs import checks  # noqa: F401
 
+        # Connects the runner's signals: run retention (tick_finished) and Sentry Crons
+        # check-ins (run_started/run_finished; inert unless sentry-sdk is initialised).
+        from django_fencedjobs import retention  # noqa: F401
+        from django_fencedjobs.integrations import sentry  # noqa: F401
+
         # Every installed app's ``jobs`` module declares its jobs with @job.
         autodiscover_modules("jobs")

@@ -10,6 +10,7 @@ Every key has a default, so an empty (or missing) ``FENCEDJOBS`` is valid::
         "RUNS_KEPT_PER_JOB": 100,
         "LOOP_MAX_SLEEP": timedelta(seconds=30),
         "ERROR_MAX_CHARS": 4000,
+        "METRICS_TOKEN": "",               # bearer token the Prometheus metrics view requires
     }
 """
 
@@ -43,6 +44,8 @@ class Settings:
     LOOP_MAX_SLEEP: timedelta = timedelta(seconds=30)
     #: Error text (traceback) stored on a failed run is cut to this many characters.
     ERROR_MAX_CHARS: int = 4000
+    #: When set, the Prometheus metrics view answers only ``Authorization: Bearer <token>``.
+    METRICS_TOKEN: str = ""
 
     @property
     def owner(self) -> str:

@@ -4,63 +4,92 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Event',
+            name="Event",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(max_length=50)),
-                ('occurred_at', models.DateTimeField(db_index=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("kind", models.CharField(max_length=50)),
+                ("occurred_at", models.DateTimeField(db_index=True)),
             ],
             options={
-                'ordering': ['-occurred_at', '-id'],
+                "ordering": ["-occurred_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Report',
+            name="Report",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('day', models.DateField(help_text='The local date in Europe/Berlin.', unique=True)),
-                ('created_at', models.DateTimeField()),
-                ('reminders_sent', models.PositiveIntegerField()),
-                ('events', models.PositiveIntegerField()),
-                ('fence', models.BigIntegerField(help_text='Fence of the run that wrote this report.')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "day",
+                    models.DateField(help_text="The local date in Europe/Berlin.", unique=True),
+                ),
+                ("created_at", models.DateTimeField()),
+                ("reminders_sent", models.PositiveIntegerField()),
+                ("events", models.PositiveIntegerField()),
+                (
+                    "fence",
+                    models.BigIntegerField(help_text="Fence of the run that wrote this report."),
+                ),
             ],
             options={
-                'ordering': ['-day'],
+                "ordering": ["-day"],
             },
         ),
         migrations.CreateModel(
-            name='Rollup',
+            name="Rollup",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('window_start', models.DateTimeField(unique=True)),
-                ('window_end', models.DateTimeField()),
-                ('count', models.PositiveIntegerField()),
-                ('fence', models.BigIntegerField(help_text='Fence of the run that wrote this window.')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("window_start", models.DateTimeField(unique=True)),
+                ("window_end", models.DateTimeField()),
+                ("count", models.PositiveIntegerField()),
+                (
+                    "fence",
+                    models.BigIntegerField(help_text="Fence of the run that wrote this window."),
+                ),
             ],
             options={
-                'ordering': ['-window_start'],
+                "ordering": ["-window_start"],
             },
         ),
         migrations.CreateModel(
-            name='Reminder',
+            name="Reminder",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('text', models.CharField(max_length=200)),
-                ('due_at', models.DateTimeField(db_index=True)),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('sent_by_fence', models.BigIntegerField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("text", models.CharField(max_length=200)),
+                ("due_at", models.DateTimeField(db_index=True)),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                ("sent_by_fence", models.BigIntegerField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['due_at', 'id'],
-                'indexes': [models.Index(fields=['sent_at', 'due_at'], name='demo_reminder_pending')],
+                "ordering": ["due_at", "id"],
+                "indexes": [
+                    models.Index(fields=["sent_at", "due_at"], name="demo_reminder_pending")
+                ],
             },
         ),
     ]

@@ -1,0 +1,1 @@
+"""Benchmarks of django-fencedjobs against PostgreSQL: ``make bench`` (see bench/run.py)."""

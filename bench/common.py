@@ -1,0 +1,366 @@
+"""What every benchmark shares: its own database, Django set-up, statistics, the report.
+
+A benchmark module defines ``measure(smoke: bool) -> Report`` and ends with
+``if __name__ == "__main__": common.main(measure)``. Run alone (``python -m bench.p1_...``)
+it prints its figures and appends a dated section to ``docs/benchmarks.md``; ``bench/run.py``
+runs every module that way in its own process and writes one section for all of them.
+
+Measurements are taken side by side: the variants of a comparison alternate (A B, then
+B A, ...) within one process and one connection, so that drift of the machine (other
+processes, CPU frequency, autovacuum) falls on both alike, and every figure is the median
+over the repeats with its spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs" / "benchmarks.md"
+DB_ENV = "FENCEDJOBS_BENCH_DB"
+
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+# -- the benchmark database --------------------------------------------------------------
+
+
+def _server_dsn(dbname: str | None = None) -> dict[str, Any]:
+    from tests.settings import parse_database_url
+
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.lower().startswith(("postgres://", "postgresql://", "pgsql://")):
+        raise SystemExit(
+            "bench: DATABASE_URL must name a PostgreSQL server; run `make bench`, or "
+            "python3 scripts/throwaway_postgres.py --durable -- python bench/run.py"
+        )
+    db = parse_database_url(url)
+    params: dict[str, Any] = {
+        "dbname": dbname or db["NAME"],
+        "user": db["USER"] or None,
+        "password": db["PASSWORD"] or None,
+        "host": db["HOST"] or None,
+        "port": db["PORT"] or None,
+    }
+    params.update(db["OPTIONS"])
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def connect(dbname: str | None = None, *, autocommit: bool = True) -> Any:
+    """A raw psycopg connection to the server (to the benchmark database by default)."""
+    import psycopg
+
+    return psycopg.connect(
+        **_server_dsn(dbname or os.environ.get(DB_ENV)), autocommit=autocommit
+    )
+
+
+@contextlib.contextmanager
+def bench_database() -> Iterator[str]:
+    """A database of the benchmarks' own on the ``DATABASE_URL`` server, created for the
+    duration and dropped afterwards; nothing is written to the database the URL names.
+    Reentrant: inside ``bench/run.py`` the modules reuse the one it created."""
+    existing = os.environ.get(DB_ENV)
+    if existing:
+        yield existing
+        return
+    name = f"fencedjobs_bench_{os.getpid()}"
+    with connect(_server_dsn()["dbname"]) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    os.environ[DB_ENV] = name
+    try:
+        yield name
+    finally:
+        del os.environ[DB_ENV]
+        from django.db import connections
+
+        with contextlib.suppress(Exception):
+            connections.close_all()
+        with connect(_server_dsn()["dbname"]) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    import django
+
+    django.setup()
+
+
+def migrate() -> None:
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def clear_jobs(prefix: str) -> None:
+    """Forget the lease rows, runs and watermarks of the jobs named ``prefix...``."""
+    from django_fencedjobs.models import JobLease, JobRun, Watermark
+
+    for model, field in ((JobRun, "job"), (Watermark, "job"), (JobLease, "name")):
+        model.objects.filter(**{f"{field}__startswith": prefix}).delete()
+
+
+def vacuum(*tables: str) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"VACUUM ANALYZE {connection.ops.quote_name(table)}")
+
+
+# -- statistics ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    median: float
+    low: float
+    high: float
+    n: int
+
+    def fmt(self, spec: str = ".3g", unit: str = "") -> str:
+        return (
+            f"{self.median:{spec}}{unit} "
+            f"({self.low:{spec}}–{self.high:{spec}}, n={self.n})"
+        )
+
+
+def summarize(values: Sequence[float]) -> Summary:
+    """Median and spread (min–max) over the repeats."""
+    if not values:
+        raise ValueError("no values")
+    return Summary(statistics.median(values), min(values), max(values), len(values))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100), nearest-rank: a value that was measured."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def alternate(repeat: int, variants: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    """(repeat, variant) in interleaved order: A B, B A, A B, ... so drift cancels."""
+    for r in range(repeat):
+        order = list(variants) if r % 2 == 0 else list(reversed(variants))
+        for variant in order:
+            yield r, variant
+
+
+def timed(fn: Callable[[], object], times: int) -> float:
+    """Seconds per call of ``fn``, over ``times`` calls."""
+    start = time.perf_counter()
+    for _ in range(times):
+        fn()
+    return (time.perf_counter() - start) / times
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Goal:
+    label: str
+    target: str
+    measured: str
+    met: bool | None  # None: informative only
+
+    @property
+    def verdict(self) -> str:
+        return {True: "met", False: "**MISSED**", None: "—"}[self.met]
+
+
+@dataclasses.dataclass
+class Report:
+    key: str
+    title: str
+    lines: list[str] = dataclasses.field(default_factory=list)
+    goals: list[Goal] = dataclasses.field(default_factory=list)
+    #: Figures other reports may refer to (e.g. the ceiling's tps).
+    figures: dict[str, float] = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+
+    def add(self, line: str = "") -> None:
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def goal(self, label: str, target: str, measured: str, met: bool | None) -> None:
+        self.goals.append(Goal(label, target, measured, met))
+        mark = {True: "met", False: "MISSED", None: "info"}[met]
+        print(f"[{self.key} {mark}] {label}: {measured} (goal: {target})", flush=True)
+
+    def markdown(self) -> str:
+        out = [f"### {self.key}: {self.title}", "", *self.lines]
+        if self.goals:
+            out += ["", "| goal | target | measured | |", "| --- | --- | --- | --- |"]
+            out += [f"| {g.label} | {g.target} | {g.measured} | {g.verdict} |" for g in self.goals]
+        out += ["", f"_{self.seconds:.0f} s_", ""]
+        return "\n".join(out)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Report:
+        goals = [Goal(**g) for g in data.pop("goals")]
+        return cls(goals=goals, **data)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+# -- the machine -------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, str]:
+    """What the figures were measured on."""
+    import django
+    import psycopg
+
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with connect() as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        durability = ", ".join(
+            f"{name}={conn.execute(f'SHOW {name}').fetchone()[0]}"
+            for name in ("fsync", "synchronous_commit", "full_page_writes")
+        )
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return {
+        "cores": str(os.cpu_count()),
+        "cpu": cpu or platform.processor() or "unknown",
+        "os": f"{platform.system()} {platform.release()}",
+        "postgresql": f"{version} ({durability})",
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "psycopg": psycopg.__version__,
+        "load": load,
+    }
+
+
+def command_line() -> str:
+    """The command that produced the figures, as the reader would type it."""
+    argv = shlex.join(sys.argv[1:])
+    if os.environ.get("MAKELEVEL"):
+        return "make bench" + (f" BENCH_ARGS={shlex.quote(argv)}" if argv else "")
+    exe = os.path.relpath(sys.executable, REPO) if sys.executable.startswith(str(REPO)) else (
+        sys.executable
+    )
+    script = os.path.relpath(sys.argv[0], REPO) if os.path.isabs(sys.argv[0]) else sys.argv[0]
+    if script.endswith("__main__.py") or not script.endswith(".py"):
+        script = f"-m {__spec_name()}"
+    inner = f"{exe} {script}" + (f" {argv}" if argv else "")
+    if os.environ.get("FENCEDJOBS_TEST_PG_THROWAWAY") == "1":
+        return f"python3 scripts/throwaway_postgres.py --durable -- {inner}"
+    return inner
+
+
+def __spec_name() -> str:
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return spec.name if spec is not None else "bench.run"
+
+
+def section(reports: Sequence[Report], *, started: datetime, seconds: float, smoke: bool) -> str:
+    info = machine()
+    head = f"## {started:%Y-%m-%d %H:%M} UTC" + (" (smoke sizes: not a measurement)" if smoke else "")
+    lines = [
+        head,
+        "",
+        f"- command: `{command_line()}`",
+        f"- machine: {info['cores']} cores ({info['cpu']}), {info['os']}, "
+        f"load average at the end {info['load']}",
+        f"- PostgreSQL {info['postgresql']}",
+        f"- Python {info['python']}, Django {info['django']}, psycopg {info['psycopg']}",
+        f"- wall time: {seconds / 60:.1f} min",
+        "",
+    ]
+    goals = [(r.key, g) for r in reports for g in r.goals if g.met is not None]
+    if goals:
+        lines += ["| # | goal | target | measured | |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {k} | {g.label} | {g.target} | {g.measured} | {g.verdict} |" for k, g in goals]
+        lines.append("")
+    for report in reports:
+        lines.append(report.markdown())
+    return "\n".join(lines)
+
+
+PREAMBLE = """# Benchmarks
+
+Written by `make bench` (bench/run.py), which starts a throwaway PostgreSQL with its
+durable defaults (fsync and synchronous commit on) and appends one dated section here
+per run. Every comparison is measured side by side in one run: the variants alternate
+(A B, B A, ...) and each figure is the median over the repeats, with the spread (min–max)
+and the number of repeats in parentheses. The ceiling at the top of each section is what
+the same PostgreSQL does at all for one client committing single-row updates
+(`pgbench -b simple-update`), so every rate can be read as a fraction of it.
+
+Figures from a busy machine are noisy; the load average is printed with each section.
+"""
+
+
+def append(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existing = path.read_text() if path.exists() else ""
+    with path.open("a") as f:
+        if not existing:
+            f.write(PREAMBLE)
+        f.write("\n" + text)
+
+
+# -- running one module ---------------------------------------------------------------------
+
+
+def main(measure: Callable[[bool], Report], argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks it runs")
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON (bench/run.py)")
+    parser.add_argument(
+        "--output",
+        metavar="PATH",
+        help=f"append the section here (default {DOCS.relative_to(REPO)}; none with --smoke)",
+    )
+    args = parser.parse_args(argv)
+    started = datetime.now(UTC)
+    t0 = time.monotonic()
+    with bench_database():
+        setup_django()
+        migrate()
+        report = measure(args.smoke)
+        report.seconds = time.monotonic() - t0
+        if args.json:
+            Path(args.json).write_text(json.dumps(report.to_json()))
+        else:
+            output = Path(args.output) if args.output else None if args.smoke else DOCS
+            if output is not None:
+                text = section(
+                    [report], started=started, seconds=report.seconds, smoke=args.smoke
+                )
+                append(output, text)
+                print(f"appended to {output}")
+    return 0

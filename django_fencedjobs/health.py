@@ -1,0 +1,436 @@
+"""Is each job healthy? The one place that decides, for the admin, ``checkjobs`` and metrics.
+
+A job's state is derived from stored facts (its :class:`~django_fencedjobs.models.JobLease`
+row, its latest runs) and its declaration in code, against **one** reading of the clock.
+Nothing here writes. In order of precedence (the first that applies wins):
+
+============  ========  ===============================================================
+state         severity  when
+============  ========  ===============================================================
+removed       healthy   a lease row exists but no job of that name is declared any more
+                        (history is kept; nothing alerts)
+invalid       critical  the declaration's schedule is invalid (``manage.py check``: E001..)
+never_run     warning   declared, but no runner has created its lease row yet
+paused        warning   an operator paused it
+failing       critical  ``consecutive_failures >= job.failure_threshold``
+late          critical  the dead man's switch: the first slot after the last success
+                        (never succeeded: the first slot after the lease row was created)
+                        plus ``run_timeout`` plus ``grace`` has passed
+running       healthy   a run holds an unexpired lease
+never_run     healthy   no success yet, but the first slot's deadline has not passed
+capped        warning   the latest finished run stopped at ``max_batches`` with work left
+ok            healthy   none of the above
+============  ========  ===============================================================
+
+"Has passed" is strict: at the deadline instant itself a job is not yet late.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
+from enum import StrEnum
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.db.models import OuterRef, Subquery
+
+from django_fencedjobs import clock
+from django_fencedjobs.exceptions import UnknownJob
+from django_fencedjobs.lease import lease_db
+from django_fencedjobs.models import JobLease, JobRun, Outcome
+from django_fencedjobs.registry import Job, registry
+
+__all__ = [
+    "JobHealth",
+    "RunSummary",
+    "Severity",
+    "State",
+    "all_health",
+    "exit_code",
+    "job_health",
+]
+
+#: Outcomes that count towards ``consecutive_failures`` (the lease module counts them).
+FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT})
+#: Characters of a run's error kept in a reason or a list column.
+ERROR_EXCERPT_CHARS = 160
+
+
+class State(StrEnum):
+    OK = "ok"
+    RUNNING = "running"
+    LATE = "late"
+    FAILING = "failing"
+    NEVER_RUN = "never_run"
+    PAUSED = "paused"
+    CAPPED = "capped"
+    REMOVED = "removed"
+    INVALID = "invalid"
+
+
+class Severity(StrEnum):
+    HEALTHY = "healthy"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        """0 for critical, 1 for warning, 2 for healthy: sort the worst first."""
+        return {"critical": 0, "warning": 1, "healthy": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The parts of a :class:`~django_fencedjobs.models.JobRun` that health reports."""
+
+    pk: int
+    scheduled_for: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcome: str
+    capped: bool
+    items: int
+    error_excerpt: str
+
+    @classmethod
+    def of(cls, run: JobRun) -> RunSummary:
+        return cls(
+            pk=run.pk,
+            scheduled_for=run.scheduled_for,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+            outcome=run.outcome,
+            capped=run.capped,
+            items=run.items,
+            error_excerpt=error_excerpt(run.error),
+        )
+
+
+@dataclass(frozen=True)
+class JobHealth:
+    """One job's state, with a one-line human reason and the facts it was decided from."""
+
+    name: str
+    state: State
+    severity: Severity
+    reason: str
+    #: The single clock reading the state was decided against (aware, UTC).
+    checked_at: datetime
+    #: The declaration; None when the job is no longer declared (state ``removed``).
+    job: Job | None = field(default=None, repr=False, compare=False)
+    timezone: str = "UTC"
+    schedule: str = ""
+    last_success_at: datetime | None = None
+    #: When the job is next due (the lease row's ``next_run_at``); before the row exists,
+    #: the schedule's next fire time.
+    next_run_at: datetime | None = None
+    #: The dead man's switch: past this instant without a success, the job is late.
+    expected_by: datetime | None = None
+    consecutive_failures: int = 0
+    failure_threshold: int | None = None
+    paused: bool = False
+    running: bool = False
+    owner: str = ""
+    fence: int = 0
+    lease_until: datetime | None = None
+    last_run: RunSummary | None = None
+    last_finished_run: RunSummary | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.severity is Severity.HEALTHY
+
+    @property
+    def tz(self) -> tzinfo:
+        try:
+            return ZoneInfo(self.timezone)
+        except (ValueError, OSError):
+            return UTC
+
+    def local(self, value: datetime | None) -> str:
+        """``value`` in the job's zone, e.g. ``2026-11-29 09:00 CET``; "" for None."""
+        return "" if value is None else _format(value, self.tz, zone_label=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: datetimes as ISO 8601 in UTC."""
+
+        def iso(value: datetime | None) -> str | None:
+            return None if value is None else value.astimezone(UTC).isoformat()
+
+        def run(summary: RunSummary | None) -> dict[str, Any] | None:
+            if summary is None:
+                return None
+            return {
+                "scheduled_for": iso(summary.scheduled_for),
+                "started_at": iso(summary.started_at),
+                "finished_at": iso(summary.finished_at),
+                "outcome": summary.outcome,
+                "capped": summary.capped,
+                "items": summary.items,
+                "error": summary.error_excerpt,
+            }
+
+        return {
+            "name": self.name,
+            "state": self.state.value,
+            "severity": self.severity.value,
+            "reason": self.reason,
+            "checked_at": iso(self.checked_at),
+            "timezone": self.timezone,
+            "schedule": self.schedule,
+            "last_success_at": iso(self.last_success_at),
+            "next_run_at": iso(self.next_run_at),
+            "expected_by": iso(self.expected_by),
+            "consecutive_failures": self.consecutive_failures,
+            "failure_threshold": self.failure_threshold,
+            "paused": self.paused,
+            "running": self.running,
+            "owner": self.owner,
+            "fence": self.fence,
+            "lease_until": iso(self.lease_until),
+            "last_run": run(self.last_run),
+            "last_finished_run": run(self.last_finished_run),
+        }
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def all_health(names: Sequence[str] | None = None, *, now: datetime | None = None) -> list[JobHealth]:
+    """The health of every job (declared in code or present in the database), or of the named
+    ones (:class:`UnknownJob` for a name that is neither), worst first, then by name.
+
+    A constant number of queries whatever the number of jobs: the clock (when it is the
+    database's), the lease rows with the ids of each job's latest run and latest finished run
+    (two correlated subqueries, each one index lookup on ``(job, -scheduled_for)``), and those
+    runs.
+    """
+    if now is None:
+        now = clock.now()
+    leases = _read_leases(names)
+    if names:
+        unknown = [name for name in names if name not in registry and name not in leases]
+        if unknown:
+            known = ", ".join(sorted(set(registry.names()) | set(leases))) or "none"
+            raise UnknownJob(
+                f"no job named {', '.join(map(repr, unknown))} is declared or recorded "
+                f"(known: {known})"
+            )
+        wanted = list(dict.fromkeys(names))
+    else:
+        wanted = list(dict.fromkeys([*registry.names(), *sorted(leases)]))
+    run_ids = {
+        pk
+        for row in leases.values()
+        for pk in (row.latest_run_id, row.latest_finished_id)  # type: ignore[attr-defined]
+        if pk is not None
+    }
+    runs = {run.pk: run for run in JobRun.objects.using(lease_db()).filter(pk__in=run_ids)} if run_ids else {}
+    result = []
+    for name in wanted:
+        row = leases.get(name)
+        latest = finished = None
+        if row is not None:
+            latest = runs.get(row.latest_run_id)  # type: ignore[attr-defined]
+            finished = runs.get(row.latest_finished_id)  # type: ignore[attr-defined]
+        job = registry.get(name) if name in registry else None
+        result.append(assess(name, job, row, latest, finished, now))
+    result.sort(key=lambda h: (h.severity.rank, h.name))
+    return result
+
+
+def job_health(name: str, *, now: datetime | None = None) -> JobHealth:
+    """The health of one job (:class:`UnknownJob` if it is neither declared nor recorded)."""
+    (health,) = all_health([name], now=now)
+    return health
+
+
+def exit_code(healths: Iterable[JobHealth], *, strict: bool = False) -> int:
+    """``checkjobs``' exit status: 2 if any job is critical (late, failing, invalid); with
+    ``strict``, 1 if any is a warning (paused, capped, not yet picked up); else 0."""
+    severities = {health.severity for health in healths}
+    if Severity.CRITICAL in severities:
+        return 2
+    if strict and Severity.WARNING in severities:
+        return 1
+    return 0
+
+
+def _read_leases(names: Sequence[str] | None) -> dict[str, JobLease]:
+    recent = JobRun.objects.filter(job=OuterRef("name")).order_by("-scheduled_for")
+    rows = JobLease.objects.using(lease_db()).annotate(
+        latest_run_id=Subquery(recent.values("pk")[:1]),
+        latest_finished_id=Subquery(recent.exclude(outcome=Outcome.RUNNING).values("pk")[:1]),
+    )
+    if names:
+        rows = rows.filter(name__in=list(names))
+    return {row.name: row for row in rows}
+
+
+# -- deciding ----------------------------------------------------------------------------------
+
+
+def assess(
+    name: str,
+    job: Job | None,
+    lease: JobLease | None,
+    latest: JobRun | None,
+    finished: JobRun | None,
+    now: datetime,
+) -> JobHealth:
+    """Decide one job's state from its declaration, lease row and latest runs, at ``now``.
+
+    Pure: no query, no clock. :func:`all_health` gathers the inputs.
+    """
+    facts: dict[str, Any] = {"name": name, "checked_at": now, "job": job}
+    if latest is not None:
+        facts["last_run"] = RunSummary.of(latest)
+    if finished is not None:
+        facts["last_finished_run"] = RunSummary.of(finished)
+    if lease is not None:
+        running = bool(lease.owner) and lease.lease_until > now
+        facts.update(
+            last_success_at=lease.last_success_at,
+            next_run_at=lease.next_run_at,
+            consecutive_failures=lease.consecutive_failures,
+            paused=lease.paused,
+            running=running,
+            owner=lease.owner if running else "",
+            fence=lease.fence,
+            lease_until=lease.lease_until if running else None,
+        )
+
+    if job is None:
+        return _health(
+            facts,
+            State.REMOVED,
+            Severity.HEALTHY,
+            "no longer declared in code (removed or renamed); its history is kept",
+        )
+    facts.update(timezone=job.timezone, failure_threshold=job.failure_threshold)
+    if job.schedule is None:
+        return _health(facts, State.INVALID, Severity.CRITICAL, str(job.schedule_error))
+    schedule = job.schedule
+    tz = schedule.tz
+    facts["schedule"] = schedule.describe()
+
+    def at(value: datetime, ref: datetime | None = None) -> str:
+        return _format(value, tz, ref=ref)
+
+    if lease is None:
+        facts["next_run_at"] = schedule.next_after(now)
+        return _health(
+            facts,
+            State.NEVER_RUN,
+            Severity.WARNING,
+            "no runner has picked this job up yet (no lease row): is `runjobs` running "
+            "with this code?",
+        )
+
+    anchor_from = lease.last_success_at or lease.created_at
+    first_slot = schedule.next_after(anchor_from)
+    expected_by = first_slot + job.run_timeout + job.grace
+    facts["expected_by"] = expected_by
+    last_success = lease.last_success_at
+
+    if lease.paused:
+        since = f"; last success {at(last_success)}" if last_success else "; never succeeded"
+        return _health(
+            facts, State.PAUSED, Severity.WARNING, f"paused: no runs until resumed{since}"
+        )
+    if lease.consecutive_failures >= job.failure_threshold:
+        detail = ""
+        if finished is not None and finished.outcome in FAILURE_OUTCOMES:
+            detail = f"; last {Outcome(finished.outcome).label} at {at(_when(finished))}"
+            if excerpt := error_excerpt(finished.error):
+                detail += f": {excerpt}"
+        return _health(
+            facts,
+            State.FAILING,
+            Severity.CRITICAL,
+            f"{lease.consecutive_failures} consecutive failures "
+            f"(threshold {job.failure_threshold}){detail}",
+        )
+    if now > expected_by:
+        if last_success is not None:
+            reason = (
+                f"no successful run since {at(last_success)}; "
+                f"expected by {at(expected_by, ref=last_success)}"
+            )
+        else:
+            reason = (
+                f"never succeeded; its first slot {at(first_slot)} was expected to "
+                f"succeed by {at(expected_by, ref=first_slot)}"
+            )
+        if finished is not None and finished.outcome != Outcome.SUCCEEDED:
+            reason += f" (last run: {Outcome(finished.outcome).label})"
+        return _health(facts, State.LATE, Severity.CRITICAL, reason)
+    if facts["running"]:
+        since = ""
+        if latest is not None and latest.outcome == Outcome.RUNNING and latest.started_at:
+            since = f" since {at(latest.started_at)}"
+        return _health(
+            facts,
+            State.RUNNING,
+            Severity.HEALTHY,
+            f"running{since} on {lease.owner} (fence {lease.fence}); "
+            f"lease until {at(lease.lease_until, ref=now)}",
+        )
+    if last_success is None:
+        tried = ""
+        if lease.consecutive_failures:
+            tried = f" ({lease.consecutive_failures} failed so far)"
+        return _health(
+            facts,
+            State.NEVER_RUN,
+            Severity.HEALTHY,
+            f"no successful run yet{tried}; first slot {at(first_slot)}, "
+            f"expected by {at(expected_by, ref=first_slot)}",
+        )
+    if finished is not None and finished.capped:
+        return _health(
+            facts,
+            State.CAPPED,
+            Severity.WARNING,
+            f"the last run stopped at max_batches ({job.max_batches}) with work left: a "
+            f"backlog is building (raise max_batches or run more often)",
+        )
+    return _health(
+        facts,
+        State.OK,
+        Severity.HEALTHY,
+        f"last success {at(last_success)}; next run {_next(lease.next_run_at, now, tz)}",
+    )
+
+
+def _health(facts: dict[str, Any], state: State, severity: Severity, reason: str) -> JobHealth:
+    return JobHealth(state=state, severity=severity, reason=reason, **facts)
+
+
+def _when(run: JobRun) -> datetime:
+    return run.finished_at or run.started_at or run.scheduled_for
+
+
+def _next(next_run_at: datetime, now: datetime, tz: tzinfo) -> str:
+    return "due now" if next_run_at <= now else _format(next_run_at, tz, ref=now)
+
+
+def error_excerpt(error: str, limit: int = ERROR_EXCERPT_CHARS) -> str:
+    """The last non-empty line of a traceback (the exception), on one line, bounded."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    text = lines[-1] if lines else ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _format(value: datetime, tz: tzinfo, *, ref: datetime | None = None, zone_label: bool = True) -> str:
+    """``2026-11-29 09:00 Europe/Berlin``; only the time when ``ref`` is on the same local day;
+    seconds only when they are not zero."""
+    local = value.astimezone(tz)
+    clock_text = f"{local:%H:%M:%S}" if local.second or local.microsecond else f"{local:%H:%M}"
+    if ref is not None and ref.astimezone(tz).date() == local.date():
+        return clock_text
+    zone = getattr(tz, "key", None) or "UTC"
+    label = zone if zone_label else (local.tzname() or zone)
+    return f"{local:%Y-%m-%d} {clock_text} {label}"

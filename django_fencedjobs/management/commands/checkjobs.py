@@ -1,0 +1,112 @@
+"""``manage.py checkjobs``: every job's health, and an exit status to alert on.
+
+Exit status: 0 all healthy; 2 any job late, failing or invalid; 1 with ``--strict`` when
+any is paused, capped or not yet picked up by a runner (and none is critical); 3 the
+database could not be read. The deciding is :mod:`django_fencedjobs.health`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+
+from django_fencedjobs import health
+from django_fencedjobs.exceptions import UnknownJob
+
+#: The exit status when the job state cannot be read at all.
+UNREACHABLE = 3
+
+COLUMNS = ("JOB", "STATE", "LAST SUCCESS", "NEXT RUN", "FAILURES", "REASON")
+
+
+class Command(BaseCommand):
+    help = (
+        "Report every scheduled job's health. Exit 0 when all are healthy, 2 when any is "
+        "late or failing (1 with --strict for warnings: paused, capped), 3 when the "
+        "database cannot be read."
+    )
+    # Report even when the configuration is broken: an invalid job is reported as such.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--json", action="store_true", dest="as_json", help="Print JSON instead of a table.")
+        parser.add_argument(
+            "--strict",
+            action="store_true",
+            help="Exit 1 on warnings (paused, capped, not yet picked up by a runner).",
+        )
+        parser.add_argument(
+            "--job",
+            action="append",
+            dest="jobs",
+            metavar="NAME",
+            help="Only this job (repeatable). Default: every job.",
+        )
+
+    def handle(
+        self, *args: Any, as_json: bool, strict: bool, jobs: list[str] | None, **options: Any
+    ) -> None:
+        try:
+            healths = health.all_health(jobs)
+        except UnknownJob as exc:
+            raise CommandError(str(exc)) from None
+        except DatabaseError as exc:
+            raise CommandError(
+                f"cannot read the job state, database unavailable: {_one_line(exc)}",
+                returncode=UNREACHABLE,
+            ) from None
+        status = health.exit_code(healths, strict=strict)
+        if as_json:
+            self.stdout.write(_json(healths, status))
+        else:
+            self.stdout.write(_table(healths))
+        if status:
+            bad = [h for h in healths if h.severity is health.Severity.CRITICAL] or [
+                h for h in healths if h.severity is health.Severity.WARNING
+            ]
+            listed = ", ".join(f"{h.name} ({h.state})" for h in bad)
+            raise CommandError(
+                f"{len(bad)} of {len(healths)} job(s) need attention: {listed}", returncode=status
+            )
+
+
+def _json(healths: list[health.JobHealth], status: int) -> str:
+    return json.dumps(
+        {
+            "healthy": status == 0,
+            "exit_code": status,
+            "checked_at": healths[0].checked_at.isoformat() if healths else None,
+            "jobs": [h.as_dict() for h in healths],
+        },
+        indent=2,
+    )
+
+
+def _table(healths: list[health.JobHealth]) -> str:
+    if not healths:
+        return "No jobs are declared or recorded."
+    rows = [
+        (
+            h.name,
+            h.state.value.upper() if not h.healthy else h.state.value,
+            h.local(h.last_success_at) or "never",
+            ("paused" if h.paused else h.local(h.next_run_at)) or "-",
+            str(h.consecutive_failures),
+            h.reason,
+        )
+        for h in healths
+    ]
+    widths = [max(len(row[i]) for row in [COLUMNS, *rows]) for i in range(len(COLUMNS) - 1)]
+    lines = []
+    for row in [COLUMNS, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  ".join([*cells, row[-1]]))
+    return "\n".join(lines)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

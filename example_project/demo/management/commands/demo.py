@@ -1,0 +1,227 @@
+"""``manage.py demo`` (what ``make demo`` runs): set up the example project and run the
+scheduler and the admin together in the foreground until Ctrl-C.
+
+1. apply migrations; create or reset the ``admin`` login; seed reminders and events;
+2. ask for one run of every job now ("run now", through the lease as any run), so each
+   job has a recorded run in the first seconds; then they run on their own schedules;
+3. start ``manage.py runjobs`` and ``manage.py runserver --noreload``, each in its own
+   process group, print the admin's address and the login, and report once every job
+   has a succeeded run;
+4. on Ctrl-C (or SIGTERM, SIGHUP): forward it, wait for both (runjobs finishes its
+   current batch and releases its lease), kill what is left after a bounded wait, and
+   check that nothing is left.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
+
+from django_fencedjobs import clock, lease, runner
+from django_fencedjobs.models import JobRun, Outcome
+from example_project.demo.management.commands.demo_seed import seed
+from example_project.demo.models import Reminder, Rollup
+from example_project.demo.supervise import Supervisor
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
+MANAGE_PY = REPO_ROOT / "manage.py"
+#: Where a generated admin password is kept between demo runs (git-ignored).
+PASSWORD_FILE = REPO_ROOT / ".demo" / "admin-password"
+#: How long to watch for every job's first succeeded run before saying it is missing.
+FIRST_RUNS_DEADLINE = 120.0
+
+
+class Command(BaseCommand):
+    help = "Run the demo: migrate, seed, then the scheduler and the admin until Ctrl-C."
+    requires_system_checks: list[str] = []  # the children run them
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=int(os.environ.get("DEMO_PORT") or 8000),
+            help="Port of the admin on 127.0.0.1 (default: $DEMO_PORT or 8000).",
+        )
+
+    def handle(self, *args: Any, port: int, **options: Any) -> None:
+        started = time.monotonic()
+        address = f"127.0.0.1:{port}"
+        if not _port_free(port):
+            raise CommandError(f"port {port} is in use; run e.g. `make demo DEMO_PORT={port + 1}`")
+        say = self._say
+
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+            say(f"database ready: {_describe_db()}")
+            password = _ensure_admin()
+            reminders, events = seed()
+            say(f"seeded {reminders} reminders (3 due now, then one a minute) and {events} events")
+            names, kicked_at = _run_every_job_now()
+            for name in names:
+                say(f"run now: {name} (made due at once, through the lease like any run)")
+        except KeyboardInterrupt:
+            raise CommandError("interrupted while setting up", returncode=130) from None
+        connections.close_all()  # the children open their own
+
+        supervisor = Supervisor()
+        supervisor.install_signal_handlers()
+        python = sys.executable
+        try:
+            jobs = supervisor.start("runjobs", [python, str(MANAGE_PY), "runjobs"])
+            web = supervisor.start(
+                "runserver", [python, str(MANAGE_PY), "runserver", address, "--noreload"]
+            )
+            say(f"started runjobs (pid {jobs.pid}) and runserver (pid {web.pid})")
+            supervisor.wait(30, until=lambda: _accepts(port))
+            if not supervisor.stopping and supervisor.first_exited() is None:
+                say("")
+                lines = [("admin", f"http://{address}/admin/"), ("login", f"admin / {password}")]
+                lines += [(label, f"http://{address}{path}") for label, path in _admin_pages()]
+                for label, value in lines:
+                    say(f"  {label + ':':<11}{value}")
+                say("  Ctrl-C stops the scheduler and the web server.")
+                say("")
+            self._watch(supervisor, names, kicked_at, started)
+        finally:
+            if supervisor.children:
+                say("stopping: runjobs finishes its current batch and releases its lease")
+                supervisor.stop()
+        left = supervisor.leftovers()
+        if left:
+            raise CommandError(f"process groups still alive after stopping: {left}")
+        crashed = [
+            c for c in supervisor.children if c.process and c.process.returncode not in (0, None)
+        ]
+        if not supervisor.stopping and crashed:
+            raise CommandError(
+                ", ".join(
+                    f"{c.name} exited with {c.process.returncode}" for c in crashed if c.process
+                )
+            )
+        say("demo stopped; no process left behind")
+
+    def _watch(
+        self, supervisor: Supervisor, names: list[str], since: datetime, started: float
+    ) -> None:
+        pending = set(names)
+        deadline = time.monotonic() + FIRST_RUNS_DEADLINE
+        while not supervisor.stopping:
+            exited = supervisor.first_exited()
+            if exited is not None:
+                assert exited.process is not None
+                self._say(
+                    f"{exited.name} exited with {exited.process.returncode}; stopping the demo"
+                )
+                return
+            if pending:
+                pending -= _succeeded(pending, since)
+                if not pending:
+                    self._say(
+                        f"every demo job has a succeeded run, {time.monotonic() - started:.1f}s "
+                        f"after the demo started ({', '.join(names)})"
+                    )
+                    connections.close_all()
+                elif time.monotonic() > deadline:
+                    self._say(
+                        f"still no succeeded run of {', '.join(sorted(pending))}; see the log"
+                    )
+                    pending.clear()
+                    connections.close_all()
+            supervisor.wait(1.0)
+
+    def _say(self, text: str) -> None:
+        self.stdout.write(f"demo: {text}" if text else "")
+        self.stdout.flush()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _admin_pages() -> list[tuple[str, str]]:
+    """The admin pages of the jobs and their runs, where django_fencedjobs registers them."""
+    from django.contrib import admin
+    from django.urls import reverse
+
+    from django_fencedjobs.models import JobLease
+
+    pages = [("jobs", JobLease), ("runs", JobRun), ("rollups", Rollup), ("reminders", Reminder)]
+    return [
+        (label, reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist"))
+        for label, model in pages
+        if admin.site.is_registered(model)
+    ]
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+def _describe_db() -> str:
+    settings_dict = connections["default"].settings_dict
+    return f"{connections['default'].vendor} {settings_dict['NAME']}"
+
+
+def _ensure_admin() -> str:
+    """Create the ``admin`` superuser, or reset its password: $DEMO_ADMIN_PASSWORD, else the
+    one generated on the first demo run and kept in .demo/admin-password."""
+    password = os.environ.get("DEMO_ADMIN_PASSWORD", "")
+    if not password:
+        try:
+            password = PASSWORD_FILE.read_text().strip()
+        except FileNotFoundError:
+            password = ""
+        if not password:
+            password = secrets.token_urlsafe(12)
+            PASSWORD_FILE.parent.mkdir(exist_ok=True)
+            PASSWORD_FILE.write_text(password + "\n")
+            PASSWORD_FILE.chmod(0o600)
+    User = get_user_model()
+    user, _ = User.objects.get_or_create(username="admin", defaults={"email": "admin@localhost"})
+    user.is_staff = user.is_superuser = user.is_active = True
+    user.set_password(password)
+    user.save()
+    return password
+
+
+def _run_every_job_now() -> tuple[list[str], datetime]:
+    """Create the jobs' lease rows if needed and make every job due now: "run now", which
+    still goes through the lease (``lease.make_due``, then ``acquire`` in runjobs).
+    Returns the jobs' names and the instant they were made due."""
+    jobs = runner.runnable_jobs()
+    names = [job.name for job in jobs]
+    now = clock.now()
+    runner.sync(jobs, lease.read(names), now)
+    for name in names:
+        lease.make_due(name, now)
+    return names, now
+
+
+def _succeeded(names: set[str], since: datetime) -> set[str]:
+    """The jobs among ``names`` with a run started at or after ``since`` that succeeded."""
+    return set(
+        JobRun.objects.filter(job__in=names, outcome=Outcome.SUCCEEDED, started_at__gte=since)
+        .values_list("job", flat=True)
+        .distinct()
+    )

@@ -1,0 +1,77 @@
+"""``manage.py demo_seed``: give the demo's jobs something to do.
+
+Each call adds reminders: a few already due, and one falling due every minute for the
+next ``--minutes`` minutes. Events spread over the last hours are added once, when there
+are none yet, and only after the rollup's watermark: a window the rollup has already
+counted is never changed behind its back.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+from django.utils import timezone
+
+from django_fencedjobs.models import Watermark
+from example_project.demo.models import Event, Reminder
+
+EVENT_KINDS = ["signup", "login", "order", "payment", "refund"]
+
+
+class Command(BaseCommand):
+    help = "Add demo reminders (due now and over the next minutes) and past events."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--due-now", type=int, default=3, help="Reminders already due.")
+        parser.add_argument(
+            "--minutes", type=int, default=10, help="One reminder due per minute for this long."
+        )
+        parser.add_argument("--hours", type=int, default=3, help="Hours of past events.")
+
+    def handle(self, *args: Any, due_now: int, minutes: int, hours: int, **options: Any) -> None:
+        reminders, events = seed(due_now=due_now, minutes=minutes, hours=hours)
+        self.stdout.write(f"seeded {reminders} reminders and {events} events")
+
+
+def seed(*, due_now: int = 3, minutes: int = 10, hours: int = 3) -> tuple[int, int]:
+    now = timezone.now()
+    rng = random.Random()
+    with transaction.atomic():
+        reminders = [
+            Reminder(
+                text=f"Reminder #{n + 1}, due when the demo started",
+                due_at=now - timedelta(seconds=due_now - n),
+            )
+            for n in range(due_now)
+        ] + [
+            Reminder(
+                text=f"Reminder due {m} min after the demo started",
+                due_at=now + timedelta(minutes=m),
+            )
+            for m in range(1, minutes + 1)
+        ]
+        Reminder.objects.bulk_create(reminders)
+        events: list[Event] = []
+        if not Event.objects.exists():
+            watermark = (
+                Watermark.objects.filter(job="demo.minutely_rollup", key="")
+                .values_list("position", flat=True)
+                .first()
+            )
+            start = max(now - timedelta(hours=hours), watermark or now - timedelta(hours=hours))
+            span = (now - start).total_seconds()
+            if span > 0:
+                # A busier hour or two in the middle, so the rollup's counts vary.
+                events = [
+                    Event(
+                        kind=rng.choice(EVENT_KINDS),
+                        occurred_at=start + timedelta(seconds=rng.triangular(0, span, span * 0.6)),
+                    )
+                    for _ in range(max(int(span / 60) * 4, 1))
+                ]
+                Event.objects.bulk_create(events, batch_size=500)
+    return len(reminders), len(events)

@@ -1,0 +1,273 @@
+"""The jobs the fault tests run, in child processes (and a few in the test process).
+
+Declared by :func:`register`, never at import: the worker calls it in the child, and a test
+calls it inside ``registry.isolated()``, so the global registry of the test process (and
+``tick()`` over every job in other tests) never sees these jobs.
+
+Each handler reports what it did as JSON lines appended to ``<dir>/events-<label>.jsonl``
+(one ``write(2)`` per line, so a line is either there whole or not at all, even when the
+process is SIGKILLed). The test polls those files to know where a worker is. Per-run knobs
+come from :data:`CONFIG`, which the worker fills from ``--set KEY=VALUE``.
+
+Every schedule is hourly or slower unless a test needs the loop to fire by itself: the
+tests make a job due with ``lease.make_due`` ("run now"), so no test waits for a slot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection
+
+from django_fencedjobs import FenceLost, JobTimeout, fenced_atomic, job
+from django_fencedjobs.runner import Run
+from tests.testapp.models import Item, Write
+
+PAUSED_WRITER = "faults.paused_writer"
+ITEMS = "faults.items"
+WINDOWS = "faults.windows"
+DOUBLE_FIRE = "faults.double_fire"
+LOOP = "faults.loop"
+OVERRUN = "faults.overrun"
+
+HOURLY = timedelta(hours=1)
+#: Short enough that a paused or killed holder's lease runs out within a second or so.
+SHORT_TTL = timedelta(seconds=1)
+#: Far longer than any test; shorter than the hourly interval, as the system checks want.
+LONG_TIMEOUT = timedelta(minutes=30)
+#: Upper bound of every wait inside a handler: a test that went wrong ends, it never hangs.
+HANDLER_WAIT = 60.0
+
+#: Per-process knobs (``--set KEY=VALUE``): ``dir`` and ``label`` name the events file; the
+#: rest is read by the handlers below.
+CONFIG: dict[str, str] = {}
+
+
+# -- reporting and waiting ------------------------------------------------------------------
+
+
+def path(name: str) -> str:
+    return os.path.join(CONFIG["dir"], name)
+
+
+def label() -> str:
+    return CONFIG.get("label") or str(os.getpid())
+
+
+def report(event: str, **fields: Any) -> None:
+    """Append one event line for the test to read."""
+    if not CONFIG.get("dir"):
+        return
+    line = json.dumps({"event": event, "pid": os.getpid(), "t": time.time(), **fields}) + "\n"
+    fd = os.open(path(f"events-{label()}.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def exists(name: str) -> bool:
+    return os.path.exists(path(name))
+
+
+def consume(name: str) -> bool:
+    """Remove the file ``name``; True if this call removed it (exactly one caller wins)."""
+    try:
+        os.unlink(path(name))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = HANDLER_WAIT) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _int(key: str, default: int) -> int:
+    return int(CONFIG.get(key, default))
+
+
+# -- the handlers -----------------------------------------------------------------------------
+
+
+def paused_writer(run: Run) -> None:
+    """Write rows through ``fenced_atomic`` in a loop, reporting each one after its commit.
+
+    Role ``A`` stops after ``pause_after`` writes at a point outside any transaction, reports
+    ``pause_point`` (the test SIGSTOPs it there) and, once ``resume-A`` exists, writes again
+    as fast as it can: after a takeover, the first of those writes must raise ``FenceLost``.
+    With ``pause_inside=1`` the pause point is inside the fenced block of write
+    ``pause_after`` instead, after its insert, with the lease row locked. With
+    ``hold_at_start=1`` it reports ``started`` and waits for ``proceed-A`` before writing.
+    Role ``B`` first records a snapshot (PostgreSQL: which transactions had committed when
+    it took over), then writes until ``stop-B`` exists.
+    """
+    role = CONFIG["role"]
+    pause_after = _int("pause_after", 3)
+    pause_inside = CONFIG.get("pause_inside") == "1"
+    if CONFIG.get("hold_at_start") == "1":
+        report("started", fence=run.fence)
+        wait_until(lambda: exists(f"proceed-{label()}"))
+    if role == "B" and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_current_snapshot()::text")
+            report("snapshot", fence=run.fence, snapshot=cursor.fetchone()[0])
+    seq = 0
+    deadline = time.monotonic() + HANDLER_WAIT
+    try:
+        while time.monotonic() < deadline:
+            seq += 1
+            with fenced_atomic():
+                row = Write.objects.create(job=run.job.name, fence=run.fence, seq=seq)
+                if role == "A" and seq == pause_after and pause_inside:
+                    report("pause_point", fence=run.fence, inside=True, id=row.pk, seq=seq)
+                    wait_until(lambda: exists(f"resume-{label()}"))
+            report("ack", id=row.pk, fence=run.fence, seq=seq)
+            if role == "A" and seq == pause_after and not pause_inside:
+                report("pause_point", fence=run.fence, seq=seq)
+                wait_until(lambda: exists(f"resume-{label()}"))
+            elif role == "B":
+                if exists(f"stop-{label()}"):
+                    report("done", fence=run.fence)
+                    return
+                time.sleep(0.02)
+        report("deadline", fence=run.fence)
+    except FenceLost:
+        # The supervisor may deliver its own FenceLost while this one is being reported
+        # (both notice the takeover as the process resumes): report again if so.
+        try:
+            report("fence_lost", fence=run.fence, seq=seq)
+        except FenceLost:
+            report("fence_lost", fence=run.fence, seq=seq)
+        raise
+
+
+def process_items(run: Run) -> None:
+    """A per-item job: mark each unprocessed Item with this run's fence, one ``Write`` per
+    item processed (so a second processing of an item shows as a duplicate). With
+    ``stall_batch=k`` it waits inside batch ``k``'s transaction, after its writes, until it
+    is asked to stop (SIGTERM) or ``release-<label>`` exists (or it is SIGKILLed there)."""
+    size = _int("size", 5)
+    stall = _int("stall_batch", -1)
+    queryset = Item.objects.filter(processed_at=None).order_by("id")
+    for index, batch in enumerate(run.batches(queryset, size=size)):
+        for item in batch:
+            item.processed_at = run.now
+            item.processed_by_fence = run.fence
+        Item.objects.bulk_update(batch, ["processed_at", "processed_by_fence"])
+        Write.objects.bulk_create(
+            [Write(job=run.job.name, fence=run.fence, seq=item.pk) for item in batch]
+        )
+        run.add_items(len(batch))
+        report("batch", index=index, fence=run.fence, ids=[item.pk for item in batch])
+        if index == stall:
+            report("stalled", index=index, fence=run.fence)
+            wait_until(lambda: run.stopping or exists(f"release-{label()}"))
+    report("finished", fence=run.fence)
+
+
+def process_windows(run: Run) -> None:
+    """A watermark job: one ``Write`` per window (``seq`` = the window's number counted from
+    ``start``), the watermark advanced in the same fenced transaction. With
+    ``stall_window=k`` it waits inside window ``k``'s transaction, after its writes."""
+    start = datetime.fromisoformat(CONFIG["start"])
+    step = timedelta(seconds=_int("step", 60))
+    stall = _int("stall_window", -1)
+    for index, window in enumerate(run.windows(step, start=start)):
+        with fenced_atomic():
+            number = (window.start - start) // step
+            Write.objects.create(job=run.job.name, fence=run.fence, seq=number)
+            run.advance_watermark(window.end)
+            run.add_items(1)
+            report("window", index=index, number=number, fence=run.fence)
+            if index == stall:
+                report("stalled", index=index, fence=run.fence)
+                wait_until(lambda: run.stopping or exists(f"release-{label()}"))
+    report("finished", fence=run.fence)
+
+
+def double_fire(run: Run) -> None:
+    """Record one execution (a non-transactional side effect, and a fenced row), holding
+    the lease for a random moment so that racing processes find it held or released."""
+    round_ = _int("round", -1)
+    report("executed", fence=run.fence, round=round_, scheduled_for=run.scheduled_for.isoformat())
+    time.sleep(random.uniform(0, 0.05))
+    with fenced_atomic():
+        Write.objects.create(job=run.job.name, fence=run.fence, seq=round_)
+
+
+def loop_job(run: Run) -> None:
+    """The loop's job. Normally one fenced write; when the file ``stall`` exists, the one run
+    that removes it reports ``stalled`` and waits for ``continue`` before writing (the test
+    restarts the database server meanwhile)."""
+    if consume("stall"):
+        report("stalled", fence=run.fence, scheduled_for=run.scheduled_for.isoformat())
+        wait_until(lambda: exists("continue"))
+        report("continuing", fence=run.fence)
+    with fenced_atomic():
+        Write.objects.create(job=run.job.name, fence=run.fence, seq=0)
+    report("wrote", fence=run.fence, scheduled_for=run.scheduled_for.isoformat())
+
+
+def overrun(run: Run) -> None:
+    """A handler that overruns its timeout and ignores the interrupt, as a handler with a
+    broad ``except`` would; then it tries to write again.
+
+    ``mode=busy`` spins in pure Python; ``mode=sleep`` sleeps, outside any transaction.
+    One write before the overrun commits; the write after it must raise ``FenceLost``.
+    """
+    mode = CONFIG["mode"]
+    with fenced_atomic():
+        Write.objects.create(job=run.job.name, fence=run.fence, seq=0)
+    report("wrote", seq=0, fence=run.fence)
+    deadline = time.monotonic() + HANDLER_WAIT
+    try:
+        if mode == "busy":
+            total = 0
+            while time.monotonic() < deadline:
+                total = (total * 31 + 7) % 1_000_003
+        else:
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+        report("not_interrupted")
+    except JobTimeout:
+        report("timeout_delivered", fence=run.fence)
+    try:
+        with fenced_atomic():
+            Write.objects.create(job=run.job.name, fence=run.fence, seq=1)
+        report("wrote", seq=1, fence=run.fence)
+    except FenceLost:
+        report("fence_lost", fence=run.fence)
+        raise
+
+
+def register() -> None:
+    """Declare the jobs in the current registry. Idempotent (same functions, same names)."""
+    job(every=HOURLY, name=PAUSED_WRITER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(
+        paused_writer
+    )
+    job(every=HOURLY, name=ITEMS, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(process_items)
+    job(every=HOURLY, name=WINDOWS, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(process_windows)
+    job(every=HOURLY, name=DOUBLE_FIRE, lease_ttl=timedelta(seconds=5), timeout=LONG_TIMEOUT)(
+        double_fire
+    )
+    job(
+        every=timedelta(seconds=5),
+        name=LOOP,
+        lease_ttl=timedelta(seconds=2),
+        timeout=timedelta(seconds=4),
+    )(loop_job)
+    job(every=HOURLY, name=OVERRUN, lease_ttl=timedelta(seconds=3), timeout=timedelta(seconds=1))(
+        overrun
+    )

@@ -1,0 +1,141 @@
+"""``make demo``, end to end: the real demo command (``manage.py demo``, what the Makefile
+runs once the virtualenv exists) on a fresh SQLite file and a free port.
+
+It must record a succeeded run of every demo job, serve the admin's login page, and on
+Ctrl-C (SIGINT to its process group, as a terminal sends it) stop the scheduler and the
+web server, release the leases, and leave no process behind.
+
+The demo always uses its own SQLite file, whatever database the suite runs on, so it runs
+in one of ``make test``'s two passes only: it is marked ``postgres_only`` so that the
+SQLite pass deselects it (a whole-system test, not a PostgreSQL one).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_JOBS = {"demo.send_due_reminders", "demo.minutely_rollup", "demo.weekday_report_berlin"}
+#: Bound on the wait for every job's first succeeded run (the demo asks for them at once).
+FIRST_RUNS_TIMEOUT = 90
+
+pytestmark = [pytest.mark.postgres_only, pytest.mark.timeout(180)]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _gone(pid: int) -> bool:
+    """No process ``pid`` and no process in the group ``pid`` (each child leads its own)."""
+    for probe in (os.kill, os.killpg):
+        try:
+            probe(pid, 0)
+        except ProcessLookupError:
+            continue
+        return False
+    return True
+
+
+def _query(db: Path, sql: str) -> list[tuple]:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return conn.execute(sql).fetchall()
+    except sqlite3.OperationalError:  # not created or not migrated yet
+        return []
+
+
+def test_the_demo_runs_every_job_serves_the_admin_and_stops_cleanly_on_ctrl_c(tmp_path):
+    db = tmp_path / "demo.sqlite3"
+    log_path = tmp_path / "demo.log"
+    port = _free_port()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")
+    }
+    env.update(
+        DATABASE_URL=f"sqlite:///{db}",
+        DEMO_PORT=str(port),
+        DEMO_ADMIN_PASSWORD="demo-test-password",  # leaves the checkout's .demo/ alone
+        PYTHONUNBUFFERED="1",
+    )
+
+    def log() -> str:
+        return log_path.read_text(errors="replace")[-6000:]
+
+    child_pids: list[int] = []
+    with log_path.open("wb") as out:
+        demo = subprocess.Popen(
+            [sys.executable, str(REPO_ROOT / "manage.py"), "demo"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, like a terminal's foreground job
+        )
+    try:
+        started = time.monotonic()
+        succeeded: set[str] = set()
+        while time.monotonic() - started < FIRST_RUNS_TIMEOUT:
+            assert demo.poll() is None, f"the demo exited with {demo.returncode}:\n{log()}"
+            if not child_pids and (
+                m := re.search(r"runjobs \(pid (\d+)\).*runserver \(pid (\d+)\)", log())
+            ):
+                child_pids = [int(m[1]), int(m[2])]
+            succeeded = {
+                job
+                for (job,) in _query(
+                    db, "SELECT job FROM fencedjobs_jobrun WHERE outcome = 'succeeded'"
+                )
+            }
+            if succeeded >= DEMO_JOBS and child_pids:
+                break
+            time.sleep(0.5)
+        assert succeeded >= DEMO_JOBS, f"succeeded runs only of {sorted(succeeded)}:\n{log()}"
+        assert {name for (name,) in _query(db, "SELECT name FROM fencedjobs_joblease")} == DEMO_JOBS
+        while "every demo job has a succeeded run" not in log():  # the demo says so too
+            assert time.monotonic() - started < FIRST_RUNS_TIMEOUT, log()
+            time.sleep(0.2)
+
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/admin/login/", timeout=10
+        ) as response:
+            assert response.status == 200
+            assert b"csrfmiddlewaretoken" in response.read()
+
+        os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C
+        assert demo.wait(timeout=30) == 0, log()
+        assert "no process left behind" in log()
+        deadline = time.monotonic() + 5
+        while (
+            not all(_gone(pid) for pid in [demo.pid, *child_pids]) and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+        assert [pid for pid in [demo.pid, *child_pids] if not _gone(pid)] == [], log()
+        # runjobs stopped gracefully: no run left running, every lease released.
+        assert _query(db, "SELECT count(*) FROM fencedjobs_jobrun WHERE outcome = 'running'") == [
+            (0,)
+        ]
+        assert _query(db, "SELECT name FROM fencedjobs_joblease WHERE owner != ''") == []
+    finally:
+        for pid in [demo.pid, *child_pids]:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        demo.wait(timeout=10)

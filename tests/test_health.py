@@ -1,0 +1,313 @@
+"""Each health state arises from real runs (fake clock + runner.tick), decided in one place."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from django_fencedjobs import fenced_atomic, job, lease
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.exceptions import UnknownJob
+from django_fencedjobs.health import Severity, State, all_health, exit_code, job_health
+from django_fencedjobs.models import JobLease, JobRun
+from django_fencedjobs.registry import registry
+from django_fencedjobs.runner import tick
+from tests.testapp.models import Item
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+# "*/15 * * * *" with no declared timeout: half the interval, 7.5 minutes; grace 5 minutes.
+DEADLINE_AFTER_SLOT = timedelta(minutes=7, seconds=30) + timedelta(minutes=5)
+SECOND = timedelta(seconds=1)
+
+
+@pytest.fixture
+def jobs():
+    with registry.isolated() as isolated, override_settings(
+        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    ):
+        fake_clock.set(T0)
+        yield isolated
+
+
+def quarterly(name: str, **kwargs):
+    def declare(func):
+        return job("*/15 * * * *", name=name, **kwargs)(func)
+
+    return declare
+
+
+def test_a_job_that_runs_on_schedule_is_ok(jobs):
+    @quarterly("h.fine")
+    def fine(run):
+        pass
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15))
+    tick()
+    health = job_health("h.fine")
+    assert (health.state, health.severity) == (State.OK, Severity.HEALTHY)
+    assert health.last_success_at == T0 + timedelta(minutes=15)
+    assert health.reason == "last success 2026-11-29 09:15 UTC; next run 09:30"
+    assert health.healthy
+
+
+def test_a_new_job_is_never_run_until_its_first_slot_deadline_passes_then_late(jobs):
+    @quarterly("h.new")
+    def new(run):
+        pass
+
+    tick()  # the runner sees the job: its lease row is created at T0
+    first_slot = T0 + timedelta(minutes=15)
+    health = job_health("h.new", now=first_slot + DEADLINE_AFTER_SLOT)
+    assert health.state == State.NEVER_RUN and health.healthy
+    assert health.expected_by == first_slot + DEADLINE_AFTER_SLOT
+    assert "first slot 2026-11-29 09:15 UTC, expected by 09:27:30" in health.reason
+
+    late = job_health("h.new", now=first_slot + DEADLINE_AFTER_SLOT + SECOND)
+    assert (late.state, late.severity) == (State.LATE, Severity.CRITICAL)
+    assert late.reason == (
+        "never succeeded; its first slot 2026-11-29 09:15 UTC was expected to succeed by 09:27:30"
+    )
+
+
+def test_a_job_is_late_once_its_slot_passes_with_no_run(jobs):
+    @quarterly("h.stalled")
+    def stalled(run):
+        pass
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15))
+    tick()  # succeeds at 09:15; then the runner stops ticking
+    deadline = T0 + timedelta(minutes=30) + DEADLINE_AFTER_SLOT
+
+    fake_clock.set(deadline)
+    assert job_health("h.stalled").state == State.OK
+
+    fake_clock.set(deadline + SECOND)
+    late = job_health("h.stalled")
+    assert late.state == State.LATE
+    assert late.reason == "no successful run since 2026-11-29 09:15 UTC; expected by 09:42:30"
+    assert late.next_run_at == T0 + timedelta(minutes=30)  # due, but nobody ran it
+
+    fake_clock.set(deadline + timedelta(minutes=1))
+    tick()  # the runner comes back: the coalesced run succeeds
+    assert job_health("h.stalled").state == State.OK
+
+
+def test_the_reason_is_written_in_the_jobs_zone(jobs):
+    @job("0 9 * * *", name="h.berlin", timezone="Europe/Berlin", timeout=timedelta(minutes=7))
+    def berlin(run):
+        pass
+
+    fake_clock.set(datetime(2026, 11, 29, 7, 0, tzinfo=UTC))
+    tick()
+    fake_clock.set(datetime(2026, 11, 29, 8, 0, tzinfo=UTC))  # 09:00 CET
+    tick()
+    late = job_health("h.berlin", now=datetime(2026, 11, 30, 8, 13, tzinfo=UTC))
+    assert late.reason == (
+        "no successful run since 2026-11-29 09:00 Europe/Berlin; "
+        "expected by 2026-11-30 09:12 Europe/Berlin"
+    )
+
+
+def test_consecutive_failures_at_the_threshold_make_a_job_failing(jobs):
+    @quarterly("h.broken")
+    def broken(run):
+        raise RuntimeError("upstream said no")
+
+    tick()
+    for n in range(1, 4):
+        fake_clock.set(T0 + n * timedelta(minutes=15))
+        tick()
+        if n == 2:
+            assert job_health("h.broken").state == State.LATE  # no success yet, past 09:27:30
+    failing = job_health("h.broken")
+    assert (failing.state, failing.severity) == (State.FAILING, Severity.CRITICAL)
+    assert failing.consecutive_failures == 3
+    assert failing.reason.startswith("3 consecutive failures (threshold 3); last failed at ")
+    assert failing.reason.endswith("RuntimeError: upstream said no")
+
+
+def test_the_failure_threshold_is_per_job_and_a_success_resets_it(jobs):
+    outcomes = iter([RuntimeError("once"), None])
+
+    @quarterly("h.flaky", failure_threshold=1)
+    def flaky(run):
+        error = next(outcomes)
+        if error:
+            raise error
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15))
+    tick()
+    assert job_health("h.flaky").state == State.FAILING
+    fake_clock.set(T0 + timedelta(minutes=30))
+    tick()
+    assert job_health("h.flaky").state == State.OK
+
+
+def test_a_run_in_progress_is_running(jobs):
+    seen = []
+
+    @quarterly("h.busy")
+    def busy(run):
+        seen.append(job_health("h.busy"))
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15))
+    tick()
+    (during,) = seen
+    assert (during.state, during.running, during.fence) == (State.RUNNING, True, 1)
+    assert during.owner and during.lease_until == T0 + timedelta(minutes=17)
+    assert during.reason.startswith("running since 2026-11-29 09:15 UTC on ")
+    assert during.last_run is not None and during.last_run.outcome == "running"
+    assert job_health("h.busy").state == State.OK
+
+
+def test_a_paused_job_is_paused_even_when_it_would_be_late(jobs):
+    @quarterly("h.resting")
+    def resting(run):
+        pass
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15))
+    tick()
+    lease.set_paused("h.resting", True)
+    fake_clock.set(T0 + timedelta(hours=5))
+    assert tick().runs == []
+    paused = job_health("h.resting")
+    assert (paused.state, paused.severity) == (State.PAUSED, Severity.WARNING)
+    assert paused.reason == "paused: no runs until resumed; last success 2026-11-29 09:15 UTC"
+    lease.set_paused("h.resting", False)
+    assert job_health("h.resting").state == State.LATE
+
+
+def test_a_run_that_hits_max_batches_makes_the_job_capped(jobs):
+    Item.objects.bulk_create([Item(name=f"i{n}") for n in range(5)])
+
+    @quarterly("h.backlog", max_batches=2)
+    def backlog(run):
+        for batch in run.batches(Item.objects.filter(processed_at=None).order_by("id"), size=1):
+            Item.objects.filter(pk__in=[i.pk for i in batch]).update(processed_at=run.now)
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15))
+    tick()
+    capped = job_health("h.backlog")
+    assert (capped.state, capped.severity) == (State.CAPPED, Severity.WARNING)
+    assert "max_batches (2)" in capped.reason
+    fake_clock.set(T0 + timedelta(minutes=30))
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=45))
+    tick()  # the backlog is drained
+    assert job_health("h.backlog").state == State.OK
+
+
+def test_a_job_removed_from_code_is_shown_as_removed_with_its_history(jobs):
+    @quarterly("h.gone")
+    def gone(run):
+        pass
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15))
+    tick()
+    with registry.isolated():
+        removed = job_health("h.gone")
+        assert (removed.state, removed.severity) == (State.REMOVED, Severity.HEALTHY)
+        assert removed.job is None and removed.last_run is not None
+        assert [h.name for h in all_health()] == ["h.gone"]
+    assert JobRun.objects.filter(job="h.gone").count() == 1
+
+
+def test_a_declared_job_no_runner_has_seen_is_a_warning(jobs):
+    @quarterly("h.unseen")
+    def unseen(run):
+        pass
+
+    health = job_health("h.unseen")
+    assert (health.state, health.severity) == (State.NEVER_RUN, Severity.WARNING)
+    assert "no lease row" in health.reason
+    assert health.next_run_at == T0 + timedelta(minutes=15)
+    assert not JobLease.objects.exists()
+
+
+def test_a_job_with_an_invalid_schedule_is_invalid(jobs):
+    @job("61 * * * *", name="h.typo")
+    def typo(run):
+        pass
+
+    health = job_health("h.typo")
+    assert (health.state, health.severity) == (State.INVALID, Severity.CRITICAL)
+    assert "minute" in health.reason
+
+
+def test_all_health_lists_the_worst_first_with_a_constant_number_of_queries(jobs):
+    def declare(n: int) -> None:
+        @quarterly(f"h.many{n}")
+        def many(run):
+            pass
+
+    @quarterly("h.bad", failure_threshold=1)
+    def bad(run):
+        raise ValueError("no")
+
+    for n in range(2):
+        declare(n)
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15))
+    tick()
+    with CaptureQueriesContext(connection) as few:
+        all_health()
+    for n in range(2, 12):
+        declare(n)
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=30))
+    tick()
+    with CaptureQueriesContext(connection) as many:
+        healths = all_health()
+    assert len(many) == len(few) <= 3
+    assert [h.name for h in healths][:1] == ["h.bad"]
+    assert healths[0].state == State.FAILING
+    assert {h.state for h in healths[1:]} == {State.OK}
+
+
+def test_asking_for_an_unknown_job_raises_unknown_job(jobs):
+    with pytest.raises(UnknownJob, match="'h.nope'"):
+        job_health("h.nope")
+
+
+def test_exit_code_is_2_for_critical_and_1_for_warnings_only_when_strict(jobs):
+    @quarterly("h.a")
+    def a(run):
+        pass
+
+    tick()
+    lease.set_paused("h.a", True)
+    healths = all_health()
+    assert exit_code(healths) == 0
+    assert exit_code(healths, strict=True) == 1
+    fake_clock.set(T0 + timedelta(days=1))
+    lease.set_paused("h.a", False)
+    assert exit_code(all_health()) == 2
+
+
+def test_a_health_is_json_serialisable(jobs):
+    @quarterly("h.json")
+    def json_job(run):
+        with fenced_atomic():
+            run.add_items(3)
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15))
+    tick()
+    data = json.loads(json.dumps(job_health("h.json").as_dict()))
+    assert data["state"] == "ok"
+    assert data["last_success_at"] == "2026-11-29T09:15:00+00:00"
+    assert data["last_run"]["items"] == 3

@@ -1,0 +1,184 @@
+"""The Prometheus metrics view, scraped after real runs (fake clock, ``runner.tick``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
+from django.urls import path
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_fencedjobs import fenced_atomic, job
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.health import State
+from django_fencedjobs.integrations.prometheus import METRICS, FencedJobsCollector, metrics_view
+from django_fencedjobs.models import JobRun, Outcome
+from django_fencedjobs.registry import JobRegistry, registry
+from django_fencedjobs.runner import tick
+from tests.testapp.models import Write
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+FAKE = "django_fencedjobs.clock.fake_clock"
+
+urlpatterns = [path("metrics", metrics_view)]
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@pytest.fixture
+def jobs() -> Iterator[JobRegistry]:
+    with (
+        registry.isolated() as isolated,
+        override_settings(FENCEDJOBS={"CLOCK": FAKE}, ROOT_URLCONF=__name__),
+    ):
+        fake_clock.set(T0)
+        yield isolated
+
+
+def scrape(client: Client | None = None, **headers: str) -> Samples:
+    response = (client or Client()).get("/metrics", headers=headers)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain")
+    samples: Samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[sample.name, frozenset(sample.labels.items())] = sample.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def declare_two_jobs() -> None:
+    @job("*/15 * * * *", name="m.invoices")
+    def invoices(run):
+        with fenced_atomic():
+            Write.objects.create(job="m.invoices", fence=run.fence, seq=1)
+        fake_clock.advance(timedelta(seconds=42))  # the run takes 42 s
+
+    @job("*/15 * * * *", name="m.broken", failure_threshold=2)
+    def broken(run):
+        fake_clock.advance(timedelta(seconds=3))
+        raise RuntimeError("the API is down")
+
+
+def test_the_metrics_view_reports_each_jobs_figures_after_real_runs(jobs: JobRegistry) -> None:
+    declare_two_jobs()
+    tick()  # the lease rows; the first slots are at 09:15
+    for slot in (T0 + timedelta(minutes=15), T0 + timedelta(minutes=30)):
+        fake_clock.set(slot + timedelta(seconds=1))
+        assert len(tick().runs) == 2
+    assert JobRun.objects.filter(job="m.invoices", outcome=Outcome.SUCCEEDED).count() == 2
+    assert JobRun.objects.filter(job="m.broken", outcome=Outcome.FAILED).count() == 2
+
+    samples = scrape()
+    # Due jobs run in order of slot, then name: m.broken's 3 s come first.
+    last_start = T0 + timedelta(minutes=30, seconds=1 + 3)
+    ok, broken = {"job_name": "m.invoices"}, {"job_name": "m.broken"}
+
+    assert value(samples, "fencedjobs_last_success_timestamp_seconds", **ok) == last_start.timestamp()
+    assert value(samples, "fencedjobs_last_success_timestamp_seconds", **broken) is None
+    assert value(samples, "fencedjobs_last_run_duration_seconds", **ok) == 42
+    assert value(samples, "fencedjobs_last_run_duration_seconds", **broken) == 3
+    assert value(samples, "fencedjobs_consecutive_failures", **ok) == 0
+    assert value(samples, "fencedjobs_consecutive_failures", **broken) == 2
+    assert value(samples, "fencedjobs_failure_threshold", **broken) == 2
+    assert value(samples, "fencedjobs_expected_interval_seconds", **ok) == 15 * 60
+    assert value(samples, "fencedjobs_timeout_seconds", **ok) == 7.5 * 60  # half the interval
+    assert value(samples, "fencedjobs_grace_seconds", **ok) == 5 * 60
+    # The dead man's switch: the slot after the last success (09:45) + timeout + grace.
+    deadline = T0 + timedelta(minutes=45) + timedelta(minutes=7.5) + timedelta(minutes=5)
+    assert value(samples, "fencedjobs_deadline_timestamp_seconds", **ok) == deadline.timestamp()
+
+    states = {
+        (labels["job_name"], labels["state"]): v
+        for (name, frozen), v in samples.items()
+        if name == "fencedjobs_state"
+        for labels in [dict(frozen)]
+    }
+    assert {key for key, v in states.items() if v == 1} == {
+        ("m.invoices", "ok"),
+        ("m.broken", "failing"),
+    }
+    assert len(states) == 2 * len(State)  # one-hot: every state, 0 or 1
+
+    assert value(samples, "fencedjobs_runs", outcome="succeeded", **ok) == 2
+    assert value(samples, "fencedjobs_runs", outcome="failed", **broken) == 2
+    assert value(samples, "fencedjobs_runs", outcome="failed", **ok) == 0
+    assert value(samples, "fencedjobs_runs", outcome="timed_out", **broken) == 0
+
+
+def test_a_job_past_its_deadline_is_late_in_the_metrics(jobs: JobRegistry) -> None:
+    declare_two_jobs()
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15, seconds=1))
+    tick()
+    deadline = value(scrape(), "fencedjobs_deadline_timestamp_seconds", job_name="m.invoices")
+    assert deadline is not None
+    fake_clock.set(datetime.fromtimestamp(deadline, UTC) + timedelta(seconds=1))
+    samples = scrape()
+    assert value(samples, "fencedjobs_state", job_name="m.invoices", state="late") == 1
+    assert value(samples, "fencedjobs_state", job_name="m.invoices", state="ok") == 0
+
+
+def test_every_metric_is_exposed_and_documented(jobs: JobRegistry) -> None:
+    declare_two_jobs()
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15, seconds=1))
+    tick()
+    exposed = {name for name, _ in scrape()}
+    assert exposed == set(METRICS)
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
+    assert [name for name in METRICS if f"`{name}`" not in doc] == []
+
+
+def test_a_scrape_costs_the_same_queries_for_one_job_or_twenty(jobs: JobRegistry) -> None:
+    def queries() -> int:
+        tick()
+        with CaptureQueriesContext(connection) as captured:
+            scrape()
+        return len(captured)
+
+    @job("*/15 * * * *", name="m.first")
+    def first(run):
+        pass
+
+    one = queries()
+    for n in range(19):
+        job("*/15 * * * *", name=f"m.more{n}")(lambda run: None)
+    assert queries() == one
+
+
+def test_registering_the_collector_does_not_query_the_database(jobs: JobRegistry) -> None:
+    with CaptureQueriesContext(connection) as captured:
+        CollectorRegistry().register(FencedJobsCollector())
+    assert len(captured) == 0
+
+
+def test_with_a_token_set_only_a_bearer_of_the_token_gets_the_metrics(jobs: JobRegistry) -> None:
+    declare_two_jobs()
+    tick()
+    with override_settings(FENCEDJOBS={"CLOCK": FAKE, "METRICS_TOKEN": "s3cret"}):
+        client = Client()
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        samples = scrape(client, Authorization="Bearer s3cret")
+        assert value(samples, "fencedjobs_consecutive_failures", job_name="m.broken") == 0
+        assert client.post("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 405
+
+
+def test_the_view_speaks_openmetrics_when_asked(jobs: JobRegistry) -> None:
+    declare_two_jobs()
+    tick()
+    response = Client().get("/metrics", headers={"Accept": "application/openmetrics-text"})
+    assert response["Content-Type"].startswith("application/openmetrics-text")
+    assert response.content.decode().rstrip().endswith("# EOF")
