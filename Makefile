@@ -1,6 +1,7 @@
 # django-fencedjobs: the commands the README promises.
 #
-#   make test    the whole suite on a throwaway PostgreSQL, then on SQLite
+#   make test    the whole suite on a throwaway PostgreSQL, then on SQLite, then
+#                the matrix pass (make test-matrix)
 #   make lint    ruff check, ruff format --check, mypy
 #   make bench   benchmarks on a durable throwaway PostgreSQL
 #   make demo    the example project
@@ -17,7 +18,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := test
-.PHONY: venv test test-postgres test-sqlite lint bench demo clean
+.PHONY: venv test test-postgres test-sqlite test-matrix lint bench demo clean
 
 venv: $(STAMP)
 
@@ -29,20 +30,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# Both passes always run; the target fails if either failed (pytest's exit
+# All three passes always run; the target fails if any failed (pytest's exit
 # code 5, "no tests collected", is a failure too).
 test: venv
-	@pg=0; sq=0; \
+	@pg=0; sq=0; mx=0; \
 	echo "==> PostgreSQL pass"; \
 	FENCEDJOBS_TEST_DB=postgres $(PY) scripts/throwaway_postgres.py -- \
 		$(BIN)/python -m pytest $(PYTEST_ARGS) || pg=$$?; \
 	echo "==> SQLite pass"; \
 	env -u DATABASE_URL FENCEDJOBS_TEST_DB=sqlite \
 		$(BIN)/python -m pytest -m "not postgres_only and not browser" $(PYTEST_ARGS) || sq=$$?; \
+	$(MAKE) --no-print-directory test-matrix || mx=$$?; \
 	if [ $$pg -ne 0 ]; then echo "make test: PostgreSQL pass FAILED (exit $$pg)"; fi; \
 	if [ $$sq -ne 0 ]; then echo "make test: SQLite pass FAILED (exit $$sq)"; fi; \
-	if [ $$pg -ne 0 ] || [ $$sq -ne 0 ]; then exit 1; fi; \
-	echo "make test: both passes (PostgreSQL, SQLite) passed"
+	if [ $$mx -ne 0 ]; then echo "make test: matrix pass FAILED (exit $$mx)"; fi; \
+	if [ $$pg -ne 0 ] || [ $$sq -ne 0 ] || [ $$mx -ne 0 ]; then exit 1; fi; \
+	echo "make test: all passes (PostgreSQL, SQLite, matrix) passed"
 
 test-postgres: venv
 	FENCEDJOBS_TEST_DB=postgres $(PY) scripts/throwaway_postgres.py -- $(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -50,6 +53,31 @@ test-postgres: venv
 test-sqlite: venv
 	env -u DATABASE_URL FENCEDJOBS_TEST_DB=sqlite \
 		$(BIN)/python -m pytest -m "not postgres_only and not browser" $(PYTEST_ARGS)
+
+# The matrix pass: the newest Django 6.x on a newer Python (3.13, else 3.12) in a
+# second virtualenv, on a throwaway PostgreSQL, without the browser tests. The
+# main passes cover the oldest supported pair (Django 5.2 LTS, Python 3.11).
+# MATRIX_PY names the interpreter; by default scripts/find_python looks under
+# pyenv and on PATH, and fails with what to do when there is none.
+MATRIX_VENV ?= .venv-django6
+MATRIX_BIN := $(MATRIX_VENV)/bin
+MATRIX_STAMP := $(MATRIX_VENV)/.installed
+MATRIX_PY ?=
+MATRIX_DJANGO ?= Django>=6,<7
+
+$(MATRIX_STAMP): pyproject.toml
+	@py='$(MATRIX_PY)'; [ -n "$$py" ] || py=$$(scripts/find_python 3.13 3.12) || exit 1; \
+	echo "$(MATRIX_VENV): $$($$py --version) ($$py)"; \
+	rm -rf $(MATRIX_VENV) && $$py -m venv $(MATRIX_VENV)
+	$(MATRIX_BIN)/python -m pip install --quiet --upgrade pip
+	$(MATRIX_BIN)/python -m pip install --quiet -e '.[dev]' '$(MATRIX_DJANGO)'
+	touch $@
+
+test-matrix: $(MATRIX_STAMP)
+	@$(MATRIX_BIN)/python -c 'import sys, django; print("==> Matrix pass: Django", \
+		django.get_version(), "on Python", sys.version.split()[0], "on PostgreSQL")'
+	FENCEDJOBS_TEST_DB=postgres $(PY) scripts/throwaway_postgres.py -- \
+		$(MATRIX_BIN)/python -m pytest -m "not browser" $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
@@ -67,5 +95,5 @@ demo: venv
 	$(BIN)/python manage.py demo
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(MATRIX_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -133,7 +133,7 @@ def _check_job(job: Job) -> list[checks.CheckMessage]:
                     job,
                 )
             )
-    if job.schedule.cron and job.schedule.cron.split()[0] == "0" and not job.jitter:
+    if job.schedule.crontab and job.schedule.crontab.split()[0] == "0" and not job.jitter:
         messages.append(
             checks.Warning(
                 f"Job {job.name!r} fires at minute 0 with no jitter: every such job starts "

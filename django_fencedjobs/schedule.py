@@ -618,6 +618,14 @@ class Schedule:
         """
         return self._min_interval
 
+    @property
+    def crontab(self) -> str | None:
+        """The five-field expression with aliases expanded (``@daily`` is ``0 0 * * *``);
+        None for an ``every=`` schedule."""
+        if self.cron is None:
+            return None
+        return _ALIASES.get(self.cron, self.cron)
+
     def fingerprint(self) -> str:
         """A short hex digest of (cron or every, timezone, jitter).
 

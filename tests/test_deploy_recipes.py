@@ -71,8 +71,11 @@ def recipe(name: str, tmp_path: Path) -> Path:
 
 
 def read_unit(path: Path) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(strict=False, interpolation=None, empty_lines_in_values=False)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]  # systemd keys are case-sensitive
+    parser = configparser.ConfigParser(
+        strict=False, interpolation=None, empty_lines_in_values=False
+    )
+    # systemd keys are case-sensitive.
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
     parser.read_string(path.read_text())
     return parser
 
@@ -142,7 +145,10 @@ def cron_environment(crontab: Crontab, child_env: dict[str, str]) -> dict[str, s
         "LOGNAME": getpass.getuser(),
         **crontab.variables,
     }
-    env.update({k: v for k, v in child_env.items() if k == "DATABASE_URL" or k.startswith("FENCEDJOBS_TEST")})
+    passed = {
+        k: v for k, v in child_env.items() if k.startswith(("DATABASE_URL", "FENCEDJOBS_TEST"))
+    }
+    env.update(passed)
     return env
 
 
@@ -369,7 +375,8 @@ def test_supervisor_reads_every_key_of_the_program(
     written = configparser.ConfigParser(interpolation=None)
     written.read(DEPLOY / "supervisor" / "fencedjobs.conf")
     assert written.sections() == ["program:fencedjobs"]
-    unread = {key for key in written["program:fencedjobs"] if ("program:fencedjobs", key) not in read}
+    section = "program:fencedjobs"
+    unread = {key for key in written[section] if (section, key) not in read}
     assert unread == set(), f"keys supervisor ignores (typos?): {sorted(unread)}"
     assert program.stopwaitsecs == STOP_TIMEOUT
     assert program.stdout_logfile == str(tmp_path / "fencedjobs.log")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from django.db import connection
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
@@ -85,7 +87,8 @@ def test_the_metrics_view_reports_each_jobs_figures_after_real_runs(jobs: JobReg
     last_start = T0 + timedelta(minutes=30, seconds=1 + 3)
     ok, broken = {"job_name": "m.invoices"}, {"job_name": "m.broken"}
 
-    assert value(samples, "fencedjobs_last_success_timestamp_seconds", **ok) == last_start.timestamp()
+    last_success = value(samples, "fencedjobs_last_success_timestamp_seconds", **ok)
+    assert last_success == last_start.timestamp()
     assert value(samples, "fencedjobs_last_success_timestamp_seconds", **broken) is None
     assert value(samples, "fencedjobs_last_run_duration_seconds", **ok) == 42
     assert value(samples, "fencedjobs_last_run_duration_seconds", **broken) == 3
@@ -173,7 +176,8 @@ def test_with_a_token_set_only_a_bearer_of_the_token_gets_the_metrics(jobs: JobR
         assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
         samples = scrape(client, Authorization="Bearer s3cret")
         assert value(samples, "fencedjobs_consecutive_failures", job_name="m.broken") == 0
-        assert client.post("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 405
+        post = client.post("/metrics", headers={"Authorization": "Bearer s3cret"})
+        assert post.status_code == 405
 
 
 def test_the_view_speaks_openmetrics_when_asked(jobs: JobRegistry) -> None:
@@ -182,3 +186,27 @@ def test_the_view_speaks_openmetrics_when_asked(jobs: JobRegistry) -> None:
     response = Client().get("/metrics", headers={"Accept": "application/openmetrics-text"})
     assert response["Content-Type"].startswith("application/openmetrics-text")
     assert response.content.decode().rstrip().endswith("# EOF")
+
+
+def test_the_alert_rules_use_only_exposed_metrics_and_are_in_the_docs() -> None:
+    repo = Path(__file__).resolve().parent.parent
+    rules_file = repo / "deploy" / "prometheus" / "fencedjobs.rules.yml"
+    (group,) = yaml.safe_load(rules_file.read_text())["groups"]
+    alerts = {rule["alert"]: rule for rule in group["rules"]}
+    assert set(alerts) == {
+        "FencedJobLate",
+        "FencedJobFailing",
+        "FencedJobInvalid",
+        "FencedJobCapped",
+        "FencedJobsMetricsAbsent",
+    }
+    for rule in alerts.values():
+        assert rule["labels"]["severity"] in ("critical", "warning")
+        assert rule["annotations"]["summary"]
+        used = set(re.findall(r"\bfencedjobs_\w+", rule["expr"]))
+        assert used and used <= set(METRICS), rule["expr"]
+        # Our label is job_name: a `job` matcher would hit Prometheus' own scrape-job label.
+        assert not re.search(r"\bjob\s*[=!~]|\bby \(job\)|\bon \(job\)", rule["expr"])
+    assert "fencedjobs_deadline_timestamp_seconds" in alerts["FencedJobLate"]["expr"]
+    assert "fencedjobs_consecutive_failures" in alerts["FencedJobFailing"]["expr"]
+    assert rules_file.read_text().strip() in (repo / "docs" / "metrics.md").read_text()

@@ -94,7 +94,7 @@ def _table(healths: list[health.JobHealth]) -> str:
             h.name,
             h.state.value.upper() if not h.healthy else h.state.value,
             h.local(h.last_success_at) or "never",
-            ("paused" if h.paused else h.local(h.next_run_at)) or "-",
+            _next_run(h),
             str(h.consecutive_failures),
             h.reason,
         )
@@ -106,6 +106,16 @@ def _table(healths: list[health.JobHealth]) -> str:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         lines.append("  ".join([*cells, row[-1]]))
     return "\n".join(lines)
+
+
+def _next_run(h: health.JobHealth) -> str:
+    if h.paused:
+        return "paused"
+    if h.next_run_at is None or h.state is health.State.REMOVED:
+        return "-"
+    if h.next_run_at <= h.checked_at:
+        return f"due since {h.local(h.next_run_at)}"
+    return h.local(h.next_run_at)
 
 
 def _one_line(exc: BaseException) -> str:

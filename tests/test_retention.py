@@ -1,0 +1,105 @@
+"""Run retention: old runs are deleted by the runner itself, in bounded batches, keeping the
+newest runs of every job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from django_fencedjobs import job, retention
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.models import JobRun, Outcome
+from django_fencedjobs.registry import registry
+from django_fencedjobs.retention import purge_runs
+from django_fencedjobs.runner import tick
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOW = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+SETTINGS = {
+    "CLOCK": "django_fencedjobs.clock.fake_clock",
+    "RUN_RETENTION": timedelta(days=2),
+    "RUNS_KEPT_PER_JOB": 3,
+}
+
+
+@pytest.fixture(autouse=True)
+def settings_and_throttle() -> Iterator[None]:
+    retention.reset_throttle()
+    with registry.isolated(), override_settings(FENCEDJOBS=SETTINGS):
+        yield
+    retention.reset_throttle()
+
+
+def runs(job_name: str, count: int, *, newest: datetime, step: timedelta, outcome: str = Outcome.SUCCEEDED) -> None:
+    JobRun.objects.bulk_create(
+        JobRun(
+            job=job_name,
+            scheduled_for=newest - n * step,
+            started_at=newest - n * step,
+            finished_at=newest - n * step,
+            outcome=outcome,
+        )
+        for n in range(count)
+    )
+
+
+def kept(job_name: str) -> list[datetime]:
+    return list(
+        JobRun.objects.filter(job=job_name).order_by("-scheduled_for").values_list("scheduled_for", flat=True)
+    )
+
+
+def test_runs_older_than_the_retention_are_deleted_but_the_newest_of_each_job_are_kept():
+    runs("r.hourly", 24 * 5, newest=NOW, step=timedelta(hours=1))  # 5 days of hourly runs
+    runs("r.monthly", 5, newest=NOW - timedelta(days=10), step=timedelta(days=30))
+    deleted = purge_runs(NOW)
+    hourly = kept("r.hourly")
+    assert len(hourly) == 49  # two days back, inclusive of the boundary
+    assert hourly[-1] == NOW - timedelta(days=2)
+    assert len(kept("r.monthly")) == 3  # all older than two days, the newest three kept
+    assert deleted == 24 * 5 - 49 + 2
+
+
+def test_a_run_still_running_is_never_deleted():
+    runs("r.stuck", 5, newest=NOW - timedelta(days=9), step=timedelta(days=1), outcome=Outcome.RUNNING)
+    runs("r.stuck", 3, newest=NOW, step=timedelta(hours=1))
+    purge_runs(NOW)
+    assert JobRun.objects.filter(job="r.stuck", outcome=Outcome.RUNNING).count() == 5
+
+
+def test_deleting_is_bounded_per_statement_and_per_call():
+    runs("r.backlog", 30, newest=NOW - timedelta(days=10), step=timedelta(hours=1))
+    runs("r.backlog", 3, newest=NOW, step=timedelta(hours=1))
+    with CaptureQueriesContext(connection) as queries:
+        assert purge_runs(NOW, batch_size=4, max_batches=3) == 12
+    deletes = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("DELETE")]
+    assert len(deletes) == 3
+    assert purge_runs(NOW, batch_size=4, max_batches=3) == 12
+    assert purge_runs(NOW, batch_size=4, max_batches=3) == 6  # the backlog drains
+    assert purge_runs(NOW, batch_size=4, max_batches=3) == 0
+    assert JobRun.objects.filter(job="r.backlog").count() == 3
+
+
+def test_the_runner_purges_after_a_tick_at_most_once_per_interval():
+    @job("*/15 * * * *", name="r.live")
+    def live(run):
+        pass
+
+    runs("r.old", 10, newest=NOW - timedelta(days=5), step=timedelta(days=1))
+    fake_clock.set(NOW)
+    tick()
+    assert len(kept("r.old")) == 3
+    runs("r.older", 10, newest=NOW - timedelta(days=5), step=timedelta(days=1))
+    fake_clock.advance(timedelta(minutes=15))
+    (run,) = tick().runs
+    assert run.outcome == Outcome.SUCCEEDED
+    assert len(kept("r.older")) == 10  # throttled: this process purged less than 10 min ago
+    retention.reset_throttle()
+    tick()
+    assert len(kept("r.older")) == 3
