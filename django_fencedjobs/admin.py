@@ -26,8 +26,14 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Case, IntegerField, QuerySet, Value, When
-from django.db.models.expressions import BaseExpression, OrderBy
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.db.models.expressions import Combinable, OrderBy
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -63,6 +69,8 @@ OUTCOME_COLOURS = {
 
 @dataclass
 class _HealthScope:
+    #: Compact times (no date when it is today): the list; full ones on a job's page.
+    short: bool = False
     by_name: dict[str, JobHealth] | None = None
 
     def get(self) -> dict[str, JobHealth]:
@@ -75,10 +83,10 @@ _scope: ContextVar[_HealthScope | None] = ContextVar("fencedjobs_admin_health", 
 
 
 @contextmanager
-def _health_scope() -> Iterator[None]:
+def _health_scope(*, short: bool = False) -> Iterator[None]:
     """For one admin view: every column, filter and the ordering share one health reading
     (a constant number of queries, one clock reading), however many rows are shown."""
-    token = _scope.set(_HealthScope())
+    token = _scope.set(_HealthScope(short=short))
     try:
         yield
     finally:
@@ -94,6 +102,11 @@ def _health_of(row: JobLease) -> JobHealth | None:
     return _healths().get(row.name)
 
 
+def _short() -> bool:
+    scope = _scope.get()
+    return scope is not None and scope.short
+
+
 def _rendered(response: HttpResponse) -> HttpResponse:
     # Columns are computed while the template renders: render inside the health scope.
     if isinstance(response, TemplateResponse):
@@ -105,13 +118,19 @@ def _badge(state: str, label: str, title: str = "") -> SafeString:
     return format_html('<span class="fj-badge fj-{}" title="{}">{}</span>', state, title, label)
 
 
-def _local_and_utc(value: datetime | None, h: JobHealth) -> SafeString | str:
+def _local_and_utc(
+    value: datetime | None, h: JobHealth, *, short: bool = False
+) -> SafeString | str:
+    """Local time in the job's zone, and UTC below it; ``short``: no date when it is today."""
     if value is None:
         return "-"
+    utc = value.astimezone(UTC)
     return format_html(
-        '{}<br><span class="fj-utc">{} UTC</span>',
-        h.local(value),
-        f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S}",
+        '<span class="fj-when">{}</span><br><span class="fj-utc">{} UTC</span>',
+        h.local(value, short=short),
+        f"{utc:%H:%M:%S}"
+        if short and utc.date() == h.checked_at.date()
+        else f"{utc:%Y-%m-%d %H:%M:%S}",
     )
 
 
@@ -142,9 +161,8 @@ class JobLeaseAdmin(admin.ModelAdmin):
         "next_run",
         "last_success",
         "last_outcome",
-        "consecutive_failures",
-        "holder",
-        "lease_expiry",
+        "failures",
+        "lease_held",
     )
     list_display_links = ("name",)
     list_filter = (StateFilter, "paused")
@@ -198,8 +216,10 @@ class JobLeaseAdmin(admin.ModelAdmin):
 
     # -- one health reading per request ------------------------------------------------------
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        with _health_scope():
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        with _health_scope(short=True):
             return _rendered(super().changelist_view(request, extra_context))
 
     def change_view(
@@ -214,7 +234,7 @@ class JobLeaseAdmin(admin.ModelAdmin):
         with _health_scope():
             return _rendered(super().change_view(request, object_id, form_url, context))
 
-    def get_ordering(self, request: HttpRequest) -> list[str | BaseExpression]:
+    def get_ordering(self, request: HttpRequest) -> list[str | Combinable]:
         """Late, failing and invalid jobs first, then warnings, then the rest; by name."""
         if _scope.get() is None:
             return ["name"]
@@ -256,10 +276,10 @@ class JobLeaseAdmin(admin.ModelAdmin):
         if h.state is State.REMOVED:
             return "never (not declared)"
         if row.paused:
-            return format_html("paused<br>{}", _local_and_utc(row.next_run_at, h))
+            return format_html("paused<br>{}", _local_and_utc(row.next_run_at, h, short=_short()))
         if h.next_run_at is not None and h.next_run_at <= h.checked_at:
-            return format_html("due now<br>{}", _local_and_utc(h.next_run_at, h))
-        return _local_and_utc(h.next_run_at, h)
+            return format_html("due now<br>{}", _local_and_utc(h.next_run_at, h, short=_short()))
+        return _local_and_utc(h.next_run_at, h, short=_short())
 
     @admin.display(description=_("expected by"))
     def expected_by(self, row: JobLease) -> SafeString | str:
@@ -271,7 +291,7 @@ class JobLeaseAdmin(admin.ModelAdmin):
         h = _health_of(row)
         if h is None or row.last_success_at is None:
             return "never"
-        return _local_and_utc(row.last_success_at, h)
+        return _local_and_utc(row.last_success_at, h, short=_short())
 
     @admin.display(description=_("last run"))
     def last_outcome(self, row: JobLease) -> SafeString | str:
@@ -282,7 +302,26 @@ class JobLeaseAdmin(admin.ModelAdmin):
         when = run.finished_at or run.started_at or run.scheduled_for
         label = Outcome(run.outcome).label + (" (capped)" if run.capped else "")
         return format_html(
-            '{} <span class="fj-utc">{}</span>', _badge(run.outcome, label, run.error_excerpt), h.local(when)
+            '{} <span class="fj-utc">{}</span>',
+            _badge(run.outcome, label, run.error_excerpt),
+            h.local(when, short=_short()),
+        )
+
+    @admin.display(description=_("failures"), ordering="consecutive_failures")
+    def failures(self, row: JobLease) -> int:
+        return row.consecutive_failures
+
+    @admin.display(description=_("lease"))
+    def lease_held(self, row: JobLease) -> SafeString | str:
+        """While a run holds it: owner, fence and expiry, in one column."""
+        h = _health_of(row)
+        if h is None or not h.running or h.lease_until is None:
+            return "-"
+        return format_html(
+            "{} (fence {})<br>until {}",
+            h.owner,
+            h.fence,
+            _local_and_utc(h.lease_until, h, short=True),
         )
 
     @admin.display(description=_("held by"))
@@ -297,7 +336,7 @@ class JobLeaseAdmin(admin.ModelAdmin):
         h = _health_of(row)
         if h is None or h.lease_until is None:
             return "-"
-        return _local_and_utc(h.lease_until, h)
+        return _local_and_utc(h.lease_until, h, short=_short())
 
     # -- the job's page ----------------------------------------------------------------------
 
@@ -375,10 +414,10 @@ class JobLeaseAdmin(admin.ModelAdmin):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         if operation not in _OPERATIONS:
-            raise PermissionDenied
+            raise Http404(f"no operation {operation!r}")
         obj = self.get_object(request, object_id)
         if obj is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            raise Http404(f"no job with id {object_id!r}")
         if not self.has_operate_permission(request, obj):
             raise PermissionDenied
         _OPERATIONS[operation](self, request, [obj])
@@ -386,7 +425,9 @@ class JobLeaseAdmin(admin.ModelAdmin):
             reverse(f"{self.admin_site.name}:fencedjobs_joblease_change", args=[obj.pk])
         )
 
-    @admin.action(description=_("Run now (it still goes through the lease)"), permissions=["operate"])
+    @admin.action(
+        description=_("Run now (it still goes through the lease)"), permissions=["operate"]
+    )
     def run_now(self, request: HttpRequest, queryset: Iterable[JobLease]) -> None:
         now = clock.now()
         done, skipped = [], []
@@ -408,7 +449,9 @@ class JobLeaseAdmin(admin.ModelAdmin):
     def resume(self, request: HttpRequest, queryset: Iterable[JobLease]) -> None:
         self._set_paused(request, queryset, paused=False)
 
-    def _set_paused(self, request: HttpRequest, queryset: Iterable[JobLease], *, paused: bool) -> None:
+    def _set_paused(
+        self, request: HttpRequest, queryset: Iterable[JobLease], *, paused: bool
+    ) -> None:
         done, skipped = [], []
         for row in queryset:
             if row.paused == paused:
@@ -555,7 +598,9 @@ class JobRunAdmin(admin.ModelAdmin):
     list_filter = (JobNameFilter, "outcome", ("scheduled_for", DateFieldListFilter), "capped")
     # Sorting is offered only where an index serves it: a million rows stay fast.
     sortable_by = ("scheduled_for",)
+    # No COUNT(*) of the whole table per page, nor per filter choice ("Show counts").
     show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
     paginator = EstimatedCountPaginator
     list_per_page = 100
     fields = (

@@ -11,12 +11,10 @@ class FencedJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the system checks (fencedjobs.E001...).
-        from django_fencedjobs import checks  # noqa: F401
-
-        # Connects the runner's signals: run retention (tick_finished) and Sentry Crons
-        # check-ins (run_started/run_finished; inert unless sentry-sdk is initialised).
-        from django_fencedjobs import retention  # noqa: F401
+        # Register on import: the system checks (fencedjobs.E001...), run retention
+        # (tick_finished) and Sentry Crons check-ins (run_started/run_finished; inert
+        # unless sentry-sdk is initialised).
+        from django_fencedjobs import checks, retention  # noqa: F401
         from django_fencedjobs.integrations import sentry  # noqa: F401
 
         # Every installed app's ``jobs`` module declares its jobs with @job.

@@ -11,7 +11,8 @@ class FencedJobsError(Exception):
     """django-fencedjobs failed."""
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (self.__doc__ or "").strip())
+        # The docstring, on one line: it is wrapped for the source, not for a log line.
+        super().__init__(message or " ".join((self.__doc__ or "").split()))
 
 
 class ScheduleError(FencedJobsError, ValueError):

@@ -98,7 +98,8 @@ class FencedAtomic(ContextDecorator):
     ) -> bool | None:
         alias = self.using or lease.lease_db()
         atomic = _depth.by_alias[alias].pop()
-        return atomic.__exit__(exc_type, exc_value, traceback)
+        atomic.__exit__(exc_type, exc_value, traceback)
+        return None
 
 
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])
@@ -121,7 +122,7 @@ def fenced_atomic(using: str | None | FuncT = None) -> FencedAtomic | FuncT:
     taken the lease, and :class:`NotInRun` outside a job's run.
     """
     if callable(using):
-        return FencedAtomic(None)(using)  # type: ignore[return-value]
+        return FencedAtomic(None)(using)
     return FencedAtomic(using)
 
 

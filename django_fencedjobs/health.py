@@ -149,9 +149,12 @@ class JobHealth:
         except (ValueError, OSError):
             return UTC
 
-    def local(self, value: datetime | None) -> str:
-        """``value`` in the job's zone, e.g. ``2026-11-29 09:00 CET``; "" for None."""
-        return "" if value is None else _format(value, self.tz, zone_label=False)
+    def local(self, value: datetime | None, *, short: bool = False) -> str:
+        """``value`` in the job's zone, e.g. ``2026-11-29 09:00 CET``; "" for None. ``short``
+        leaves the date out when it is the day of :attr:`checked_at` (``09:00 CET``)."""
+        if value is None:
+            return ""
+        return _format(value, self.tz, ref=self.checked_at if short else None, zone_label=False)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes as ISO 8601 in UTC."""
@@ -198,7 +201,9 @@ class JobHealth:
 # -- reading ---------------------------------------------------------------------------------
 
 
-def all_health(names: Sequence[str] | None = None, *, now: datetime | None = None) -> list[JobHealth]:
+def all_health(
+    names: Sequence[str] | None = None, *, now: datetime | None = None
+) -> list[JobHealth]:
     """The health of every job (declared in code or present in the database), or of the named
     ones (:class:`UnknownJob` for a name that is neither), worst first, then by name.
 
@@ -227,7 +232,11 @@ def all_health(names: Sequence[str] | None = None, *, now: datetime | None = Non
         for pk in (row.latest_run_id, row.latest_finished_id)  # type: ignore[attr-defined]
         if pk is not None
     }
-    runs = {run.pk: run for run in JobRun.objects.using(lease_db()).filter(pk__in=run_ids)} if run_ids else {}
+    runs = (
+        {run.pk: run for run in JobRun.objects.using(lease_db()).filter(pk__in=run_ids)}
+        if run_ids
+        else {}
+    )
     result = []
     for name in wanted:
         row = leases.get(name)
@@ -424,13 +433,16 @@ def error_excerpt(error: str, limit: int = ERROR_EXCERPT_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _format(value: datetime, tz: tzinfo, *, ref: datetime | None = None, zone_label: bool = True) -> str:
+def _format(
+    value: datetime, tz: tzinfo, *, ref: datetime | None = None, zone_label: bool = True
+) -> str:
     """``2026-11-29 09:00 Europe/Berlin``; only the time when ``ref`` is on the same local day;
     seconds only when they are not zero."""
     local = value.astimezone(tz)
     clock_text = f"{local:%H:%M:%S}" if local.second or local.microsecond else f"{local:%H:%M}"
-    if ref is not None and ref.astimezone(tz).date() == local.date():
+    same_day = ref is not None and ref.astimezone(tz).date() == local.date()
+    if same_day and zone_label:
         return clock_text
     zone = getattr(tz, "key", None) or "UTC"
     label = zone if zone_label else (local.tzname() or zone)
-    return f"{local:%Y-%m-%d} {clock_text} {label}"
+    return f"{clock_text} {label}" if same_day else f"{local:%Y-%m-%d} {clock_text} {label}"

@@ -19,6 +19,7 @@ instantiation would dominate the cost of a small transaction).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from dataclasses import dataclass
@@ -76,6 +77,70 @@ def read(names: list[str]) -> dict[str, LeaseRow]:
         )
     )
     return {row[0]: LeaseRow(*row) for row in rows}
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What one tick needs of its jobs' lease rows, from :func:`scan`."""
+
+    #: Every existing row's schedule fingerprint, by job name (a missing name: no row yet).
+    fingerprints: dict[str, str]
+    #: The rows due at ``now``, in full: what :func:`acquire` compares against.
+    due: list[LeaseRow]
+    #: The earliest :attr:`LeaseRow.wakeup` of the rows that are not paused.
+    wakeup: datetime | None
+
+
+def scan(names: list[str], now: datetime) -> Scan:
+    """The tick's read: one query whose cost barely grows with the number of jobs.
+
+    A tick with nothing due must cost the same for 5 jobs as for 200 (bench P3). Reading
+    every row in full (:func:`read`) does not: the ORM's ``IN (%s, %s, ...)`` list and
+    the parsing of two timestamps per row (Django's timestamptz loader is pure Python)
+    made a pass over 200 jobs 3x as slow as one over 5. On PostgreSQL the names go as one
+    array parameter (joined, which is cheaper than ``= ANY`` for hundreds), due-ness is decided by the same comparison as
+    :meth:`LeaseRow.is_due`, in SQL, and timestamps come back only for due rows plus the
+    one earliest wakeup. Other backends read the rows in full.
+
+    Like :func:`read`, this decides nothing: only :func:`acquire` does.
+    """
+    connection = connections[lease_db()]
+    if connection.vendor != "postgresql":
+        rows = read(names)
+        wakeups = [row.wakeup for row in rows.values() if not row.paused]
+        return Scan(
+            {name: row.schedule_fingerprint for name, row in rows.items()},
+            [row for row in rows.values() if row.is_due(now)],
+            min(wakeups) if wakeups else None,
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, schedule_fingerprint, due,"
+            " CASE WHEN due THEN fence END,"
+            " CASE WHEN due THEN next_run_at END,"
+            " CASE WHEN due THEN lease_until END,"
+            " CASE WHEN row_number() OVER () = 1 THEN min(CASE WHEN NOT paused"
+            "  THEN GREATEST(next_run_at, lease_until) END) OVER () END"
+            " FROM (SELECT lease.*,"
+            "  (NOT lease.paused AND lease.next_run_at <= %s AND lease.lease_until < %s) AS due"
+            f" FROM {_table(connection)} AS lease"
+            "  JOIN unnest(%s::text[]) AS job(name) ON lease.name = job.name) AS rows",
+            [now, now, _text_array(tuple(names))],
+        )
+        result = cursor.fetchall()
+    return Scan(
+        {row[0]: row[1] for row in result},
+        [LeaseRow(name, fence, nxt, until, False, fp) for name, fp, due, fence, nxt, until, _ in result if due],
+        result[0][6] if result else None,
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _text_array(names: tuple[str, ...]) -> str:
+    """A PostgreSQL array literal of ``names``. Every tick passes the same names: built
+    once, not element by element per tick as psycopg's list adapter would."""
+    quoted = (name.replace("\\", "\\\\").replace('"', '\\"') for name in names)
+    return "{" + ",".join(f'"{name}"' for name in quoted) + "}"
 
 
 def create(rows: list[JobLease]) -> None:

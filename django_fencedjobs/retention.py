@@ -45,14 +45,18 @@ _lock = threading.Lock()
 _last_purge: float | None = None
 
 
-def purge_runs(now: datetime, *, batch_size: int = BATCH_SIZE, max_batches: int = MAX_BATCHES) -> int:
+def purge_runs(
+    now: datetime, *, batch_size: int = BATCH_SIZE, max_batches: int = MAX_BATCHES
+) -> int:
     """Delete expired runs, at most ``batch_size * max_batches`` of them; return how many."""
     settings = get_settings()
     alias = lease_db()
     cutoff = now - settings.RUN_RETENTION
     kept = settings.RUNS_KEPT_PER_JOB
-    expired = JobRun.objects.using(alias).filter(scheduled_for__lt=cutoff).exclude(
-        outcome=Outcome.RUNNING
+    expired = (
+        JobRun.objects.using(alias)
+        .filter(scheduled_for__lt=cutoff)
+        .exclude(outcome=Outcome.RUNNING)
     )
     if kept > 0:
         # The scheduled_for of the job's kept-th newest run: older runs are past the keep

@@ -148,7 +148,10 @@ class Run:
             )
         if isinstance(value, datetime):
             if dj_timezone.is_naive(value):
-                raise WatermarkError(f"job {self.job.name!r}: watermark {value!r} must be aware")
+                raise WatermarkError(
+                    f"job {self.job.name!r}: watermark {value!r} is naive; pass an aware "
+                    "datetime, e.g. window.end or run.now"
+                )
             column = "position"
         elif isinstance(value, int) and not isinstance(value, bool):
             column = "cursor"
@@ -178,7 +181,7 @@ class Run:
 
     def _may_continue(self) -> bool:
         if self.lost:
-            raise FenceLost(f"job {self.job.name!r}: fence {self.fence} is no longer current")
+            raise FenceLost(_fence_gone(self))
         if _stop.is_set():
             self.interrupted = True
             return False
@@ -196,7 +199,10 @@ class Run:
         before asking for the next window.
         """
         if step <= timedelta(0):
-            raise ValueError("windows(step): step must be positive")
+            raise ValueError(
+                f"job {self.job.name!r}: windows(step={step!r}): step must be a positive "
+                "timedelta, e.g. timedelta(hours=1)"
+            )
         position = self._watermarks.get(key)
         if position is None:
             position = start if start is not None else _floor(self.now, step) - step
@@ -245,7 +251,9 @@ class Run:
                 run.add_items(len(reminders))
         """
         if size < 1:
-            raise ValueError("batches(size): size must be at least 1")
+            raise ValueError(
+                f"job {self.job.name!r}: batches(size={size!r}): size must be at least 1"
+            )
         gen = self._batches(queryset, size)
         self._iterators.append(gen)
         return gen
@@ -297,7 +305,7 @@ class Run:
         """
         if self.lost or not lease.renew(self.job.name, self.fence, clock.now() + self.job.lease_ttl):
             self.lost = True
-            raise FenceLost(f"job {self.job.name!r}: fence {self.fence} is no longer current")
+            raise FenceLost(_fence_gone(self))
 
     @property
     def stopping(self) -> bool:
@@ -307,7 +315,7 @@ class Run:
     def check_fence(self, connection: BaseDatabaseWrapper) -> None:
         """Called by ``fenced_atomic`` inside its transaction."""
         if self.lost:
-            raise FenceLost(f"job {self.job.name!r}: fence {self.fence} is no longer current")
+            raise FenceLost(_fence_gone(self))
         if self.job.exclusion == "advisory":
             held = lease.try_advisory_xact_lock(connection, self.job.name)
             reason = "another transaction of this job holds its advisory lock"
@@ -321,6 +329,14 @@ class Run:
                 f"job {self.job.name!r}: fence {self.fence} is no longer current ({reason}); "
                 "nothing in this fenced block was committed"
             )
+
+
+def _fence_gone(run: Run) -> str:
+    return (
+        f"job {run.job.name!r}: fence {run.fence} is no longer current: another run took the "
+        "lease over, or this run timed out and was revoked. The run is over; do not retry "
+        "in the handler (the next run continues from the committed state)."
+    )
 
 
 def _floor(value: datetime, step: timedelta) -> datetime:
@@ -343,12 +359,17 @@ def _watermark_text(value: WatermarkValue | None) -> str:
 def sync(jobs: Sequence[Job], rows: dict[str, lease.LeaseRow], now: datetime) -> bool:
     """Create lease rows for new jobs and recompute ``next_run_at`` for changed schedules.
     Returns True when anything changed (the caller re-reads)."""
+    return _sync(jobs, {name: row.schedule_fingerprint for name, row in rows.items()}, now)
+
+
+def _sync(jobs: Sequence[Job], fingerprints: dict[str, str], now: datetime) -> bool:
+    """:func:`sync`, given each existing row's stored fingerprint by job name."""
     missing: list[JobLease] = []
     changed = False
     for job in jobs:
         schedule = job.valid_schedule
-        row = rows.get(job.name)
-        if row is None:
+        stored = fingerprints.get(job.name)
+        if stored is None:
             missing.append(
                 JobLease(
                     name=job.name,
@@ -357,10 +378,8 @@ def sync(jobs: Sequence[Job], rows: dict[str, lease.LeaseRow], now: datetime) ->
                     created_at=now,
                 )
             )
-        elif row.schedule_fingerprint != schedule.fingerprint():
-            lease.reschedule(
-                job.name, row.schedule_fingerprint, schedule.fingerprint(), schedule.next_after(now)
-            )
+        elif stored != schedule.fingerprint():
+            lease.reschedule(job.name, stored, schedule.fingerprint(), schedule.next_after(now))
             changed = True
     if missing:
         lease.create(missing)
@@ -604,12 +623,15 @@ def record_pending() -> None:
         run, outcome, error, supervisor = _pending[0]
         _finish(run, outcome, error, supervisor)
         _pending.pop(0)
+        run.record.refresh_from_db()
         logger.info(
             "recorded the outcome of %s after reconnecting: %s",
             run.job.name,
             outcome,
             extra=_log_fields(run.record, event="run_recorded_late"),
         )
+        # Receivers (Sentry Crons, metrics) learn the outcome now, as for any other run.
+        signals.run_finished.send_robust(sender=Job, job=run.job, record=run.record)
 
 
 def _log_fields(record: JobRun, *, event: str, **more: Any) -> dict[str, Any]:
@@ -642,29 +664,28 @@ def tick(names: Sequence[str] | None = None) -> TickResult:
     """One pass: run every due job once, in order of their slots.
 
     With no due job this issues a constant number of queries, whatever the number of
-    registered jobs: the clock, and one read of the lease rows.
+    registered jobs: the clock, and one read of the lease rows (:func:`lease.scan`, whose
+    cost barely grows with the number of jobs either).
     """
     jobs = runnable_jobs(names)
     by_name = {job.name: job for job in jobs}
     if not jobs:
         return TickResult([], None)
     now = clock.now()
-    rows = lease.read(list(by_name))
-    if sync(jobs, rows, now):
-        rows = lease.read(list(by_name))
+    seen = lease.scan(list(by_name), now)
+    if _sync(jobs, seen.fingerprints, now):
+        seen = lease.scan(list(by_name), now)
     runs: list[JobRun] = []
-    for row in sorted(rows.values(), key=lambda r: (r.next_run_at, r.name)):
+    for row in sorted(seen.due, key=lambda r: (r.next_run_at, r.name)):
         if _stop.is_set():
             break
-        if row.is_due(now):
-            record = run_job(by_name[row.name], row)
-            if record is not None:
-                runs.append(record)
+        record = run_job(by_name[row.name], row)
+        if record is not None:
+            runs.append(record)
     if runs:
-        rows = lease.read(list(by_name))
-    wakeups = [row.wakeup for row in rows.values() if not row.paused]
+        seen = lease.scan(list(by_name), now)
     signals.send(signals.tick_finished, now=now)
-    return TickResult(runs, min(wakeups) if wakeups else None)
+    return TickResult(runs, seen.wakeup)
 
 
 def loop(names: Sequence[str] | None = None, *, max_ticks: int | None = None) -> None:

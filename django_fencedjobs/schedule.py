@@ -633,6 +633,11 @@ class Schedule:
         string), so it can be stored to notice that a job's schedule changed.
         ``key`` is not part of it: it is the job's name, stored alongside.
         """
+        return self._fingerprint
+
+    @functools.cached_property
+    def _fingerprint(self) -> str:
+        # Cached: every tick compares it for every job.
         what = f"cron={self.cron}" if self.cron is not None else f"every_us={self._every_us}"
         canonical = f"v1|{what}|tz={self.timezone}|jitter_us={_to_us(self.jitter)}"
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]

@@ -41,7 +41,9 @@ def run_job_now(job: str | Job | Callable[..., Any]) -> JobRun:
     record = runner.run_job(declared, row)
     if record is None:
         raise FencedJobsError(
-            f"job {declared.name!r} could not be run now: another run holds its lease"
+            f"job {declared.name!r} could not be run now: another run holds its lease (a "
+            "runjobs process using this database, or an earlier run that has not finished); "
+            f"stop it, or wait for the lease to expire ({declared.lease_ttl})"
         )
     return record
 
@@ -53,5 +55,7 @@ def _resolve(job: str | Job | Callable[..., Any]) -> Job:
         return registry.get(job)
     declared = getattr(job, "job", None)
     if not isinstance(declared, Job):
-        raise FencedJobsError(f"{job!r} is not a function decorated with @job")
+        raise FencedJobsError(
+            f"run_job_now({job!r}): pass a job's name, a Job, or a function decorated with @job"
+        )
     return declared

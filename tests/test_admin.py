@@ -35,8 +35,9 @@ PACKAGE = Path(jobs_admin.__file__).resolve().parent
 @pytest.fixture
 def history():
     """At 09:45: m.fine healthy, m.broken failing (3 failures), m.stalled late."""
-    with registry.isolated(), override_settings(
-        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
     ):
         declare()
 
@@ -89,7 +90,7 @@ def operate(name: str, operation: str) -> str:
 
 def badges(html: str) -> list[tuple[str, str]]:
     """(state, job) in the order the rows appear."""
-    rows = re.findall(r'<tr>.*?</tr>', html, flags=re.S)
+    rows = re.findall(r"<tr>.*?</tr>", html, flags=re.S)
     found = []
     for row in rows:
         state = re.search(r'class="fj-badge fj-(\w+)"', row)
@@ -135,16 +136,17 @@ def test_a_jobs_page_shows_its_timeline_next_fire_times_and_watermark(history, s
 
 
 def test_run_now_makes_the_job_due_through_the_lease_and_is_logged(history, superuser_client):
+    clicked = fake_clock.advance(timedelta(minutes=2))
     response = superuser_client.post(operate(FINE, "run-now"))
     assert response.status_code == 302
     row = JobLease.objects.get(name=FINE)
-    assert row.next_run_at == NOW
+    assert row.next_run_at == clicked
     entry = LogEntry.objects.get()
     assert (entry.action_flag, entry.object_repr) == (CHANGE, FINE)
     assert "Run now" in entry.get_change_message()
     fake_clock.advance(timedelta(seconds=1))
     (run,) = tick([FINE]).runs
-    assert (run.outcome, run.scheduled_for) == (Outcome.SUCCEEDED, NOW)
+    assert (run.outcome, run.scheduled_for) == (Outcome.SUCCEEDED, clicked)
 
 
 def test_pause_and_resume_are_actions_and_are_logged(history, superuser_client):
@@ -157,7 +159,10 @@ def test_pause_and_resume_are_actions_and_are_logged(history, superuser_client):
     assert badges(response.content.decode())[1:2] == [("paused", STALLED)]
     superuser_client.post(operate(STALLED, "resume"))
     assert not JobLease.objects.get(name=STALLED).paused
-    assert [e.get_change_message() for e in LogEntry.objects.order_by("pk")] == ["Paused.", "Resumed."]
+    assert [e.get_change_message() for e in LogEntry.objects.order_by("pk")] == [
+        "Paused.",
+        "Resumed.",
+    ]
 
 
 def test_a_view_only_user_sees_everything_and_can_trigger_nothing(history, viewer_client):
@@ -201,7 +206,7 @@ def test_jobs_cannot_be_added_edited_or_deleted(history, superuser_client):
 def test_the_run_history_is_read_only_and_filterable(history, superuser_client):
     url = reverse("admin:fencedjobs_jobrun_changelist")
     html = superuser_client.get(url).content.decode()
-    assert html.count('class="field-scheduled_for"') == JobRun.objects.count() == 10
+    assert html.count('class="field-scheduled_for') == JobRun.objects.count() == 10
     assert "RuntimeError: upstream said no" in html
     assert 'value="delete_selected"' not in html
     assert superuser_client.get(reverse("admin:fencedjobs_jobrun_add")).status_code == 403
@@ -213,13 +218,17 @@ def test_the_run_history_is_read_only_and_filterable(history, superuser_client):
     assert superuser_client.post(delete, {"post": "yes"}).status_code == 403
 
     by_job = superuser_client.get(url, {"job": BROKEN}).content.decode()
-    assert by_job.count('class="field-scheduled_for"') == 3
+    assert by_job.count('class="field-scheduled_for') == 3
     by_outcome = superuser_client.get(url, {"outcome__exact": "failed"}).content.decode()
-    assert by_outcome.count('class="field-scheduled_for"') == 3
+    assert by_outcome.count('class="field-scheduled_for') == 3
     today = superuser_client.get(
-        url, {"scheduled_for__gte": "2026-11-29", "scheduled_for__lt": "2026-11-30"}
+        url,
+        {
+            "scheduled_for__gte": "2026-11-29 00:00:00+00:00",
+            "scheduled_for__lt": "2026-11-30 00:00:00+00:00",
+        },
     )
-    assert today.status_code == 200
+    assert today.content.decode().count('class="field-scheduled_for') == 10
 
 
 def test_the_run_list_counts_exactly_below_the_estimate_threshold(history, superuser_client):
@@ -234,7 +243,7 @@ def test_the_run_list_counts_exactly_below_the_estimate_threshold(history, super
 def test_the_unfiltered_run_list_on_postgresql_uses_the_planners_estimate(
     history, superuser_client, monkeypatch
 ):
-    monkeypatch.setattr(jobs_admin.EstimatedCountPaginator, "exact_below", 4)
+    monkeypatch.setattr(jobs_admin.EstimatedCountPaginator, "exact_below", 2)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE fencedjobs_jobrun")
     url = reverse("admin:fencedjobs_jobrun_changelist")
@@ -242,10 +251,10 @@ def test_the_unfiltered_run_list_on_postgresql_uses_the_planners_estimate(
         response = superuser_client.get(url)
     assert response.context["cl"].result_count == 10  # reltuples after ANALYZE
     counts = [q["sql"] for q in queries if "COUNT(" in q["sql"].upper() and "jobrun" in q["sql"]]
-    assert len(counts) == 1 and "LIMIT 4" in counts[0].upper()
+    assert len(counts) == 1 and "LIMIT 2" in counts[0].upper()
     assert any("reltuples" in q["sql"] for q in queries)
     filtered = superuser_client.get(url, {"job": FINE})
-    assert filtered.context["cl"].result_count == 4  # filtered: exact
+    assert filtered.context["cl"].result_count == 3  # filtered: counted in full
 
 
 def test_neither_the_admin_nor_any_module_imports_across_the_rules():
@@ -265,3 +274,35 @@ def test_neither_the_admin_nor_any_module_imports_across_the_rules():
     for path in PACKAGE.rglob("*.py"):
         if path.name != "admin.py":
             assert "django_fencedjobs.admin" not in imports(path), path
+
+
+def test_a_running_job_shows_its_owner_fence_and_lease_expiry(superuser_client):
+    pages = []
+    with (
+        registry.isolated(),
+        override_settings(
+            FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock", "OWNER": "worker-1"}
+        ),
+    ):
+
+        @job("*/15 * * * *", name="m.busy")
+        def busy(run):
+            pages.append(superuser_client.get(changelist()).content.decode())
+
+        fake_clock.set(T0)
+        tick()
+        fake_clock.set(T0 + timedelta(minutes=15))
+        tick()
+    (html,) = pages
+    assert badges(html) == [("running", "m.busy")]
+    assert "worker-1 (fence 1)" in html
+    assert "until" in html and "09:17 UTC" in html  # lease_ttl 2 minutes
+
+
+def test_a_job_removed_from_code_is_listed_as_removed_and_cannot_be_run(history, superuser_client):
+    JobLease.objects.create(name="m.retired", next_run_at=T0, created_at=T0 - timedelta(days=30))
+    html = superuser_client.get(changelist()).content.decode()
+    assert ("removed", "m.retired") in badges(html)
+    response = superuser_client.post(operate("m.retired", "run-now"), follow=True)
+    assert "not declared in code" in response.content.decode()
+    assert not LogEntry.objects.exists()

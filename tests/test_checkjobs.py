@@ -1,4 +1,4 @@
-"""``manage.py checkjobs``: a table or JSON of every job's health, and an exit status to alert on."""
+"""``manage.py checkjobs``: a table or JSON of every job's health, and an exit status."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ NOW = T0 + timedelta(minutes=45)
 def history():
     """At 09:45: m.fine succeeded every 15 minutes; m.broken failed three times in a row;
     m.stalled succeeded at 09:15 and the runner has not run it since (late after 09:42:30)."""
-    with registry.isolated(), override_settings(
-        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
     ):
         declare()
         fake_clock.set(T0)

@@ -29,8 +29,9 @@ SECOND = timedelta(seconds=1)
 
 @pytest.fixture
 def jobs():
-    with registry.isolated() as isolated, override_settings(
-        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    with (
+        registry.isolated() as isolated,
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
     ):
         fake_clock.set(T0)
         yield isolated
@@ -279,7 +280,7 @@ def test_all_health_lists_the_worst_first_with_a_constant_number_of_queries(jobs
 
 
 def test_asking_for_an_unknown_job_raises_unknown_job(jobs):
-    with pytest.raises(UnknownJob, match="'h.nope'"):
+    with pytest.raises(UnknownJob, match=r"'h\.nope'"):
         job_health("h.nope")
 
 

@@ -36,7 +36,14 @@ def settings_and_throttle() -> Iterator[None]:
     retention.reset_throttle()
 
 
-def runs(job_name: str, count: int, *, newest: datetime, step: timedelta, outcome: str = Outcome.SUCCEEDED) -> None:
+def runs(
+    job_name: str,
+    count: int,
+    *,
+    newest: datetime,
+    step: timedelta,
+    outcome: str = Outcome.SUCCEEDED,
+) -> None:
     JobRun.objects.bulk_create(
         JobRun(
             job=job_name,
@@ -51,7 +58,9 @@ def runs(job_name: str, count: int, *, newest: datetime, step: timedelta, outcom
 
 def kept(job_name: str) -> list[datetime]:
     return list(
-        JobRun.objects.filter(job=job_name).order_by("-scheduled_for").values_list("scheduled_for", flat=True)
+        JobRun.objects.filter(job=job_name)
+        .order_by("-scheduled_for")
+        .values_list("scheduled_for", flat=True)
     )
 
 
@@ -67,7 +76,13 @@ def test_runs_older_than_the_retention_are_deleted_but_the_newest_of_each_job_ar
 
 
 def test_a_run_still_running_is_never_deleted():
-    runs("r.stuck", 5, newest=NOW - timedelta(days=9), step=timedelta(days=1), outcome=Outcome.RUNNING)
+    runs(
+        "r.stuck",
+        5,
+        newest=NOW - timedelta(days=9),
+        step=timedelta(days=1),
+        outcome=Outcome.RUNNING,
+    )
     runs("r.stuck", 3, newest=NOW, step=timedelta(hours=1))
     purge_runs(NOW)
     assert JobRun.objects.filter(job="r.stuck", outcome=Outcome.RUNNING).count() == 5

@@ -61,8 +61,9 @@ def sentry() -> Iterator[CapturingTransport]:
 
 @pytest.fixture
 def jobs():
-    with registry.isolated() as isolated, override_settings(
-        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    with (
+        registry.isolated() as isolated,
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
     ):
         fake_clock.set(T0)
         yield isolated
@@ -189,3 +190,31 @@ def test_cron_aliases_and_odd_intervals_become_sentry_schedules(jobs):
     config = monitor_config(registry.get("t.ninety"))
     assert config["schedule"] == {"type": "interval", "value": 2, "unit": "minute"}
     assert config["max_runtime"] == 1
+
+
+def test_an_outcome_recorded_after_reconnecting_still_closes_its_check_in(
+    jobs, sentry, monkeypatch
+):
+    from django.db import OperationalError
+
+    from django_fencedjobs import runner
+
+    real_finish = runner._finish
+    failures = iter([True, True])
+
+    def unreachable_then_real(*args, **kwargs):
+        if next(failures, False):
+            raise OperationalError("the database went away")
+        return real_finish(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_finish", unreachable_then_real)
+
+    @job("*/15 * * * *", name="t.reconnect")
+    def reconnect(run):
+        pass
+
+    run_once("t.reconnect")
+    assert [c["status"] for c in sentry.check_ins()] == ["in_progress"]
+    runner.record_pending()
+    started, finished = sentry.check_ins()
+    assert (finished["status"], finished["check_in_id"]) == ("ok", started["check_in_id"])

@@ -37,7 +37,6 @@ from django_fencedjobs import signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.models import JobRun, Outcome
 from django_fencedjobs.registry import Job
-from django_fencedjobs.schedule import _ALIASES
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -85,15 +84,22 @@ def monitor_config(job: Job) -> dict[str, Any]:
     schedule = job.valid_schedule
     config_schedule: dict[str, Any]
     if schedule.every is None:
-        cron = schedule.cron or ""
-        config_schedule = {"type": "crontab", "value": _ALIASES.get(cron, cron)}
+        config_schedule = {"type": "crontab", "value": schedule.crontab}
     else:
         for unit, size in _UNITS:
             if schedule.every >= size and schedule.every % size == timedelta(0):
-                config_schedule = {"type": "interval", "value": schedule.every // size, "unit": unit}
+                config_schedule = {
+                    "type": "interval",
+                    "value": schedule.every // size,
+                    "unit": unit,
+                }
                 break
         else:  # not a whole number of minutes: Sentry's smallest unit
-            config_schedule = {"type": "interval", "value": _minutes(schedule.every), "unit": "minute"}
+            config_schedule = {
+                "type": "interval",
+                "value": _minutes(schedule.every),
+                "unit": "minute",
+            }
     return {
         "schedule": config_schedule,
         "timezone": schedule.timezone,

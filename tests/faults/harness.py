@@ -163,7 +163,7 @@ class Spawner:
         self.started: list[Worker] = []
 
     def __call__(
-        self, mode: str, job: str, label: str, *, wait_go: bool = False, **config: object
+        self, mode: str, job: str, label: str, /, *, wait_go: bool = False, **config: object
     ) -> Worker:
         settings = {"dir": str(self.directory), "label": label, **config}
         argv = [sys.executable, "-m", "tests.faults.worker", mode, job]

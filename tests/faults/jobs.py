@@ -19,6 +19,7 @@ import json
 import os
 import random
 import time
+import traceback
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -151,6 +152,9 @@ def paused_writer(run: Run) -> None:
         except FenceLost:
             report("fence_lost", fence=run.fence, seq=seq)
         raise
+    except BaseException as exc:
+        report("raised", fence=run.fence, seq=seq, error=traceback.format_exc(), type=type(exc).__name__)
+        raise
 
 
 def process_items(run: Run) -> None:
@@ -224,8 +228,10 @@ def overrun(run: Run) -> None:
     """A handler that overruns its timeout and ignores the interrupt, as a handler with a
     broad ``except`` would; then it tries to write again.
 
-    ``mode=busy`` spins in pure Python; ``mode=sleep`` sleeps, outside any transaction.
-    One write before the overrun commits; the write after it must raise ``FenceLost``.
+    ``mode=busy`` spins in pure Python; ``mode=sleep`` sleeps, outside any transaction;
+    ``mode=busy_in_transaction`` spins inside a fenced block after writing in it. The write
+    before the overrun commits; nothing written after the timeout may: the write after the
+    overrun must raise ``FenceLost``.
     """
     mode = CONFIG["mode"]
     with fenced_atomic():
@@ -234,22 +240,30 @@ def overrun(run: Run) -> None:
     deadline = time.monotonic() + HANDLER_WAIT
     try:
         if mode == "busy":
-            total = 0
-            while time.monotonic() < deadline:
-                total = (total * 31 + 7) % 1_000_003
-        else:
+            _spin(deadline)
+        elif mode == "sleep":
             while time.monotonic() < deadline:
                 time.sleep(0.05)
+        else:
+            with fenced_atomic():
+                Write.objects.create(job=run.job.name, fence=run.fence, seq=1)
+                _spin(deadline)
         report("not_interrupted")
     except JobTimeout:
         report("timeout_delivered", fence=run.fence)
     try:
         with fenced_atomic():
-            Write.objects.create(job=run.job.name, fence=run.fence, seq=1)
-        report("wrote", seq=1, fence=run.fence)
+            Write.objects.create(job=run.job.name, fence=run.fence, seq=2)
+        report("wrote", seq=2, fence=run.fence)
     except FenceLost:
         report("fence_lost", fence=run.fence)
         raise
+
+
+def _spin(deadline: float) -> None:
+    total = 0
+    while time.monotonic() < deadline:
+        total = (total * 31 + 7) % 1_000_003
 
 
 def register() -> None:

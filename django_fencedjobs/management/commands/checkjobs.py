@@ -33,7 +33,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--json", action="store_true", dest="as_json", help="Print JSON instead of a table.")
+            "--json", action="store_true", dest="as_json", help="Print JSON instead of a table."
+        )
         parser.add_argument(
             "--strict",
             action="store_true",

@@ -1,0 +1,67 @@
+"""``runjobs --once`` with no due job costs a constant number of queries, whatever the number
+of registered jobs: cron runs it every minute on every host, so it must not grow with the
+project (one read of every lease row at once, never one query per job)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test.utils import CaptureQueriesContext
+
+from django_fencedjobs import job
+from django_fencedjobs.registry import registry
+from django_fencedjobs.runner import run_once
+
+pytestmark = pytest.mark.django_db
+
+#: The clock (on PostgreSQL) and one read of the lease rows, with room for constant
+#: housekeeping; the point is that 5 and 200 jobs cost the same.
+MAX_QUERIES = 4
+
+
+def declare(count: int) -> None:
+    for n in range(count):
+
+        def handler(run):
+            raise AssertionError("not due: must not run")
+
+        # Yearly, so no job is due while the test runs.
+        job("0 0 1 1 *", name=f"count.job_{n:03d}", timeout=timedelta(minutes=5))(handler)
+
+
+def queries_of_an_idle_pass(count: int, django_assert_max_num_queries) -> CaptureQueriesContext:
+    with registry.isolated():
+        declare(count)
+        first = run_once()  # creates the lease rows
+        assert first.runs == []
+        with django_assert_max_num_queries(MAX_QUERIES) as captured:
+            result = run_once()
+        assert result.runs == []
+        assert result.next_wakeup is not None
+    return captured
+
+
+def test_an_idle_once_pass_issues_the_same_queries_for_5_and_200_jobs(
+    django_assert_max_num_queries,
+):
+    few = queries_of_an_idle_pass(5, django_assert_max_num_queries)
+    many = queries_of_an_idle_pass(200, django_assert_max_num_queries)
+    assert len(few) == len(many), (
+        [q["sql"][:120] for q in few.captured_queries],
+        [q["sql"][:120] for q in many.captured_queries],
+    )
+
+
+def test_runjobs_once_command_with_no_due_job_is_as_cheap(django_assert_max_num_queries):
+    from django.core.management import call_command
+
+    counts = []
+    for count in (5, 200):
+        with registry.isolated():
+            declare(count)
+            call_command("runjobs", "--once")
+            with django_assert_max_num_queries(MAX_QUERIES) as captured:
+                call_command("runjobs", "--once")
+        counts.append(len(captured))
+    assert counts[0] == counts[1]
