@@ -64,6 +64,11 @@ def in_fenced_block(using: str) -> bool:
     return bool(_depth.by_alias.get(using))
 
 
+def forget_fenced_blocks(using: str) -> None:
+    """Drop this thread's record of open fenced blocks (its connection is being discarded)."""
+    _depth.by_alias.pop(using, None)
+
+
 class FencedAtomic(ContextDecorator):
     def __init__(self, using: str | None) -> None:
         self.using = using
@@ -87,7 +92,14 @@ class FencedAtomic(ContextDecorator):
             run.check_fence(connections[alias])
         except BaseException as exc:
             stack.pop()
-            atomic.__exit__(type(exc), exc, exc.__traceback__)
+            try:
+                atomic.__exit__(type(exc), exc, exc.__traceback__)
+            except Exception:
+                # The rollback itself failed: typically the supervisor, which saw the fence
+                # go too, interrupted the handler in the middle of it, leaving a command in
+                # progress on the connection. Discard the connection (the server rolls the
+                # transaction back) and raise the fence check's error, not the rollback's.
+                connections[alias].close()
             raise
 
     def __exit__(

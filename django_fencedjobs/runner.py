@@ -517,11 +517,36 @@ def _execute(job: Job, run: Run) -> JobRun:
     finally:
         reset_current_run(token)
         supervisor.join()
+    if supervisor.fired is not None:
+        _discard_connection(lease.lease_db())
     if outcome == Outcome.SUCCEEDED and supervisor.fired is not None:
         outcome, error = _interrupted_outcome(supervisor, None)
     if outcome == Outcome.SUCCEEDED and run.interrupted:
         outcome, error = Outcome.INTERRUPTED, "Stopped on request (SIGTERM/SIGINT) between batches; the next run continues from the committed state."
     return _record(run, outcome, error, supervisor)
+
+
+def _discard_connection(alias: str) -> None:
+    """Throw away this thread's connection to ``alias`` after the handler was interrupted.
+
+    The interrupt lands at whatever Python instruction the handler was at, possibly inside
+    Django's transaction bookkeeping, which can leave the connection wrapper's state
+    inconsistent (an atomic block never exited, autocommit left off). The run's record is
+    written on a fresh connection instead. Closing the old one makes the server roll back
+    anything it left open; the fence had been revoked or lost, so nothing of it could
+    have committed anyway.
+    """
+    from django_fencedjobs.fencing import forget_fenced_blocks
+
+    forget_fenced_blocks(alias)
+    old = connections[alias]
+    del connections[alias]
+    raw = old.connection
+    if raw is not None:
+        try:
+            raw.close()
+        except Exception:  # already broken: nothing to release
+            logger.debug("closing an interrupted run's connection failed", exc_info=True)
 
 
 def _interrupted_outcome(supervisor: Supervisor, exc: BaseException | None) -> tuple[str, str]:
