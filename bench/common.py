@@ -265,25 +265,18 @@ def machine() -> dict[str, str]:
 
 def command_line() -> str:
     """The command that produced the figures, as the reader would type it."""
-    argv = shlex.join(sys.argv[1:])
+    args = sys.argv[1:]
     if os.environ.get("MAKELEVEL"):
-        return "make bench" + (f" BENCH_ARGS={shlex.quote(argv)}" if argv else "")
-    exe = os.path.relpath(sys.executable, REPO) if sys.executable.startswith(str(REPO)) else (
-        sys.executable
-    )
-    script = os.path.relpath(sys.argv[0], REPO) if os.path.isabs(sys.argv[0]) else sys.argv[0]
-    if script.endswith("__main__.py") or not script.endswith(".py"):
-        script = f"-m {__spec_name()}"
-    inner = f"{exe} {script}" + (f" {argv}" if argv else "")
+        return "make bench" + (f" BENCH_ARGS={shlex.quote(shlex.join(args))}" if args else "")
+    exe = sys.executable
+    if exe.startswith(str(REPO) + os.sep):
+        exe = os.path.relpath(exe, REPO)
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    target = f"-m {spec.name}" if spec is not None else os.path.relpath(sys.argv[0], REPO)
+    inner = shlex.join([exe, *target.split(), *args])
     if os.environ.get("FENCEDJOBS_TEST_PG_THROWAWAY") == "1":
         return f"python3 scripts/throwaway_postgres.py --durable -- {inner}"
     return inner
-
-
-def __spec_name() -> str:
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    return spec.name if spec is not None else "bench.run"
 
 
 def section(reports: Sequence[Report], *, started: datetime, seconds: float, smoke: bool) -> str:

@@ -74,7 +74,9 @@ def measure(smoke: bool) -> common.Report:
     # The failing job's records are still made (their cost is the loop's), not printed.
     log = logging.getLogger("django_fencedjobs")
     saved = log.propagate
+    quiet = logging.NullHandler()
     log.propagate = False
+    log.addHandler(quiet)
     signals.tick_finished.connect(on_tick, weak=False)
     try:
         with registry.isolated(), override_settings(FENCEDJOBS=SETTINGS):
@@ -87,6 +89,7 @@ def measure(smoke: bool) -> common.Report:
     finally:
         signals.tick_finished.disconnect(on_tick)
         log.propagate = saved
+        log.removeHandler(quiet)
 
     runs = JobRun.objects.filter(job__startswith=PREFIX).count()
     base = next(s for s in samples if s[0] == baseline_tick)

@@ -19,16 +19,19 @@ instantiation would dominate the cost of a small transaction).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import F, Q
+from django.db.models import BooleanField, F, Q
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
 
 from django_fencedjobs.models import LEASE_FREE, JobLease, JobRun, Outcome
@@ -247,6 +250,29 @@ def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
         return cursor.rowcount == 1
 
 
+def fence_held(connection: BaseDatabaseWrapper, name: str, fence: int) -> RawSQL | None:
+    """:func:`lock_fence` as a condition for the claim statement of ``run.batches()``, so
+    that claiming a batch and checking the fence take one statement, not two.
+
+    ``EXISTS (SELECT ... FOR UPDATE)`` filtered on the fence: PostgreSQL runs it once per
+    statement, before the claimed rows are read (a one-time filter), and locks the lease
+    row until the transaction ends, exactly as :func:`lock_fence` does; when the fence is
+    stale the condition is false and nothing is claimed. One round trip less per batch
+    matters: on a durable server a claim transaction is four round trips, and a fifth
+    cost a fifth of the throughput (bench P2).
+
+    None where the claim cannot carry the lock (no ``SELECT ... FOR UPDATE``, or not
+    PostgreSQL): the batch then checks the fence with :func:`lock_fence` first.
+    """
+    if connection.vendor != "postgresql" or not connection.features.has_select_for_update:
+        return None
+    return RawSQL(
+        f"EXISTS (SELECT 1 FROM {_table(connection)} WHERE name = %s AND fence = %s FOR UPDATE)",
+        [name, fence],
+        output_field=BooleanField(),
+    )
+
+
 def advisory_key(name: str) -> int:
     """A stable signed 64-bit key for ``pg_advisory_xact_lock``, from the job's name."""
     digest = hashlib.blake2b(f"django-fencedjobs:{name}".encode(), digest_size=8).digest()
@@ -350,17 +376,38 @@ def connection_for_leases() -> BaseDatabaseWrapper:
     return connections[lease_db()]
 
 
+@contextlib.contextmanager
+def _sqlite_busy_timeout(connection: BaseDatabaseWrapper, seconds: float) -> Iterator[None]:
+    """Set SQLite's busy timeout on ``connection`` for the duration, then restore it."""
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        (previous,) = cursor.fetchone()
+        cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {int(previous)}")
+
+
 def revoke_timed_out(run: Run, *, wait: float | None = None) -> bool:
     """Revoke a run that overran its timeout and record it as timed out, in one transaction.
 
     :func:`revoke` is conditional on the run's fence and the run record only moves from
     ``running``, so whoever gets here first (the supervisor thread, or the runner after the
     handler returned) does it once. ``wait`` bounds how long to wait for the lease row
-    (PostgreSQL's ``lock_timeout``); a lock wait that runs out raises ``DatabaseError``.
+    (PostgreSQL's ``lock_timeout``, SQLite's busy timeout); a lock wait that runs out raises
+    ``DatabaseError``.
     """
     from django_fencedjobs import clock
 
     alias = lease_db()
+    if wait is not None and connections[alias].vendor == "sqlite":
+        # SQLite waits for its write lock (held by the handler's open fenced transaction)
+        # as long as the connection's busy timeout, not per statement: bound it here, for
+        # this one transaction.
+        with _sqlite_busy_timeout(connections[alias], wait):
+            return revoke_timed_out(run)
     with transaction.atomic(using=alias):
         connection = connections[alias]
         if wait is not None and connection.vendor == "postgresql":

@@ -38,6 +38,7 @@ from django_fencedjobs.exceptions import (
     WatermarkError,
 )
 from django_fencedjobs.fencing import (
+    FencedAtomic,
     current_run,
     fenced_atomic,
     in_fenced_block,
@@ -265,15 +266,26 @@ class Run:
             skip_locked=features.has_select_for_update_skip_locked,
             of=("self",) if features.has_select_for_update_of else (),
         )
+        # Where it can, the claim statement itself locks the lease row on this run's fence:
+        # one statement per batch instead of the fence check and then the claim.
+        held = None
+        if self.job.exclusion == "lease":
+            held = lease.fence_held(connections[alias], self.job.name, self.fence)
+        if held is not None:
+            claim = claim.filter(held)
         while True:
             if self.batch_count >= self.job.max_batches:
                 self.capped = queryset.using(alias).exists()
                 return
             if not self._may_continue():
                 return
-            with fenced_atomic():
+            with FencedAtomic(None, check=held is None):
                 items = list(claim[:size])
                 if not items:
+                    if held is not None:
+                        # Nothing claimed: the queue is empty, or the fence is gone (then
+                        # this raises FenceLost, as fenced_atomic would have).
+                        self.check_fence(connections[alias])
                     return
                 try:
                     yield items

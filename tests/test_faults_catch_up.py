@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 from django.test import override_settings
@@ -35,8 +36,9 @@ NAME = "faults.hourly_rollup"
 
 @pytest.fixture
 def isolated():
-    with registry.isolated() as jobs, override_settings(
-        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    with (
+        registry.isolated() as jobs,
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
     ):
         fake_clock.set(T0 + timedelta(minutes=1))
         yield jobs
@@ -87,7 +89,7 @@ def test_downtime_is_caught_up_by_capped_runs_covering_every_hour_once(
     assert 0 < catch_up[-1].batches <= max_batches
     # Each run started where the one before it stopped.
     runs = [before, *catch_up]
-    for earlier, later in zip(runs, runs[1:], strict=False):
+    for earlier, later in pairwise(runs):
         assert later.watermark_before == earlier.watermark_after
 
     # The watermark reached the last whole hour, and every hour up to it was processed

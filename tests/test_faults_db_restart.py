@@ -35,7 +35,9 @@ def spawn(child_env, tmp_path):
 
 def restart_server() -> None:
     pg_ctl = shlex.split(os.environ["FENCEDJOBS_TEST_PG_CTL"])
-    subprocess.run([*pg_ctl, "restart", "-m", "fast", "-w"], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [*pg_ctl, "restart", "-m", "fast", "-w"], check=True, capture_output=True, timeout=60
+    )
     connection.close()  # this process's connection died with the server too
 
 
@@ -60,11 +62,17 @@ def test_loop_survives_a_database_restart(spawn):
     # The interrupted run is recorded (it tried to write over the dead connection), not
     # left running.
     interrupted = wait_until(
-        lambda: JobRun.objects.exclude(outcome=Outcome.RUNNING).filter(job=LOOP, fence=stalled["fence"]).first(),
+        lambda: (
+            JobRun.objects.exclude(outcome=Outcome.RUNNING)
+            .filter(job=LOOP, fence=stalled["fence"])
+            .first()
+        ),
         what="the interrupted run to be recorded",
         diagnostics=spawn.logs,
     )
-    assert interrupted.outcome in (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.ABANDONED), interrupted
+    assert interrupted.outcome in (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.ABANDONED), (
+        interrupted
+    )
     assert interrupted.finished_at is not None
     # The loop reconnected by itself, and the next slot succeeds.
     after_first = succeeded_after(interrupted, spawn)

@@ -41,12 +41,16 @@ def check_one_run_per_slot(workers, rounds: int) -> None:
     recorded = runs(DOUBLE_FIRE)
     assert len(recorded) == rounds, [str(r) for r in recorded]
     assert len({r.scheduled_for for r in recorded}) == rounds
-    assert [r.outcome for r in recorded] == [Outcome.SUCCEEDED] * rounds, [r.error for r in recorded]
+    assert [r.outcome for r in recorded] == [Outcome.SUCCEEDED] * rounds, [
+        r.error for r in recorded
+    ]
     fences = sorted(e["fence"] for w in workers for e in w.events("executed"))
     assert fences == [r.fence for r in recorded]
     # One committed write per round, by the run that executed it.
     writes = Counter(Write.objects.filter(job=DOUBLE_FIRE).values_list("seq", "fence"))
-    assert writes == Counter({(e["round"], e["fence"]): 1 for w in workers for e in w.events("executed")})
+    assert writes == Counter(
+        {(e["round"], e["fence"]): 1 for w in workers for e in w.events("executed")}
+    )
 
 
 def test_simultaneous_once_runs_execute_each_slot_once(spawn):

@@ -101,7 +101,9 @@ def check_no_write_after_takeover(a, b, *, a_writes: int | None) -> None:
     )
     if a_writes is not None:
         # ...and A committed exactly what it had written before it was stopped, nothing after.
-        assert rows[fence_a] == before_pause(a), "the paused holder committed a write after it resumed"
+        assert rows[fence_a] == before_pause(a), (
+            "the paused holder committed a write after it resumed"
+        )
         assert len(rows[fence_a]) == a_writes
     # A learned that it lost the lease: it reports FenceLost, and records the run so.
     assert a.events("fence_lost"), a.log()
@@ -158,7 +160,9 @@ def test_takeover_waits_for_a_holder_paused_inside_its_transaction(spawn, round_
     wait_lease_expired(PAUSED_WRITER, diagnostics=spawn.logs)
     b.wait_for("ready")
     b.send("go")
-    wait_until(lock_waiters, what="B to wait for the paused holder's row lock", diagnostics=spawn.logs)
+    wait_until(
+        lock_waiters, what="B to wait for the paused holder's row lock", diagnostics=spawn.logs
+    )
     assert len(runs(PAUSED_WRITER)) == 1  # B has not taken over
     a.cont()
     b.wait_for("ack", count=3)

@@ -66,7 +66,10 @@ def test_killed_batch_rolls_back_and_the_next_run_resumes(spawn, stall_batch):
     in_flight = set(batches[stall_batch])
 
     # The batch in flight rolled back whole; the ones before it are committed.
-    assert set(Item.objects.filter(processed_by_fence=fence_a).values_list("id", flat=True)) == committed
+    assert (
+        set(Item.objects.filter(processed_by_fence=fence_a).values_list("id", flat=True))
+        == committed
+    )
     assert not Item.objects.filter(id__in=in_flight).exclude(processed_at=None).exists()
     assert set(Write.objects.filter(fence=fence_a).values_list("seq", flat=True)) == committed
     (dead,) = runs(ITEMS)

@@ -1,6 +1,6 @@
 """Fault: a handler overruns its timeout, and ignores the interrupt (a broad ``except``, a
 loop that never checks), in a pure-Python busy loop, in ``time.sleep`` outside any
-transaction, or (PostgreSQL) spinning inside its fenced transaction.
+transaction, or spinning inside its fenced transaction.
 
 Why it matters: a runaway run that keeps its lock blocks every later slot; one whose lock
 merely expires keeps writing next to its successor. Here the timeout *revokes* the run: the
@@ -57,10 +57,10 @@ def test_overrunning_handler_in_a_worker_is_revoked(spawn, mode):
     check_revoked(lambda: [e for e in worker.events() if e["event"] not in ("ready", "go", "exit")])
 
 
-@pytest.mark.postgres_only
 def test_handler_overrunning_inside_its_transaction_is_revoked_and_rolled_back(spawn):
-    """The revocation waits (boundedly) for the lease row the handler's transaction holds,
-    interrupts the handler first, and revokes once that transaction has rolled back."""
+    """The revocation waits (boundedly: PostgreSQL's lock_timeout, SQLite's busy timeout)
+    for the lease row the handler's open transaction holds, interrupts the handler first,
+    and revokes once that transaction has rolled back."""
     prepare(OVERRUN)
     worker = spawn("once", OVERRUN, "W", mode="busy_in_transaction")
     assert worker.wait_exit() == 0, worker.log()

@@ -38,7 +38,11 @@ T = TypeVar("T")
 
 
 def wait_until(
-    condition: Callable[[], T], *, timeout: float = WAIT, what: str = "", diagnostics: Callable[[], str] = lambda: ""
+    condition: Callable[[], T],
+    *,
+    timeout: float = WAIT,
+    what: str = "",
+    diagnostics: Callable[[], str] = lambda: "",
 ) -> T:
     """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -75,7 +79,8 @@ class Worker:
             text = self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
-        return f"--- log of worker {self.label} (pid {self.pid}, exit {self.proc.poll()}):\n{text[-6000:]}"
+        header = f"--- log of worker {self.label} (pid {self.pid}, exit {self.proc.poll()}):"
+        return f"{header}\n{text[-6000:]}"
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         try:
@@ -100,7 +105,9 @@ class Worker:
                 pytest.fail(f"worker {self.label} exited before reporting {name!r}\n{self.log()}")
             return None
 
-        return wait_until(reached, timeout=timeout, what=f"{self.label}: {name} x{count}", diagnostics=self.log)
+        return wait_until(
+            reached, timeout=timeout, what=f"{self.label}: {name} x{count}", diagnostics=self.log
+        )
 
     def send(self, line: str) -> None:
         assert self.proc.stdin is not None

@@ -153,7 +153,13 @@ def paused_writer(run: Run) -> None:
             report("fence_lost", fence=run.fence, seq=seq)
         raise
     except BaseException as exc:
-        report("raised", fence=run.fence, seq=seq, error=traceback.format_exc(), type=type(exc).__name__)
+        report(
+            "raised",
+            fence=run.fence,
+            seq=seq,
+            error=traceback.format_exc(),
+            type=type(exc).__name__,
+        )
         raise
 
 
@@ -268,9 +274,7 @@ def _spin(deadline: float) -> None:
 
 def register() -> None:
     """Declare the jobs in the current registry. Idempotent (same functions, same names)."""
-    job(every=HOURLY, name=PAUSED_WRITER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(
-        paused_writer
-    )
+    job(every=HOURLY, name=PAUSED_WRITER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(paused_writer)
     job(every=HOURLY, name=ITEMS, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(process_items)
     job(every=HOURLY, name=WINDOWS, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(process_windows)
     job(every=HOURLY, name=DOUBLE_FIRE, lease_ttl=timedelta(seconds=5), timeout=LONG_TIMEOUT)(

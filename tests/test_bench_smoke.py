@@ -1,0 +1,51 @@
+"""The benchmarks keep working: ``bench/run.py --smoke`` runs every one of them at tiny
+sizes, end to end, against this suite's PostgreSQL server (in a database of its own, which
+it drops). Timings are not asserted: smoke sizes measure nothing; ``make bench`` does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+KEYS = ["Ceiling", "P1", "P2", "P3", "P4", "P5", "P6"]
+
+
+@pytest.mark.postgres_only
+def test_every_benchmark_runs_at_smoke_sizes(tmp_path):
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        pytest.fail("the benchmarks need DATABASE_URL to name a PostgreSQL server")
+    output = tmp_path / "benchmarks.md"
+    env = dict(os.environ)
+    env.pop("MAKELEVEL", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "bench/run.py", "--smoke", "--output", str(output)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+    text = output.read_text()
+    for key in KEYS:
+        assert f"### {key}:" in text, key
+    assert "FAILED TO RUN" not in text
+    # P2 asserts exactly-once processing itself; the count it prints must be zero.
+    assert "items processed twice | 0 | 0 | met |" in text
+    assert "- command: `" in text and "- PostgreSQL 1" in text
+
+
+def test_make_test_does_not_run_the_benchmarks():
+    """``make bench`` runs them; pytest collects only tests/ (testpaths)."""
+    import tomllib
+
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
