@@ -5,9 +5,8 @@ It must record a succeeded run of every demo job, serve the admin's login page, 
 Ctrl-C (SIGINT to its process group, as a terminal sends it) stop the scheduler and the
 web server, release the leases, and leave no process behind.
 
-The demo always uses its own SQLite file, whatever database the suite runs on, so it runs
-in one of ``make test``'s two passes only: it is marked ``postgres_only`` so that the
-SQLite pass deselects it (a whole-system test, not a PostgreSQL one).
+The demo always uses its own SQLite file, whatever database the suite runs on, so it is
+marked ``system`` and the SQLite pass of ``make test`` deselects it: it runs once.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ DEMO_JOBS = {"demo.send_due_reminders", "demo.minutely_rollup", "demo.weekday_re
 #: Bound on the wait for every job's first succeeded run (the demo asks for them at once).
 FIRST_RUNS_TIMEOUT = 90
 
-pytestmark = [pytest.mark.postgres_only, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 
 
 def _free_port() -> int:
