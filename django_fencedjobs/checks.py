@@ -39,7 +39,9 @@ def _error(id: int, msg: str, hint: str, job: Job | None = None) -> checks.Check
 
 
 @checks.register("fencedjobs")
-def check_jobs(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_jobs(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
     for job in registry.all():
         messages.extend(_check_job(job))
@@ -66,7 +68,12 @@ def _check_job(job: Job) -> list[checks.CheckMessage]:
     if job.schedule is None:
         if is_fixed_offset(job.timezone):
             return [
-                _error(3, str(job.schedule_error), "Use a named IANA zone such as 'Europe/Berlin'.", job)
+                _error(
+                    3,
+                    str(job.schedule_error),
+                    "Use a named IANA zone such as 'Europe/Berlin'.",
+                    job,
+                )
             ]
         try:
             resolve_zone(job.timezone)
@@ -146,17 +153,19 @@ def _check_job(job: Job) -> list[checks.CheckMessage]:
     return messages
 
 
-
-
 @checks.register("fencedjobs")
-def check_routing(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_routing(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     return _check_routing()
 
 
 def _check_routing() -> list[checks.CheckMessage]:
     from django_fencedjobs.models import JobLease, JobRun, Watermark
 
-    aliases = {model.__name__: router.db_for_write(model) for model in (JobLease, JobRun, Watermark)}
+    aliases = {
+        model.__name__: router.db_for_write(model) for model in (JobLease, JobRun, Watermark)
+    }
     if len(set(aliases.values())) > 1 or aliases["JobLease"] != DEFAULT_DB_ALIAS:
         routed = ", ".join(f"{name} -> {alias!r}" for name, alias in aliases.items())
         return [
@@ -172,7 +181,9 @@ def _check_routing() -> list[checks.CheckMessage]:
 
 
 @checks.register("fencedjobs")
-def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     from django_fencedjobs import clock
     from django_fencedjobs.conf import get_settings
 

@@ -48,7 +48,9 @@ def database_now() -> datetime:
 
 
 class FakeClock:
-    """A clock that only moves when told to: ``FENCEDJOBS = {"CLOCK": "django_fencedjobs.clock.fake_clock"}``.
+    """A clock that only moves when told to, for tests.
+
+    Select it with ``FENCEDJOBS = {"CLOCK": "django_fencedjobs.clock.fake_clock"}``.
 
     >>> fake_clock.set(datetime(2026, 3, 8, 6, 59, tzinfo=UTC))
     >>> fake_clock.advance(timedelta(minutes=1))

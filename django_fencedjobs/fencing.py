@@ -124,7 +124,7 @@ FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 def fenced_atomic(using: FuncT) -> FuncT: ...
 @overload
 def fenced_atomic(using: str | None = None) -> FencedAtomic: ...
-def fenced_atomic(using: str | None | FuncT = None) -> FencedAtomic | FuncT:
+def fenced_atomic(using: str | FuncT | None = None) -> FencedAtomic | FuncT:
     """Run a block in a transaction that commits only if this run still holds its lease.
 
     ::

@@ -101,9 +101,9 @@ def scan(names: list[str], now: datetime) -> Scan:
     every row in full (:func:`read`) does not: the ORM's ``IN (%s, %s, ...)`` list and
     the parsing of two timestamps per row (Django's timestamptz loader is pure Python)
     made a pass over 200 jobs 3x as slow as one over 5. On PostgreSQL the names go as one
-    array parameter (joined, which is cheaper than ``= ANY`` for hundreds), due-ness is decided by the same comparison as
-    :meth:`LeaseRow.is_due`, in SQL, and timestamps come back only for due rows plus the
-    one earliest wakeup. Other backends read the rows in full.
+    array parameter (joined, which is cheaper than ``= ANY`` for hundreds), due-ness is
+    decided by the same comparison as :meth:`LeaseRow.is_due`, in SQL, and timestamps come
+    back only for due rows plus the one earliest wakeup. Other backends read the rows in full.
 
     Like :func:`read`, this decides nothing: only :func:`acquire` does.
     """
@@ -133,7 +133,11 @@ def scan(names: list[str], now: datetime) -> Scan:
         result = cursor.fetchall()
     return Scan(
         {row[0]: row[1] for row in result},
-        [LeaseRow(name, fence, nxt, until, False, fp) for name, fp, due, fence, nxt, until, _ in result if due],
+        [
+            LeaseRow(name, fence, nxt, until, False, fp)
+            for name, fp, due, fence, nxt, until, _ in result
+            if due
+        ],
         result[0][6] if result else None,
     )
 
@@ -308,9 +312,7 @@ def renew(name: str, fence: int, until: datetime) -> bool:
     )
 
 
-def release(
-    name: str, fence: int, *, succeeded_at: datetime | None, failed: bool
-) -> bool:
+def release(name: str, fence: int, *, succeeded_at: datetime | None, failed: bool) -> bool:
     """End the run's lease and record its result on the job; False when the fence was lost.
 
     Conditional on the fence: a superseded run records nothing on its successor's row.
@@ -347,7 +349,7 @@ def revoke(name: str, fence: int) -> bool:
 
 
 def make_due(name: str, now: datetime) -> bool:
-    """"Run now": make the job due at ``now``. It still goes through :func:`acquire`."""
+    """ "Run now": make the job due at ``now``. It still goes through :func:`acquire`."""
     return (
         JobLease.objects.using(lease_db())
         .filter(name=name)
@@ -412,7 +414,9 @@ def revoke_timed_out(run: Run, *, wait: float | None = None) -> bool:
         connection = connections[alias]
         if wait is not None and connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(wait * 1000)}ms"])
+                cursor.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", [f"{int(wait * 1000)}ms"]
+                )
         if not revoke(run.job.name, run.fence):
             return False
         JobRun.objects.using(alias).filter(

@@ -146,9 +146,7 @@ def _duration(job_name: str, field_name: str, value: Any, *, allow_zero: bool = 
             f"job {job_name!r}: {field_name} must be a datetime.timedelta, got {value!r}"
         )
     if value < timedelta(0) or (value == timedelta(0) and not allow_zero):
-        raise JobDefinitionError(
-            f"job {job_name!r}: {field_name} must be positive, got {value!r}"
-        )
+        raise JobDefinitionError(f"job {job_name!r}: {field_name} must be positive, got {value!r}")
 
 
 @overload

@@ -40,7 +40,6 @@ from django_fencedjobs.exceptions import (
 from django_fencedjobs.fencing import (
     FencedAtomic,
     current_run,
-    fenced_atomic,
     in_fenced_block,
     reset_current_run,
     set_current_run,
@@ -120,7 +119,8 @@ class Run:
         self._aborting = False
 
     def __repr__(self) -> str:
-        return f"<Run {self.job.name} fence={self.fence} scheduled_for={self.scheduled_for:%Y-%m-%dT%H:%M:%SZ}>"
+        slot = f"{self.scheduled_for:%Y-%m-%dT%H:%M:%SZ}"
+        return f"<Run {self.job.name} fence={self.fence} scheduled_for={slot}>"
 
     # -- watermarks ----------------------------------------------------------------------
 
@@ -158,8 +158,7 @@ class Run:
             column = "cursor"
         else:
             raise WatermarkError(
-                f"job {self.job.name!r}: a watermark is an aware datetime or an int, "
-                f"got {value!r}"
+                f"job {self.job.name!r}: a watermark is an aware datetime or an int, got {value!r}"
             )
         rows = Watermark.objects.using(alias).filter(job=self.job.name, key=key)
         forward = Q(**{f"{column}__isnull": True}) | Q(**{f"{column}__lte": value})
@@ -215,7 +214,9 @@ class Run:
         self._iterators.append(gen)
         return gen
 
-    def _windows(self, position: datetime, step: timedelta, key: str) -> Generator[Window, None, None]:
+    def _windows(
+        self, position: datetime, step: timedelta, key: str
+    ) -> Generator[Window, None, None]:
         while position + step <= self.now:
             if self.batch_count >= self.job.max_batches:
                 self.capped = True
@@ -259,7 +260,9 @@ class Run:
         self._iterators.append(gen)
         return gen
 
-    def _batches(self, queryset: QuerySet[ModelT], size: int) -> Generator[list[ModelT], None, None]:
+    def _batches(
+        self, queryset: QuerySet[ModelT], size: int
+    ) -> Generator[list[ModelT], None, None]:
         alias = lease.lease_db()
         features = connections[alias].features
         claim = queryset.using(alias).select_for_update(
@@ -315,7 +318,9 @@ class Run:
         The supervisor renews in the background; call this from a long computation to find
         out at once that the run has been superseded.
         """
-        if self.lost or not lease.renew(self.job.name, self.fence, clock.now() + self.job.lease_ttl):
+        if self.lost or not lease.renew(
+            self.job.name, self.fence, clock.now() + self.job.lease_ttl
+        ):
             self.lost = True
             raise FenceLost(_fence_gone(self))
 
@@ -438,7 +443,9 @@ def run_job(job: Job, row: lease.LeaseRow) -> JobRun | None:
     alias = lease.lease_db()
     try:
         with transaction.atomic(using=alias):
-            fence = lease.acquire(row, owner=owner, now=now, ttl=job.lease_ttl, next_run_at=next_run_at)
+            fence = lease.acquire(
+                row, owner=owner, now=now, ttl=job.lease_ttl, next_run_at=next_run_at
+            )
             if fence is None:
                 return None
             lease.mark_abandoned(job.name, fence, now)
@@ -534,7 +541,11 @@ def _execute(job: Job, run: Run) -> JobRun:
     if outcome == Outcome.SUCCEEDED and supervisor.fired is not None:
         outcome, error = _interrupted_outcome(supervisor, None)
     if outcome == Outcome.SUCCEEDED and run.interrupted:
-        outcome, error = Outcome.INTERRUPTED, "Stopped on request (SIGTERM/SIGINT) between batches; the next run continues from the committed state."
+        outcome, error = (
+            Outcome.INTERRUPTED,
+            "Stopped on request (SIGTERM/SIGINT) between batches; the next run continues "
+            "from the committed state.",
+        )
     return _record(run, outcome, error, supervisor)
 
 
@@ -563,7 +574,11 @@ def _discard_connection(alias: str) -> None:
 
 def _interrupted_outcome(supervisor: Supervisor, exc: BaseException | None) -> tuple[str, str]:
     if supervisor.fired is JobTimeout or isinstance(exc, JobTimeout):
-        return Outcome.TIMED_OUT, f"Timed out after {supervisor.run_.job.run_timeout}; the lease was revoked, so no later write of this run can commit."
+        return (
+            Outcome.TIMED_OUT,
+            f"Timed out after {supervisor.run_.job.run_timeout}; the lease was revoked, so no "
+            "later write of this run can commit.",
+        )
     return Outcome.FENCE_LOST, str(exc) if exc else FenceLost.__doc__ or ""
 
 

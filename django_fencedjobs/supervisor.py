@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, connections
 
 from django_fencedjobs import clock, lease
-from django_fencedjobs.exceptions import FenceLost, FencedJobsError, JobTimeout
+from django_fencedjobs.exceptions import FencedJobsError, FenceLost, JobTimeout
 
 if TYPE_CHECKING:
     from django_fencedjobs.runner import Run

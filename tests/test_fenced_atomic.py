@@ -27,8 +27,9 @@ T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 @pytest.fixture
 def inside_run():
     """Call ``body(run)`` as the handler of a real run; re-raise what it raised."""
-    with registry.isolated(), override_settings(
-        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
     ):
 
         def call(body: Callable[[Run], Any], **job_kwargs: Any):
@@ -114,7 +115,9 @@ def test_the_fence_is_checked_with_one_locking_statement(inside_run):
         fence_checks = [q["sql"] for q in queries if "fencedjobs_joblease" in q["sql"]]
         assert len(fence_checks) == 1
         sql = fence_checks[0]
-        assert ("FOR UPDATE" in sql) if connection.vendor == "postgresql" else sql.startswith("UPDATE")
+        assert (
+            ("FOR UPDATE" in sql) if connection.vendor == "postgresql" else sql.startswith("UPDATE")
+        )
 
     assert inside_run(body).outcome == Outcome.SUCCEEDED
 

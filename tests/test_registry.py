@@ -21,7 +21,10 @@ def test_the_default_name_is_module_and_function(jobs):
     def sync_invoices(run):
         pass
 
-    assert sync_invoices.job.name == f"{__name__}.test_the_default_name_is_module_and_function.<locals>.sync_invoices"
+    assert (
+        sync_invoices.job.name
+        == f"{__name__}.test_the_default_name_is_module_and_function.<locals>.sync_invoices"
+    )
     assert get_job(sync_invoices.job.name) is sync_invoices.job
 
 
@@ -71,7 +74,7 @@ def test_an_invalid_schedule_is_kept_for_the_system_check(jobs):
 
 def test_an_unknown_job_name_lists_the_known_ones(jobs):
     job("*/5 * * * *", name="a.one")(lambda run: None)
-    with pytest.raises(UnknownJob, match="a.one"):
+    with pytest.raises(UnknownJob, match=r"a\.one"):
         get_job("a.two")
 
 

@@ -21,8 +21,9 @@ T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 
 @pytest.fixture
 def jobs():
-    with registry.isolated() as isolated, override_settings(
-        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    with (
+        registry.isolated() as isolated,
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
     ):
         fake_clock.set(T0)
         yield isolated
@@ -145,7 +146,12 @@ def test_batches_claim_each_item_once(jobs):
     tick()
     fake_clock.advance(timedelta(minutes=5))
     (first,) = tick().runs
-    assert (first.outcome, first.items, first.batches, first.capped) == (Outcome.SUCCEEDED, 20, 2, True)
+    assert (first.outcome, first.items, first.batches, first.capped) == (
+        Outcome.SUCCEEDED,
+        20,
+        2,
+        True,
+    )
     fake_clock.advance(timedelta(minutes=5))
     (second,) = tick().runs
     assert (second.items, second.capped) == (5, False)

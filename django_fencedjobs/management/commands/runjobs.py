@@ -50,7 +50,9 @@ class Command(BaseCommand):
             self.stdout.write(describe_jobs(selected))
             return
         runner.clear_stop()
-        previous = {sig: signal.signal(sig, _stop_gracefully) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous = {
+            sig: signal.signal(sig, _stop_gracefully) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
         try:
             if once:
                 result = runner.run_once(jobs)
@@ -73,7 +75,9 @@ def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
     """First signal: finish the current batch, record, release, exit 0. A second one
     interrupts at once (the open transaction rolls back)."""
     runner.request_stop()
-    signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
+    signal.signal(
+        signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler
+    )
     print(
         f"received {signal.Signals(signum).name}: stopping after the current batch",
         file=sys.stderr,
