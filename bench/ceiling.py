@@ -84,9 +84,7 @@ def psycopg_loop(seconds: float) -> float:
         conn.execute(
             "CREATE TABLE bench_ceiling_accounts (aid int PRIMARY KEY, abalance int NOT NULL)"
         )
-        conn.execute(
-            "CREATE TABLE bench_ceiling_history (aid int, delta int, mtime timestamptz)"
-        )
+        conn.execute("CREATE TABLE bench_ceiling_history (aid int, delta int, mtime timestamptz)")
         conn.execute(
             "INSERT INTO bench_ceiling_accounts SELECT g, 0 FROM generate_series(1, 100000) g"
         )
@@ -128,8 +126,11 @@ def measure(smoke: bool) -> common.Report:
     report.figures["psycopg_tps"] = raw
     report.figures.setdefault("ceiling_tps", raw)
     rows.append(
-        ["the same transaction from Python, raw psycopg 3 (no Django)", f"{raw:,.0f}",
-         f"{1000 / raw:.3f}"]
+        [
+            "the same transaction from Python, raw psycopg 3 (no Django)",
+            f"{raw:,.0f}",
+            f"{1000 / raw:.3f}",
+        ]
     )
     if not find_pgbench():
         report.add("pgbench is not installed: the ceiling is the raw psycopg loop.")

@@ -64,9 +64,7 @@ def connect(dbname: str | None = None, *, autocommit: bool = True) -> Any:
     """A raw psycopg connection to the server (to the benchmark database by default)."""
     import psycopg
 
-    return psycopg.connect(
-        **_server_dsn(dbname or os.environ.get(DB_ENV)), autocommit=autocommit
-    )
+    return psycopg.connect(**_server_dsn(dbname or os.environ.get(DB_ENV)), autocommit=autocommit)
 
 
 @contextlib.contextmanager
@@ -96,7 +94,8 @@ def bench_database() -> Iterator[str]:
 
 
 def setup_django() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    # Always the benchmarks' own settings, even when started from the test suite.
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     import django
 
     django.setup()
@@ -135,14 +134,11 @@ class Summary:
     n: int
 
     def fmt(self, spec: str = ".3g", unit: str = "") -> str:
-        return (
-            f"{self.median:{spec}}{unit} "
-            f"({self.low:{spec}}–{self.high:{spec}}, n={self.n})"
-        )
+        return f"{self.median:{spec}}{unit} ({self.low:{spec}} to {self.high:{spec}}, n={self.n})"
 
 
 def summarize(values: Sequence[float]) -> Summary:
-    """Median and spread (min–max) over the repeats."""
+    """Median and spread (min to max) over the repeats."""
     if not values:
         raise ValueError("no values")
     return Summary(statistics.median(values), min(values), max(values), len(values))
@@ -281,7 +277,9 @@ def command_line() -> str:
 
 def section(reports: Sequence[Report], *, started: datetime, seconds: float, smoke: bool) -> str:
     info = machine()
-    head = f"## {started:%Y-%m-%d %H:%M} UTC" + (" (smoke sizes: not a measurement)" if smoke else "")
+    head = f"## {started:%Y-%m-%d %H:%M} UTC" + (
+        " (smoke sizes: not a measurement)" if smoke else ""
+    )
     lines = [
         head,
         "",
@@ -296,7 +294,9 @@ def section(reports: Sequence[Report], *, started: datetime, seconds: float, smo
     goals = [(r.key, g) for r in reports for g in r.goals if g.met is not None]
     if goals:
         lines += ["| # | goal | target | measured | |", "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {k} | {g.label} | {g.target} | {g.measured} | {g.verdict} |" for k, g in goals]
+        lines += [
+            f"| {k} | {g.label} | {g.target} | {g.measured} | {g.verdict} |" for k, g in goals
+        ]
         lines.append("")
     for report in reports:
         lines.append(report.markdown())
@@ -308,7 +308,7 @@ PREAMBLE = """# Benchmarks
 Written by `make bench` (bench/run.py), which starts a throwaway PostgreSQL with its
 durable defaults (fsync and synchronous commit on) and appends one dated section here
 per run. Every comparison is measured side by side in one run: the variants alternate
-(A B, B A, ...) and each figure is the median over the repeats, with the spread (min–max)
+(A B, B A, ...) and each figure is the median over the repeats, with the spread (min to max)
 and the number of repeats in parentheses. The ceiling at the top of each section is what
 the same PostgreSQL does at all for one client committing single-row updates
 (`pgbench -b simple-update`), so every rate can be read as a fraction of it.
@@ -351,9 +351,7 @@ def main(measure: Callable[[bool], Report], argv: Sequence[str] | None = None) -
         else:
             output = Path(args.output) if args.output else None if args.smoke else DOCS
             if output is not None:
-                text = section(
-                    [report], started=started, seconds=report.seconds, smoke=args.smoke
-                )
+                text = section([report], started=started, seconds=report.seconds, smoke=args.smoke)
                 append(output, text)
                 print(f"appended to {output}")
     return 0

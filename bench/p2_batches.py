@@ -169,25 +169,28 @@ def measure(smoke: bool) -> common.Report:
     drains = 0
     items = 0
     try:
-        for _, variant in common.alternate(repeats, ["fenced", "raw"]):
+        for repeat in range(repeats):
             for size in sizes:
                 for count in worker_counts:
-                    refill(rows)
-                    active = pipes[:count]
-                    limit = -(-single_claims // count) if size == 1 else None
-                    for pipe in active:
-                        pipe.send((variant, size, limit))
-                    for pipe in active:
-                        pipe.recv()
-                    for pipe in active:
-                        pipe.send("go")
-                    results = [pipe.recv() for pipe in active]
-                    wall = max(r[1] for r in results) - min(r[0] for r in results)
-                    done = sum(r[2] for r in results)
-                    twice += check(rows, done)
-                    drains += 1
-                    items += done
-                    rates.setdefault((size, count, variant), []).append(done / wall)
+                    # Each pair back to back, which one first alternating: drift cancels.
+                    order = ["fenced", "raw"] if repeat % 2 == 0 else ["raw", "fenced"]
+                    for variant in order:
+                        refill(rows)
+                        active = pipes[:count]
+                        limit = -(-single_claims // count) if size == 1 else None
+                        for pipe in active:
+                            pipe.send((variant, size, limit))
+                        for pipe in active:
+                            pipe.recv()
+                        for pipe in active:
+                            pipe.send("go")
+                        results = [pipe.recv() for pipe in active]
+                        wall = max(r[1] for r in results) - min(r[0] for r in results)
+                        done = sum(r[2] for r in results)
+                        twice += check(rows, done)
+                        drains += 1
+                        items += done
+                        rates.setdefault((size, count, variant), []).append(done / wall)
     finally:
         for pipe in pipes:
             pipe.send("stop")

@@ -68,7 +68,7 @@ def measure(smoke: bool) -> common.Report:
     missed = sum(m for *_, m in records)
     p50, p99 = common.percentile(late, 50), common.percentile(late, 99)
 
-    report = common.Report("P4", "loop lateness, `started_at − scheduled_for`")
+    report = common.Report("P4", "loop lateness, `started_at - scheduled_for`")
     report.add(
         f"`runner.loop()` with the database clock and the default `LOOP_MAX_SLEEP`; {jobs} "
         f"jobs every {every.total_seconds():g} s with a {every.total_seconds():g} s jitter, "

@@ -7,10 +7,10 @@ runs and jobs) opens the runs changelist and the jobs changelist through Django'
 client. Side by side, alternating, the same page is read with a plain ``SELECT`` through
 the same connection (``SELECT * ... ORDER BY <the changelist's order> LIMIT 100``).
 
-Two ratios are printed: the whole request (Django's view, template rendering and all, whose
-cost does not depend on the table's size) and the database time of the request (every
-statement it executed, timed with ``connection.execute_wrapper``), each against the plain
-``SELECT``. To show that the table's size does not matter, the runs changelist is also
+Two ratios are graded against the plain ``SELECT``: the whole request, as the goal is
+written (Django's view, template rendering and all: a cost that does not depend on the
+table's size), and the SQL time of the request (every statement it executed, timed with
+``connection.execute_wrapper``), the part that a million rows could make slow. To show that the table's size does not matter, the runs changelist is also
 timed with the first 1,000 rows only, before the rest is loaded. Every statement of one
 request of each page is captured and ``EXPLAIN ANALYZE``d: the rows it read from
 ``fencedjobs_jobrun`` are printed, and a ``COUNT`` over the whole table fails the goal.
@@ -241,23 +241,23 @@ def measure(smoke: bool) -> common.Report:
                 db_ms.fmt(".2f"),
                 f"{len(captured[url])}",
                 plain_ms.fmt(".2f"),
-                f"{dbr.median:.2f}×",
-                f"{whole.median:.0f}×",
+                f"{dbr.median:.2f}x",
+                f"{whole.median:.0f}x",
             ]
         )
         report.figures[f"{names[url]}_db_ratio"] = dbr.median
         report.figures[f"{names[url]}_request_ratio"] = whole.median
         report.goal(
-            f"{names[url]} changelist: its database time / plain SELECT",
-            "≤ 3×",
-            f"{dbr.median:.2f}×",
-            dbr.median <= 3,
+            f"{names[url]} changelist: whole request / plain SELECT",
+            "≤ 3x",
+            f"{whole.median:.0f}x ({admin_ms.median:.1f} ms against {plain_ms.median:.2f} ms)",
+            whole.median <= 3,
         )
         report.goal(
-            f"{names[url]} changelist: whole request / plain SELECT",
-            "(printed)",
-            f"{whole.median:.0f}× ({admin_ms.median:.1f} ms against {plain_ms.median:.2f} ms)",
-            None,
+            f"{names[url]} changelist: its SQL time / plain SELECT",
+            "≤ 3x",
+            f"{dbr.median:.2f}x ({db_ms.median:.2f} ms in {len(captured[url])} statements)",
+            dbr.median <= 3,
         )
     for line in common.table(
         [
@@ -277,13 +277,15 @@ def measure(smoke: bool) -> common.Report:
     report.add("")
     report.add(
         f"The runs changelist over {small:,} rows: {small_ms.fmt('.1f')} ms; over "
-        f"{rows_total:,}: {big_ms.median:.1f} ms ({big_ms.median / small_ms.median:.2f}×)."
+        f"{rows_total:,}: {big_ms.median:.1f} ms ({big_ms.median / small_ms.median:.2f}x)."
     )
     report.add("")
     counts = []
     for url in (runs_url, jobs_url):
-        report.add(f"Statements of one {names[url]} changelist request, and the rows each read "
-                   "from `fencedjobs_jobrun` (EXPLAIN ANALYZE):")
+        report.add(
+            f"Statements of one {names[url]} changelist request, and the rows each read "
+            "from `fencedjobs_jobrun` (EXPLAIN ANALYZE):"
+        )
         report.add("")
         for sql, read in zip(captured[url], reads[url], strict=True):
             report.add(f"- {read:,} rows: `{_shorten(sql)}`")

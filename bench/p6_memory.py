@@ -112,7 +112,9 @@ def measure(smoke: bool) -> common.Report:
         report.add(line)
     report.figures.update(growth_mb=growth_mb, runs=runs)
     report.goal(
-        f"RSS growth, tick {baseline_tick} to {end[0]:,}", "≤ 5 MB", f"{growth_mb:+.2f} MB",
+        f"RSS growth, tick {baseline_tick} to {end[0]:,}",
+        "≤ 5 MB",
+        f"{growth_mb:+.2f} MB",
         growth_mb <= 5,
     )
     return report

@@ -25,8 +25,9 @@ T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 
 @pytest.fixture
 def jobs():
-    with registry.isolated() as isolated, override_settings(
-        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}
+    with (
+        registry.isolated() as isolated,
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
     ):
         fake_clock.set(T0)
         yield isolated

@@ -23,6 +23,7 @@ def test_every_benchmark_runs_at_smoke_sizes(tmp_path):
     output = tmp_path / "benchmarks.md"
     env = dict(os.environ)
     env.pop("MAKELEVEL", None)
+    env.pop("DJANGO_SETTINGS_MODULE", None)  # the benchmarks use bench.settings
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
         [sys.executable, "bench/run.py", "--smoke", "--output", str(output)],

@@ -31,7 +31,7 @@ from tests.testapp.models import Write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROUNDS = 4
+ROUNDS = 5
 
 
 @pytest.fixture

@@ -9,6 +9,9 @@ class Row(models.Model):
     seq = models.IntegerField()
     note = models.CharField(max_length=32)
 
+    def __str__(self) -> str:
+        return f"{self.note} {self.seq}"
+
 
 class Task(models.Model):
     """P2: a queue item, claimed per item with ``SKIP LOCKED`` and marked processed.
@@ -30,3 +33,6 @@ class Task(models.Model):
                 condition=models.Q(processed_at__isnull=True),
             )
         ]
+
+    def __str__(self) -> str:
+        return f"task {self.pk}"

@@ -4,31 +4,45 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Row',
+            name="Row",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.IntegerField()),
-                ('note', models.CharField(max_length=32)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seq", models.IntegerField()),
+                ("note", models.CharField(max_length=32)),
             ],
         ),
         migrations.CreateModel(
-            name='Task',
+            name="Task",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('processed_at', models.DateTimeField(null=True)),
-                ('processed_by', models.IntegerField(null=True)),
-                ('times_processed', models.IntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("processed_at", models.DateTimeField(null=True)),
+                ("processed_by", models.IntegerField(null=True)),
+                ("times_processed", models.IntegerField(default=0)),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('processed_at__isnull', True)), fields=['id'], name='benchapp_task_pending')],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("processed_at__isnull", True)),
+                        fields=["id"],
+                        name="benchapp_task_pending",
+                    )
+                ],
             },
         ),
     ]
