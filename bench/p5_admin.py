@@ -10,8 +10,9 @@ the same connection (``SELECT * ... ORDER BY <the changelist's order> LIMIT 100`
 Two ratios are graded against the plain ``SELECT``: the whole request, as the goal is
 written (Django's view, template rendering and all: a cost that does not depend on the
 table's size), and the SQL time of the request (every statement it executed, timed with
-``connection.execute_wrapper``), the part that a million rows could make slow. To show that the table's size does not matter, the runs changelist is also
-timed with the first 1,000 rows only, before the rest is loaded. Every statement of one
+``connection.execute_wrapper``), the part that a million rows could make slow. To show
+that the table's size does not matter, the runs changelist is also timed with the first
+1,000 rows only, before the rest is loaded. Every statement of one
 request of each page is captured and ``EXPLAIN ANALYZE``d: the rows it read from
 ``fencedjobs_jobrun`` are printed, and a ``COUNT`` over the whole table fails the goal.
 

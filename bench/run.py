@@ -86,7 +86,9 @@ def against_ceiling(reports: dict[str, common.Report]) -> list[str]:
         )
     if lines:
         lines = [
-            f"Against the ceiling ({tps:,.0f} single-row update transactions/s, one client):",
+            "",
+            f"Against the ceiling ({tps:,.0f} single-row update transactions/s, one client, "
+            "measured at the start of the run):",
             "",
             *lines,
             "",
