@@ -8,6 +8,7 @@ SQLite anyway fails with an explanation instead of passing vacuously.
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -68,3 +69,27 @@ def child_env(django_db_setup: None) -> dict[str, str]:
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     return env
+
+
+#: Where the ``jobs`` fixture sets the fake clock.
+JOBS_T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def jobs():
+    """An empty job registry and the fake clock, set to 2026-11-29 09:00 UTC, for one test.
+
+    Jobs declared with ``@job`` inside the test land in the isolated registry and run with
+    ``runner.tick()`` as the clock is moved (``fake_clock.set`` / ``advance``).
+    """
+    from django.test import override_settings
+
+    from django_fencedjobs.clock import fake_clock
+    from django_fencedjobs.registry import registry
+
+    with (
+        registry.isolated() as isolated,
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
+    ):
+        fake_clock.set(JOBS_T0)
+        yield isolated

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
-from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_fencedjobs import fenced_atomic, job, lease
@@ -21,20 +20,10 @@ from tests.testapp.models import Item
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)  # where the `jobs` fixture sets the fake clock
 # "*/15 * * * *" with no declared timeout: half the interval, 7.5 minutes; grace 5 minutes.
 DEADLINE_AFTER_SLOT = timedelta(minutes=7, seconds=30) + timedelta(minutes=5)
 SECOND = timedelta(seconds=1)
-
-
-@pytest.fixture
-def jobs():
-    with (
-        registry.isolated() as isolated,
-        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
-    ):
-        fake_clock.set(T0)
-        yield isolated
 
 
 def quarterly(name: str, **kwargs):

@@ -5,28 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.test import override_settings
 
 from django_fencedjobs import FenceLost, NotInRun, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.models import JobLease, JobRun, Outcome, Watermark
-from django_fencedjobs.registry import registry
 from django_fencedjobs.runner import tick
 from tests.testapp.models import Item, Write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def jobs():
-    with (
-        registry.isolated() as isolated,
-        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
-    ):
-        fake_clock.set(T0)
-        yield isolated
+T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)  # where the `jobs` fixture sets the fake clock
 
 
 def test_a_job_is_not_run_before_its_first_slot(jobs):

@@ -21,7 +21,7 @@ from django_fencedjobs.runner import tick
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)  # where the `jobs` fixture sets the fake clock
 
 
 class CapturingTransport(Transport):
@@ -57,16 +57,6 @@ def sentry() -> Iterator[CapturingTransport]:
         client = sentry_sdk.get_client()
         sentry_sdk.get_global_scope().set_client(None)
         client.close()
-
-
-@pytest.fixture
-def jobs():
-    with (
-        registry.isolated() as isolated,
-        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
-    ):
-        fake_clock.set(T0)
-        yield isolated
 
 
 def run_once(name: str) -> None:
