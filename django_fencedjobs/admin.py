@@ -166,6 +166,7 @@ class JobLeaseAdmin(admin.ModelAdmin):
     )
     list_display_links = ("name",)
     list_filter = (StateFilter, "paused")
+    show_full_result_count = False  # one row per job: the filtered count is all it needs
     search_fields = ("name",)
     actions = ("run_now", "pause", "resume")
     fieldsets = (
@@ -523,13 +524,14 @@ def _seconds(run: JobRun, now: datetime) -> float:
 class EstimatedCountPaginator(Paginator):
     """A paginator that never counts a large table in full when nothing filters it.
 
-    It first counts at most :attr:`exact_below` rows (a bounded ``COUNT`` over a
-    ``LIMIT``ed subquery: cheap whatever the table's size). Below that the count is exact.
-    Past it, for the unfiltered list on PostgreSQL, it uses the planner's estimate
-    (``pg_class.reltuples``, kept current by autovacuum) instead of a ``COUNT(*)`` that
-    reads every row: the page count is then approximate, and the last page may be empty
-    or a few rows short. A filtered list (or another database) is counted exactly; the
-    indexes on ``(job, -scheduled_for)`` and ``(outcome, -scheduled_for)`` serve those.
+    For the unfiltered list on PostgreSQL it asks the planner's estimate first
+    (``pg_class.reltuples``, kept current by autovacuum): at or past :attr:`exact_below`
+    rows that is the count, and the page count is approximate (the last page may be empty
+    or a few rows short). Otherwise it counts at most :attr:`exact_below` rows (a bounded
+    ``COUNT`` over a ``LIMIT``ed subquery: cheap whatever the table's size); below that
+    the count is exact. A filtered list (or another database) past that bound is counted
+    exactly; the indexes on ``(job, -scheduled_for)`` and ``(outcome, -scheduled_for)``
+    serve those.
     """
 
     exact_below = 10_000
@@ -539,13 +541,15 @@ class EstimatedCountPaginator(Paginator):
         rows = self.object_list
         if not isinstance(rows, QuerySet):
             return super().count
+        unfiltered = not rows.query.where and not rows.query.distinct
+        estimate = _pg_estimate(rows) if unfiltered else None
+        if estimate is not None and estimate >= self.exact_below:
+            return estimate
         bounded = rows.order_by()[: self.exact_below].count()
         if bounded < self.exact_below:
             return bounded
-        if not rows.query.where and not rows.query.distinct:
-            estimate = _pg_estimate(rows)
-            if estimate is not None:
-                return max(estimate, bounded)
+        if estimate is not None:  # a stale estimate (not analysed since a bulk load)
+            return max(estimate, bounded)
         return rows.count()
 
 

@@ -251,7 +251,7 @@ def test_the_unfiltered_run_list_on_postgresql_uses_the_planners_estimate(
         response = superuser_client.get(url)
     assert response.context["cl"].result_count == 10  # reltuples after ANALYZE
     counts = [q["sql"] for q in queries if "COUNT(" in q["sql"].upper() and "jobrun" in q["sql"]]
-    assert len(counts) == 1 and "LIMIT 2" in counts[0].upper()
+    assert counts == []  # the estimate is past the bound: nothing is counted
     assert any("reltuples" in q["sql"] for q in queries)
     filtered = superuser_client.get(url, {"job": FINE})
     assert filtered.context["cl"].result_count == 3  # filtered: counted in full
