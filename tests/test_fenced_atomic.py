@@ -8,9 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
-from django.test.utils import CaptureQueriesContext
 
 from django_fencedjobs import FenceLost, NotInRun, WatermarkError, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
@@ -107,32 +106,65 @@ def _outside(func, errors):
         errors.append(exc)
 
 
-def test_the_fence_is_checked_with_one_locking_statement(inside_run):
+def lease_row_is_locked(name: str) -> bool:
+    """Seen from a second connection: is the lease row locked (PostgreSQL), or the
+    database's write lock taken (SQLite), right now?"""
+    from django.db import OperationalError, connections
+
+    other = connections.create_connection("default")
+    if other.vendor == "sqlite":
+        other.settings_dict = {
+            **other.settings_dict,
+            "OPTIONS": {**other.settings_dict["OPTIONS"], "timeout": 0.05},
+        }
+    try:
+        with other.cursor() as cursor:
+            if other.vendor == "postgresql":
+                cursor.execute("SET lock_timeout = '50ms'")
+                cursor.execute("BEGIN")
+                sql = "SELECT 1 FROM fencedjobs_joblease WHERE name = %s FOR UPDATE"
+            else:
+                sql = "UPDATE fencedjobs_joblease SET fence = fence WHERE name = %s"
+            try:
+                cursor.execute(sql, [name])
+            except OperationalError:
+                return True
+            return False
+    finally:
+        other.close()
+
+
+def test_the_fenced_block_holds_the_lease_row_lock_until_it_ends(inside_run):
+    seen = []
+
     def body(run):
-        with CaptureQueriesContext(connection) as queries:
-            with fenced_atomic():
-                write(run, 1)
-        fence_checks = [q["sql"] for q in queries if "fencedjobs_joblease" in q["sql"]]
-        assert len(fence_checks) == 1
-        sql = fence_checks[0]
-        assert (
-            ("FOR UPDATE" in sql) if connection.vendor == "postgresql" else sql.startswith("UPDATE")
-        )
+        with fenced_atomic():
+            write(run, 1)
+            seen.append(lease_row_is_locked(run.job.name))
+        seen.append(lease_row_is_locked(run.job.name))
 
     assert inside_run(body).outcome == Outcome.SUCCEEDED
+    assert seen == [True, False]
 
 
-def test_a_nested_block_joins_the_outer_without_a_second_check(inside_run):
+def test_a_nested_block_joins_the_outer_without_a_second_check(inside_run, monkeypatch):
+    from django_fencedjobs import lease
+
+    checks = []
+    real = lease.lock_fence
+    monkeypatch.setattr(lease, "lock_fence", lambda *args: checks.append(args) or real(*args))
+
     def body(run):
-        with CaptureQueriesContext(connection) as queries:
+        with fenced_atomic():
+            write(run, 1)
             with fenced_atomic():
-                write(run, 1)
-                with fenced_atomic():
-                    write(run, 2)
-        assert len([q for q in queries if "fencedjobs_joblease" in q["sql"]]) == 1
+                write(run, 2)
+        with fenced_atomic():
+            write(run, 3)
 
     assert inside_run(body).outcome == Outcome.SUCCEEDED
-    assert Write.objects.count() == 2
+    assert len(checks) == 2
+    assert Write.objects.count() == 3
 
 
 def test_an_inner_failure_rolls_back_only_the_inner_block(inside_run):
