@@ -3,6 +3,10 @@
 Tests marked ``postgres_only`` are not skipped on SQLite: ``make test``
 deselects them there (``-m "not postgres_only"``), and one that runs on
 SQLite anyway fails with an explanation instead of passing vacuously.
+
+Tests marked ``throwaway_server`` restart or inspect the PostgreSQL cluster that
+``scripts/throwaway_postgres.py`` started; with a ``DATABASE_URL`` supplied by the
+caller they are deselected (and counted as such), never skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +25,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def _configured_vendor() -> str:
     engine = settings.DATABASES["default"]["ENGINE"]
     return "postgresql" if "postgresql" in engine else "sqlite" if "sqlite" in engine else engine
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("FENCEDJOBS_TEST_PG_THROWAWAY") == "1":
+        return
+    deselected = [item for item in items if item.get_closest_marker("throwaway_server")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker("throwaway_server")]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

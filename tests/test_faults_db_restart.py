@@ -22,13 +22,15 @@ from django_fencedjobs.models import JobLease, JobRun, Outcome
 from tests.faults.harness import Spawner, now, prepare, wait_until
 from tests.faults.jobs import LOOP
 
-pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.postgres_only,
+    pytest.mark.throwaway_server,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 @pytest.fixture
 def spawn(child_env, tmp_path):
-    if os.environ.get("FENCEDJOBS_TEST_PG_THROWAWAY") != "1":
-        pytest.skip("DATABASE_URL was supplied by the caller: will not restart that server")
     with Spawner(child_env, tmp_path) as spawner:
         yield spawner
 

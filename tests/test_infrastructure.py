@@ -23,10 +23,6 @@ def expected_vendor() -> str:
     return "postgresql"
 
 
-def throwaway_cluster() -> bool:
-    return os.environ.get("FENCEDJOBS_TEST_PG_THROWAWAY") == "1"
-
-
 @pytest.mark.django_db
 def test_database_is_the_one_the_environment_names(on_postgres: bool) -> None:
     assert connection.vendor == expected_vendor()
@@ -41,10 +37,9 @@ def test_database_is_the_one_the_environment_names(on_postgres: bool) -> None:
 
 
 @pytest.mark.postgres_only
+@pytest.mark.throwaway_server
 @pytest.mark.django_db
 def test_throwaway_cluster_exports_pg_ctl() -> None:
-    if not throwaway_cluster():
-        pytest.skip("DATABASE_URL was supplied by the caller: no throwaway cluster")
     pg_ctl = os.environ.get("FENCEDJOBS_TEST_PG_CTL", "")
     datadir = os.environ.get("FENCEDJOBS_TEST_PG_DATADIR", "")
     assert pg_ctl and datadir
@@ -59,10 +54,9 @@ def test_throwaway_cluster_exports_pg_ctl() -> None:
 
 
 @pytest.mark.postgres_only
+@pytest.mark.throwaway_server
 @pytest.mark.django_db(transaction=True)
 def test_server_restart_breaks_connections_and_reconnecting_works() -> None:
-    if not throwaway_cluster():
-        pytest.skip("DATABASE_URL was supplied by the caller: will not restart it")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (before,) = cursor.fetchone()
