@@ -12,7 +12,20 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
-from tests.settings import parse_database_url
+# The Django boilerplate (apps, middleware, templates, time zone) is the test suite's.
+from tests.settings import (  # noqa: F401
+    ALLOWED_HOSTS,
+    DEBUG,
+    DEFAULT_AUTO_FIELD,
+    INSTALLED_APPS,
+    MIDDLEWARE,
+    PASSWORD_HASHERS,
+    STATIC_URL,
+    TEMPLATES,
+    TIME_ZONE,
+    USE_TZ,
+    parse_database_url,
+)
 
 _url = os.environ.get("DATABASE_URL", "")
 if not _url or _url.lower().startswith("sqlite"):
@@ -26,51 +39,8 @@ _db["CONN_MAX_AGE"] = None  # one connection per process, as a worker keeps it
 DATABASES = {"default": _db}
 
 SECRET_KEY = "django-fencedjobs-bench-not-secret"
-DEBUG = False
-ALLOWED_HOSTS = ["*"]
-USE_TZ = True
-TIME_ZONE = "UTC"
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-
-INSTALLED_APPS = [
-    "django.contrib.admin",
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "django.contrib.staticfiles",
-    "django_fencedjobs",
-    "bench.benchapp",
-]
-
-MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-]
-
+INSTALLED_APPS = [*(app for app in INSTALLED_APPS if app != "tests.testapp"), "bench.benchapp"]
 ROOT_URLCONF = "bench.urls"
-
-TEMPLATES = [
-    {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
-        "APP_DIRS": True,
-        "OPTIONS": {
-            "context_processors": [
-                "django.template.context_processors.request",
-                "django.contrib.auth.context_processors.auth",
-                "django.contrib.messages.context_processors.messages",
-            ],
-        },
-    },
-]
-
-STATIC_URL = "/static/"
-PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Warnings and errors of the runner reach stderr (a benchmark that records failed runs
 # should be visible); its INFO records are not emitted, as in a default deployment.

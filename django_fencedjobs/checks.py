@@ -157,10 +157,6 @@ def _check_job(job: Job) -> list[checks.CheckMessage]:
 def check_routing(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    return _check_routing()
-
-
-def _check_routing() -> list[checks.CheckMessage]:
     from django_fencedjobs.models import JobLease, JobRun, Watermark
 
     aliases = {

@@ -78,11 +78,12 @@ class FencedAtomic(ContextDecorator):
 
     def __enter__(self) -> None:
         run = current_run()
-        alias = self.using or lease.lease_db()
-        if alias != lease.lease_db():
+        leases = lease.lease_db()
+        alias = self.using or leases
+        if alias != leases:
             raise NotInRun(
                 f"fenced_atomic(using={alias!r}): the job leases live in database "
-                f"{lease.lease_db()!r}; the fence can only guard writes made in the same "
+                f"{leases!r}; the fence can only guard writes made in the same "
                 "transaction, on the same database (see check fencedjobs.E009)."
             )
         stack = _depth.by_alias.setdefault(alias, [])

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import BooleanField, F, Q
+from django.db.models import BooleanField, F
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
 
@@ -352,8 +352,7 @@ def make_due(name: str, now: datetime) -> bool:
     """ "Run now": make the job due at ``now``. It still goes through :func:`acquire`."""
     return (
         JobLease.objects.using(lease_db())
-        .filter(name=name)
-        .filter(Q(next_run_at__gt=now))
+        .filter(name=name, next_run_at__gt=now)
         .update(next_run_at=now)
         == 1
     )
@@ -372,10 +371,6 @@ def skip_slot(seen: LeaseRow, *, next_run_at: datetime) -> bool:
             .update(next_run_at=next_run_at)
             == 1
         )
-
-
-def connection_for_leases() -> BaseDatabaseWrapper:
-    return connections[lease_db()]
 
 
 @contextlib.contextmanager

@@ -373,14 +373,16 @@ def _watermark_text(value: WatermarkValue | None) -> str:
 # -- syncing declared jobs with their lease rows ------------------------------------------
 
 
-def sync(jobs: Sequence[Job], rows: dict[str, lease.LeaseRow], now: datetime) -> bool:
+def sync(jobs: Sequence[Job], now: datetime, fingerprints: dict[str, str] | None = None) -> bool:
     """Create lease rows for new jobs and recompute ``next_run_at`` for changed schedules.
-    Returns True when anything changed (the caller re-reads)."""
-    return _sync(jobs, {name: row.schedule_fingerprint for name, row in rows.items()}, now)
 
-
-def _sync(jobs: Sequence[Job], fingerprints: dict[str, str], now: datetime) -> bool:
-    """:func:`sync`, given each existing row's stored fingerprint by job name."""
+    ``fingerprints`` are the stored schedule fingerprints by job name, when the caller has
+    already read them (a tick has); otherwise they are read here. Returns True when
+    anything changed (the caller re-reads).
+    """
+    if fingerprints is None:
+        rows = lease.read([job.name for job in jobs])
+        fingerprints = {name: row.schedule_fingerprint for name, row in rows.items()}
     missing: list[JobLease] = []
     changed = False
     for job in jobs:
@@ -683,7 +685,7 @@ def record_pending() -> None:
             extra=_log_fields(run.record, event="run_recorded_late"),
         )
         # Receivers (Sentry Crons, metrics) learn the outcome now, as for any other run.
-        signals.run_finished.send_robust(sender=Job, job=run.job, record=run.record)
+        signals.send(signals.run_finished, job=run.job, record=run.record)
 
 
 def _log_fields(record: JobRun, *, event: str, **more: Any) -> dict[str, Any]:
@@ -725,7 +727,7 @@ def tick(names: Sequence[str] | None = None) -> TickResult:
         return TickResult([], None)
     now = clock.now()
     seen = lease.scan(list(by_name), now)
-    if _sync(jobs, seen.fingerprints, now):
+    if sync(jobs, now, seen.fingerprints):
         seen = lease.scan(list(by_name), now)
     runs: list[JobRun] = []
     for row in sorted(seen.due, key=lambda r: (r.next_run_at, r.name)):

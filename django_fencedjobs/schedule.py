@@ -323,13 +323,21 @@ def _check_croniter_accepts(expr_fields: str, expr: str) -> None:
         raise ScheduleError(f"cron {expr!r} is not a valid cron expression; {_FIELD_HELP}.")
 
 
-def _resolve_zone(name: object) -> ZoneInfo:
+def is_fixed_offset(name: object) -> bool:
+    """True for fixed UTC offsets ("+02:00", "UTC+2", "Etc/GMT-5"), which ``Schedule`` refuses."""
+    return isinstance(name, str) and bool(
+        _FIXED_OFFSET_RE.match(name) or name.upper() in _FIXED_OFFSET_NAMES
+    )
+
+
+def resolve_zone(name: object) -> ZoneInfo:
+    """The named IANA zone, or :class:`ScheduleError` (unknown zone, or a fixed offset)."""
     if not isinstance(name, str):
         raise ScheduleError(
             f"timezone={name!r} must be the name of an IANA zone, a string such as "
             f"'Europe/Berlin' or 'UTC'."
         )
-    if _FIXED_OFFSET_RE.match(name) or name.upper() in _FIXED_OFFSET_NAMES:
+    if is_fixed_offset(name):
         raise ScheduleError(
             f"timezone {name!r} is a fixed UTC offset, which does not follow daylight saving "
             f"time: the job would run an hour off local time for half the year. Use a named "
@@ -437,7 +445,7 @@ class Schedule:
             raise ScheduleError(
                 f"give exactly one of cron or every, not both: cron={cron!r}, every={every!r}."
             )
-        self.tz = _resolve_zone(timezone)
+        self.tz = resolve_zone(timezone)
         self.timezone = timezone
 
         self._fields: _CronFields | None = None
@@ -868,15 +876,3 @@ class Schedule:
             days = "day" if dom.isdigit() else "days"
             return f"{at} on {days} {dom} of the month"
         return None
-
-
-def resolve_zone(name: str) -> ZoneInfo:
-    """The named IANA zone, or :class:`ScheduleError` (unknown zone, or a fixed offset)."""
-    return _resolve_zone(name)
-
-
-def is_fixed_offset(name: object) -> bool:
-    """True for fixed UTC offsets ("+02:00", "UTC+2", "Etc/GMT-5"), which ``Schedule`` refuses."""
-    return isinstance(name, str) and bool(
-        _FIXED_OFFSET_RE.match(name) or name.upper() in _FIXED_OFFSET_NAMES
-    )

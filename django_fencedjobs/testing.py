@@ -35,7 +35,7 @@ def run_job_now(job: str | Job | Callable[..., Any]) -> JobRun:
     """
     declared = _resolve(job)
     now = clock.now()
-    runner.sync([declared], lease.read([declared.name]), now)
+    runner.sync([declared], now)
     lease.make_due(declared.name, now)
     row = lease.read([declared.name])[declared.name]
     record = runner.run_job(declared, row)

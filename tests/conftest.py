@@ -106,3 +106,13 @@ def jobs():
     ):
         fake_clock.set(JOBS_T0)
         yield isolated
+
+
+@pytest.fixture
+def spawn(child_env, tmp_path):
+    """Starts fault-test workers (``tests.faults.worker``) in child processes; every one of
+    them is killed when the test ends, stopped ones first resumed."""
+    from tests.faults.harness import Spawner
+
+    with Spawner(child_env, tmp_path) as spawner:
+        yield spawner

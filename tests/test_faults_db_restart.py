@@ -19,7 +19,7 @@ import pytest
 from django.db import connection
 
 from django_fencedjobs.models import JobLease, JobRun, Outcome
-from tests.faults.harness import Spawner, now, prepare, wait_until
+from tests.faults.harness import now, prepare, wait_until
 from tests.faults.jobs import LOOP
 
 pytestmark = [
@@ -27,12 +27,6 @@ pytestmark = [
     pytest.mark.throwaway_server,
     pytest.mark.django_db(transaction=True),
 ]
-
-
-@pytest.fixture
-def spawn(child_env, tmp_path):
-    with Spawner(child_env, tmp_path) as spawner:
-        yield spawner
 
 
 def restart_server() -> None:

@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 
 from django_fencedjobs.models import Outcome
-from tests.faults.harness import Spawner, make_due, prepare, runs
+from tests.faults.harness import make_due, prepare, runs
 from tests.faults.jobs import DOUBLE_FIRE
 from tests.testapp.models import Write
 
@@ -25,12 +25,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 CONTENDERS = 4
 ROUNDS = 15
-
-
-@pytest.fixture
-def spawn(child_env, tmp_path):
-    with Spawner(child_env, tmp_path) as spawner:
-        yield spawner
 
 
 def executions(workers, round_: int) -> list[dict]:

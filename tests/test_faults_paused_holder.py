@@ -18,7 +18,6 @@ from django.db import connection
 
 from django_fencedjobs.models import Outcome
 from tests.faults.harness import (
-    Spawner,
     make_due,
     prepare,
     runs,
@@ -32,12 +31,6 @@ from tests.testapp.models import Write
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROUNDS = 5
-
-
-@pytest.fixture
-def spawn(child_env, tmp_path):
-    with Spawner(child_env, tmp_path) as spawner:
-        yield spawner
 
 
 def rows_by_fence() -> dict[int, dict[int, int]]:

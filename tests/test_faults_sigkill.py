@@ -18,7 +18,7 @@ import pytest
 
 from django_fencedjobs.models import Outcome, Watermark
 from django_fencedjobs.runner import _floor
-from tests.faults.harness import Spawner, make_due, now, prepare, runs, wait_lease_expired
+from tests.faults.harness import make_due, now, prepare, runs, wait_lease_expired
 from tests.faults.jobs import ITEMS, WINDOWS
 from tests.testapp.models import Item, Write
 
@@ -27,12 +27,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ITEM_COUNT = 30
 SIZE = 5
 STEP = timedelta(minutes=1)
-
-
-@pytest.fixture
-def spawn(child_env, tmp_path):
-    with Spawner(child_env, tmp_path) as spawner:
-        yield spawner
 
 
 def kill_when_stalled(worker) -> dict:

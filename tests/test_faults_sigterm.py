@@ -14,7 +14,7 @@ import signal
 import pytest
 
 from django_fencedjobs.models import LEASE_FREE, JobLease, Outcome
-from tests.faults.harness import Spawner, prepare, runs
+from tests.faults.harness import prepare, runs
 from tests.faults.jobs import ITEMS
 from tests.testapp.models import Item, Write
 
@@ -22,12 +22,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ITEM_COUNT = 30
 SIZE = 5
-
-
-@pytest.fixture
-def spawn(child_env, tmp_path):
-    with Spawner(child_env, tmp_path) as spawner:
-        yield spawner
 
 
 @pytest.mark.parametrize("stall_batch", [0, 1, 3])

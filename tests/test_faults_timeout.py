@@ -19,17 +19,11 @@ from django_fencedjobs import lease, runner
 from django_fencedjobs.models import LEASE_FREE, JobLease, Outcome
 from django_fencedjobs.registry import registry
 from tests.faults import jobs
-from tests.faults.harness import Spawner, prepare, runs
+from tests.faults.harness import prepare, runs
 from tests.faults.jobs import OVERRUN
 from tests.testapp.models import Write
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def spawn(child_env, tmp_path):
-    with Spawner(child_env, tmp_path) as spawner:
-        yield spawner
 
 
 def check_revoked(events) -> None:

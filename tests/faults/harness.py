@@ -218,7 +218,7 @@ def prepare(name: str, *, due: bool = True) -> None:
     with registry.isolated():
         jobs.register()
         declared = registry.get(name)
-        runner.sync([declared], lease.read([name]), now())
+        runner.sync([declared], now())
     if due:
         make_due(name)
 

@@ -212,7 +212,7 @@ def _run_every_job_now() -> tuple[list[str], datetime]:
     jobs = runner.runnable_jobs()
     names = [job.name for job in jobs]
     now = clock.now()
-    runner.sync(jobs, lease.read(names), now)
+    runner.sync(jobs, now)
     for name in names:
         lease.make_due(name, now)
     return names, now
