@@ -19,6 +19,7 @@ __all__ = [
     "JobTimeout",
     "NotInRun",
     "Run",
+    "RunAborted",
     "Schedule",
     "ScheduleError",
     "UnknownJob",
@@ -34,6 +35,7 @@ from django_fencedjobs.exceptions import (
     JobDefinitionError,
     JobTimeout,
     NotInRun,
+    RunAborted,
     ScheduleError,
     UnknownJob,
     WatermarkError,
@@ -43,7 +45,7 @@ from django_fencedjobs.schedule import Schedule
 if TYPE_CHECKING:
     from django_fencedjobs.fencing import fenced_atomic
     from django_fencedjobs.registry import Job, job
-    from django_fencedjobs.runner import Run, Window
+    from django_fencedjobs.run import Run, Window
 
 # These touch Django's ORM, which cannot be imported before settings are configured;
 # importing them lazily keeps `from django_fencedjobs import Schedule` usable anywhere.
@@ -51,8 +53,8 @@ _LAZY = {
     "fenced_atomic": "django_fencedjobs.fencing",
     "job": "django_fencedjobs.registry",
     "Job": "django_fencedjobs.registry",
-    "Run": "django_fencedjobs.runner",
-    "Window": "django_fencedjobs.runner",
+    "Run": "django_fencedjobs.run",
+    "Window": "django_fencedjobs.run",
 }
 
 

@@ -1,18 +1,35 @@
 """Every exception the public API raises.
 
-One base class, :class:`FencedJobsError`. Each subclass's docstring is its
-default message and says what to do about it.
+Two base classes. :class:`FencedJobsError` (an ``Exception``) for what the caller can
+handle: bad input, an unknown job, a call outside a run. :class:`RunAborted` (a
+``BaseException``, like ``KeyboardInterrupt`` or ``asyncio.CancelledError``) for what ends
+a run: the fence is gone or the run timed out. A handler's ``except Exception:`` (a very
+common shape: log the item, go on with the next) must not swallow the end of its run, so
+these two do not derive from ``Exception``. Each class's docstring is its default message
+and says what to do about it.
 """
 
 from __future__ import annotations
+
+
+def _docstring(exc: BaseException) -> str:
+    """The class's docstring on one line: it is wrapped for the source, not for a log line."""
+    return " ".join((type(exc).__doc__ or "").split())
 
 
 class FencedJobsError(Exception):
     """django-fencedjobs failed."""
 
     def __init__(self, message: str | None = None) -> None:
-        # The docstring, on one line: it is wrapped for the source, not for a log line.
-        super().__init__(message or " ".join((self.__doc__ or "").split()))
+        super().__init__(message or _docstring(self))
+
+
+class RunAborted(BaseException):
+    """The run is over: its handler must not go on. Not an ``Exception``, so that ``except
+    Exception`` in a handler cannot swallow it; the runner records the run's outcome."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or _docstring(self))
 
 
 class ScheduleError(FencedJobsError, ValueError):
@@ -33,13 +50,13 @@ class NotInRun(FencedJobsError, RuntimeError):
     the lease. In a unit test, call the job through django_fencedjobs.testing.run_job_now()."""
 
 
-class FenceLost(FencedJobsError):
+class FenceLost(RunAborted):
     """This run no longer holds the job's lease: another run took it over (the lease expired while
     this one was paused or slow) or the run was revoked on timeout. Nothing written in the
     fenced block was committed. Do not retry inside the handler: the run is over."""
 
 
-class JobTimeout(FencedJobsError):
+class JobTimeout(RunAborted):
     """The run overran its timeout: its fence was revoked, so its writes can no longer commit.
     Raise the job's timeout, or make each run do less (max_batches)."""
 

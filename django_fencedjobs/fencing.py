@@ -26,7 +26,7 @@ from django_fencedjobs import lease
 from django_fencedjobs.exceptions import FenceLost, NotInRun
 
 if TYPE_CHECKING:
-    from django_fencedjobs.runner import Run
+    from django_fencedjobs.run import Run
 
 _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
     "fencedjobs_current_run", default=None

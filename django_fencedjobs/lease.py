@@ -26,18 +26,14 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
-from django.db import connections, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BooleanField, F
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
 
 from django_fencedjobs.models import LEASE_FREE, JobLease, JobRun, Outcome
-
-if TYPE_CHECKING:
-    from django_fencedjobs.runner import Run
 
 
 def lease_db() -> str:
@@ -155,21 +151,32 @@ def create(rows: list[JobLease]) -> None:
     JobLease.objects.using(lease_db()).bulk_create(rows, ignore_conflicts=True)
 
 
-def reschedule(name: str, old_fingerprint: str, fingerprint: str, next_run_at: datetime) -> bool:
+def reschedule(name: str, old_fingerprint: str, fingerprint: str, next_run_at: datetime) -> None:
     """The job's schedule changed in code: its next slot is recomputed, once (conditional on
-    the fingerprint it replaces, so racing processes do not recompute it twice)."""
-    return (
-        JobLease.objects.using(lease_db())
-        .filter(name=name, schedule_fingerprint=old_fingerprint)
-        .update(schedule_fingerprint=fingerprint, next_run_at=next_run_at)
-        == 1
-    )
+    the fingerprint it replaces, so racing processes do not recompute it twice).
+
+    A row locked right now (its run is inside a fenced transaction) is passed over, not
+    waited for (``SKIP LOCKED``): the next tick, or the next observer, recomputes it.
+    """
+    alias = lease_db()
+    with transaction.atomic(using=alias):
+        locked = list(
+            JobLease.objects.using(alias)
+            .select_for_update(skip_locked=connections[alias].features.has_select_for_update)
+            .filter(name=name, schedule_fingerprint=old_fingerprint)
+            .values_list("pk", flat=True)
+        )
+        if locked:
+            JobLease.objects.using(alias).filter(pk__in=locked).update(
+                schedule_fingerprint=fingerprint, next_run_at=next_run_at
+            )
 
 
 def acquire(
     seen: LeaseRow, *, owner: str, now: datetime, ttl: timedelta, next_run_at: datetime
 ) -> int | None:
-    """Take the lease; return the new fence, or None when another process took it first.
+    """Take the lease; return the new fence, or None when another process took it first or
+    holds the row right now.
 
     One conditional UPDATE, a compare-and-set on the row as :func:`read` read it: the
     fence and the slot must be unchanged and the lease must have expired. Two
@@ -179,24 +186,44 @@ def acquire(
     updates nothing. The same statement moves ``next_run_at`` to the first slot after
     ``now``, so the job is not due again for this slot even if this run dies.
 
+    On PostgreSQL the row is locked first with ``FOR UPDATE SKIP LOCKED``: a row locked by
+    anyone else (a holder inside its fenced transaction, paused or not; another acquirer)
+    is passed over at once instead of waited for, so one job's stuck holder never holds up
+    the jobs behind it in a tick. The job is tried again at the next tick; a paused
+    holder's transaction is ended by the server (:func:`limit_idle_transactions`).
+
     Call inside the transaction that records the run, so that both commit or neither.
     """
-    updated = (
-        JobLease.objects.using(lease_db())
-        .filter(
-            name=seen.name,
-            fence=seen.fence,
-            next_run_at=seen.next_run_at,
-            lease_until__lt=now,
-            paused=False,
+    connection = connections[lease_db()]
+    if connection.vendor == "postgresql":
+        table = _table(connection)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET fence = fence + 1, owner = %s, lease_until = %s,"
+                " next_run_at = %s"
+                f" WHERE name = (SELECT name FROM {table} WHERE name = %s AND fence = %s"
+                "  AND next_run_at = %s AND lease_until < %s AND NOT paused"
+                "  FOR UPDATE SKIP LOCKED)",
+                [owner, now + ttl, next_run_at, seen.name, seen.fence, seen.next_run_at, now],
+            )
+            updated = cursor.rowcount
+    else:
+        updated = (
+            JobLease.objects.using(lease_db())
+            .filter(
+                name=seen.name,
+                fence=seen.fence,
+                next_run_at=seen.next_run_at,
+                lease_until__lt=now,
+                paused=False,
+            )
+            .update(
+                fence=F("fence") + 1,
+                owner=owner,
+                lease_until=now + ttl,
+                next_run_at=next_run_at,
+            )
         )
-        .update(
-            fence=F("fence") + 1,
-            owner=owner,
-            lease_until=now + ttl,
-            next_run_at=next_run_at,
-        )
-    )
     return seen.fence + 1 if updated == 1 else None
 
 
@@ -298,11 +325,51 @@ def try_advisory_xact_lock(connection: BaseDatabaseWrapper, name: str) -> bool:
         return locked
 
 
+#: The longest a statement of the app's own bookkeeping (renewal, the end of a run, an
+#: admin action) waits for a lease row that someone else has locked.
+LOCK_WAIT = 2.0
+
+
+@contextlib.contextmanager
+def bounded_wait(seconds: float = LOCK_WAIT) -> Iterator[BaseDatabaseWrapper]:
+    """A transaction on the lease database in which waiting for a lock ends after
+    ``seconds`` with a ``DatabaseError`` (see :func:`is_lock_timeout`).
+
+    No statement of the app waits on another holder's row lock without a bound: a holder
+    paused inside its fenced transaction keeps its lock until the server ends that
+    transaction, and nothing of the app may freeze behind it meanwhile. PostgreSQL:
+    ``lock_timeout``, local to this transaction. SQLite: the connection's busy timeout,
+    for the duration (SQLite waits for its write lock per transaction, not per statement).
+    """
+    alias = lease_db()
+    connection = connections[alias]
+    if connection.vendor == "sqlite":
+        with _sqlite_busy_timeout(connection, seconds), transaction.atomic(using=alias):
+            yield connection
+        return
+    with transaction.atomic(using=alias):
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", [f"{int(seconds * 1000)}ms"]
+                )
+        yield connection
+
+
+def is_lock_timeout(exc: BaseException) -> bool:
+    """True when ``exc`` is a lock wait that :func:`bounded_wait` cut short."""
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) == "55P03":  # PostgreSQL: lock_not_available
+        return True
+    return "database is locked" in str(exc)
+
+
 def renew(name: str, fence: int, until: datetime) -> bool:
     """Extend the lease to ``until``; False when the fence is no longer ours.
 
     Conditional on the fence, so a superseded run cannot extend its successor's lease.
     ``Greatest`` keeps the lease from moving backwards if renewals arrive out of order.
+    Run it in :func:`bounded_wait`: the run's own fenced transaction may hold the row.
     """
     return (
         JobLease.objects.using(lease_db())
@@ -312,14 +379,20 @@ def renew(name: str, fence: int, until: datetime) -> bool:
     )
 
 
-def release(name: str, fence: int, *, succeeded_at: datetime | None, failed: bool) -> bool:
+def end(name: str, fence: int, *, succeeded_at: datetime | None, failed: bool) -> bool:
     """End the run's lease and record its result on the job; False when the fence was lost.
 
     Conditional on the fence: a superseded run records nothing on its successor's row.
-    The fence itself is kept (it never decreases); ``lease_until`` goes back to the past
-    so the next slot is not held up.
+    The fence is incremented: once a run has ended (finished, timed out, or given up on),
+    every fenced block of it fails, in whichever thread kept its context, and so does any
+    statement of it still on its way. ``lease_until`` goes back to the past so the next
+    slot is not held up. A timed-out run ends with ``failed=True``: the revocation.
     """
-    changes: dict[str, object] = {"lease_until": LEASE_FREE, "owner": ""}
+    changes: dict[str, object] = {
+        "fence": F("fence") + 1,
+        "lease_until": LEASE_FREE,
+        "owner": "",
+    }
     if succeeded_at is not None:
         changes["last_success_at"] = succeeded_at
         changes["consecutive_failures"] = 0
@@ -328,49 +401,36 @@ def release(name: str, fence: int, *, succeeded_at: datetime | None, failed: boo
     return JobLease.objects.using(lease_db()).filter(name=name, fence=fence).update(**changes) == 1
 
 
-def revoke(name: str, fence: int) -> bool:
-    """Take the lease away from a run that overran its timeout; False when it no longer had it.
-
-    Incrementing the fence is what stops the run: its next fenced transaction finds a
-    newer fence and rolls back, however long it keeps running. Conditional on the run's
-    own fence, so a late revocation can never revoke a successor. Counts as a failure.
-    """
-    return (
-        JobLease.objects.using(lease_db())
-        .filter(name=name, fence=fence)
-        .update(
-            fence=F("fence") + 1,
-            lease_until=LEASE_FREE,
-            owner="",
-            consecutive_failures=F("consecutive_failures") + 1,
-        )
-        == 1
-    )
+def _locked_update(name: str, changes: dict[str, object], **conditions: object) -> bool:
+    """An admin-side change of one lease row, waiting at most :data:`LOCK_WAIT` for it;
+    False when the row does not match, or stayed locked (a run is inside a fenced
+    transaction): the caller reports it and the operator tries again."""
+    try:
+        with bounded_wait():
+            return (
+                JobLease.objects.using(lease_db()).filter(name=name, **conditions).update(**changes)
+                == 1
+            )
+    except DatabaseError as exc:
+        if is_lock_timeout(exc):
+            return False
+        raise
 
 
 def make_due(name: str, now: datetime) -> bool:
     """ "Run now": make the job due at ``now``. It still goes through :func:`acquire`."""
-    return (
-        JobLease.objects.using(lease_db())
-        .filter(name=name, next_run_at__gt=now)
-        .update(next_run_at=now)
-        == 1
-    )
+    return _locked_update(name, {"next_run_at": now}, next_run_at__gt=now)
 
 
 def set_paused(name: str, paused: bool) -> bool:
-    return JobLease.objects.using(lease_db()).filter(name=name).update(paused=paused) == 1
+    return _locked_update(name, {"paused": paused})
 
 
 def skip_slot(seen: LeaseRow, *, next_run_at: datetime) -> bool:
     """Move a due job past a slot that cannot be recorded (its run row already exists)."""
-    with transaction.atomic(using=lease_db()):
-        return (
-            JobLease.objects.using(lease_db())
-            .filter(name=seen.name, fence=seen.fence, next_run_at=seen.next_run_at)
-            .update(next_run_at=next_run_at)
-            == 1
-        )
+    return _locked_update(
+        seen.name, {"next_run_at": next_run_at}, fence=seen.fence, next_run_at=seen.next_run_at
+    )
 
 
 @contextlib.contextmanager
@@ -387,41 +447,59 @@ def _sqlite_busy_timeout(connection: BaseDatabaseWrapper, seconds: float) -> Ite
             cursor.execute(f"PRAGMA busy_timeout = {int(previous)}")
 
 
-def revoke_timed_out(run: Run, *, wait: float | None = None) -> bool:
-    """Revoke a run that overran its timeout and record it as timed out, in one transaction.
+# -- the handler's connection ----------------------------------------------------------------
 
-    :func:`revoke` is conditional on the run's fence and the run record only moves from
-    ``running``, so whoever gets here first (the supervisor thread, or the runner after the
-    handler returned) does it once. ``wait`` bounds how long to wait for the lease row
-    (PostgreSQL's ``lock_timeout``, SQLite's busy timeout); a lock wait that runs out raises
-    ``DatabaseError``.
+
+@dataclass(frozen=True)
+class Backend:
+    """A PostgreSQL server session: its pid and when it started (a pid alone can be reused)."""
+
+    pid: int
+    started: datetime
+
+
+def limit_idle_transactions(
+    connection: BaseDatabaseWrapper, ttl: timedelta | None
+) -> Backend | None:
+    """PostgreSQL: end any transaction of this session that sits idle longer than ``ttl``
+    (None: back to the server's default); returns the session, for :func:`terminate`.
+
+    Set on a run's connection for the run's duration, to the job's ``lease_ttl``. A holder
+    paused (SIGSTOP, a suspended VM, a GC pause) inside its fenced transaction is, to the
+    server, a session idle in transaction: the server ends it after ``ttl``, its writes roll
+    back and its lock on the lease row goes, so the job is taken over at its next slot
+    instead of freezing until the holder resumes. The same holds for a handler that sits in
+    Python (or a sleep, or a call to another service) for longer than ``ttl`` inside one
+    transaction: that is indistinguishable from a pause, and the lease says how long a
+    holder may go quiet. One statement, which also says who the session is.
     """
-    from django_fencedjobs import clock
-
-    alias = lease_db()
-    if wait is not None and connections[alias].vendor == "sqlite":
-        # SQLite waits for its write lock (held by the handler's open fenced transaction)
-        # as long as the connection's busy timeout, not per statement: bound it here, for
-        # this one transaction.
-        with _sqlite_busy_timeout(connections[alias], wait):
-            return revoke_timed_out(run)
-    with transaction.atomic(using=alias):
-        connection = connections[alias]
-        if wait is not None and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT set_config('lock_timeout', %s, true)", [f"{int(wait * 1000)}ms"]
-                )
-        if not revoke(run.job.name, run.fence):
-            return False
-        JobRun.objects.using(alias).filter(
-            pk=run.record.pk, outcome__in=[Outcome.RUNNING, Outcome.ABANDONED]
-        ).update(
-            outcome=Outcome.TIMED_OUT,
-            finished_at=clock.now(),
-            items=run.items,
-            batches=run.batch_count,
-            error=f"Timed out after {run.job.run_timeout}; the lease was revoked, so no "
-            "later write of this run can commit.",
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        if ttl is None:
+            cursor.execute("RESET idle_in_transaction_session_timeout")
+            return None
+        cursor.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false),"
+            " pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+            [f"{max(int(ttl.total_seconds() * 1000), 1)}ms"],
         )
-        return True
+        row = cursor.fetchone()
+    return Backend(row[1], row[2]) if row else None
+
+
+def terminate(backend: Backend) -> bool:
+    """End a run's server session, rolling back its open transaction and freeing its locks.
+
+    For a handler past its timeout that holds the lease row (inside a fenced transaction,
+    blocked where no interrupt reaches it). Matched on pid *and* start time, so a pid the
+    server has since reused for another session is never touched.
+    """
+    with connections[lease_db()].cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE pid = %s AND backend_start = %s",
+            [backend.pid, backend.started],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])

@@ -1,18 +1,34 @@
-"""The thread that watches one run: it renews the lease and enforces the timeout.
+"""The thread that watches one run from beside its handler: it renews the lease, enforces
+the timeout, and ends a run whose handler will not stop.
 
 Renewing keeps a healthy run's lease from expiring while the handler computes. If a
 renewal finds the fence gone (the run was paused past its lease and a successor took
-over), the run is stopped at once. At the timeout the lease is *revoked*: the fence is
-incremented, so the handler's next fenced write fails however long it keeps running,
-and :class:`JobTimeout` is raised inside the handler to stop it sooner.
+over), the run is stopped. At the timeout the run is *revoked* and recorded ``timed_out``
+at once: the fence is incremented, so nothing the handler writes from then on can commit.
+
+Stopping the handler itself takes three steps, each for what the one before cannot reach:
+
+1. :class:`~django_fencedjobs.exceptions.JobTimeout` (or ``FenceLost``) is raised inside
+   the handler, again every :data:`INTERRUPT_EVERY` seconds until it returns. Both derive
+   from ``BaseException``, so the ``except Exception:`` of a handler that logs an item's
+   error and goes on with the next cannot swallow them.
+2. A handler blocked where no Python exception lands (``time.sleep``, a socket read, C
+   code) does not see the interrupt until the call returns. If it holds the lease row
+   (inside a fenced transaction), its database session is ended, which rolls its
+   transaction back and frees the row for the revocation.
+3. After :data:`GRACE` more seconds the run is given up on: its session is ended and the
+   runner that started it is told (``on_abandon``), so it goes on with other jobs. The
+   handler's thread is left to finish its blocking call, then meets the interrupt.
+
+The supervisor renews without waiting on its own handler: a renewal that finds the lease
+row locked (the handler is inside a fenced transaction) waits at most until the next
+check, then tries again at once. While the handler holds that lock no one can take the
+lease over (acquirers pass a locked row by), and the renewal queued behind the lock goes
+through the moment the handler commits, before any acquirer can see an expired lease.
 
 Liveness only: neither renewal nor the interrupt is what makes the run safe. A paused
 process pauses this thread too; the fence check in ``fenced_atomic`` is what stops a
 stale holder.
-
-The interrupt is delivered with ``PyThreadState_SetAsyncExc``: it lands at the handler's
-next Python bytecode, so a handler blocked in a long C call (a socket read, a slow query)
-sees it when that call returns. The revocation has already taken effect by then.
 """
 
 from __future__ import annotations
@@ -21,22 +37,29 @@ import ctypes
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections
 
 from django_fencedjobs import clock, lease
-from django_fencedjobs.exceptions import FencedJobsError, FenceLost, JobTimeout
+from django_fencedjobs.exceptions import FenceLost, JobTimeout, RunAborted
 
 if TYPE_CHECKING:
-    from django_fencedjobs.runner import Run
+    from django_fencedjobs.run import Run
 
 logger = logging.getLogger("django_fencedjobs")
 
 #: Never renew more often than this, whatever the TTL.
 MIN_RENEW_INTERVAL = 0.05
-#: How long the revocation of a timed-out run waits for the lease row.
-REVOKE_LOCK_WAIT = 2.0
+#: How often the interrupt is raised again in a handler that has not returned.
+INTERRUPT_EVERY = 0.1
+#: How long a handler interrupted at its timeout (or on losing its fence) may take to
+#: return before it is given up on.
+GRACE = 5.0
+#: How long the revocation waits for a lease row the handler holds before ending the
+#: handler's database session.
+REVOKE_WAIT = 0.5
 
 
 def _async_raise(thread_id: int, exc_type: type[BaseException] | None) -> None:
@@ -46,17 +69,36 @@ def _async_raise(thread_id: int, exc_type: type[BaseException] | None) -> None:
 
 
 class Supervisor(threading.Thread):
-    def __init__(self, run: Run) -> None:
+    """Started by the runner in the handler's thread, just before the handler is called.
+
+    ``end(run, outcome, error, wait=seconds)`` is the runner's one function that records a
+    run's end (it raises ``DatabaseError`` when it could not);
+    ``on_abandon()`` tells the runner that the handler was given up on.
+    """
+
+    def __init__(
+        self,
+        run: Run,
+        *,
+        end: Callable[..., Any],
+        on_abandon: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(name=f"fencedjobs-supervisor:{run.job.name}", daemon=True)
         self.run_ = run
+        self._end = end
+        self._on_abandon = on_abandon
         self.target_thread = threading.get_ident()
+        connection = connections[lease.lease_db()]
+        #: The handler's session, to end if it must (PostgreSQL); SQLite: its connection.
+        self._backend = lease.limit_idle_transactions(connection, run.job.lease_ttl)
+        self._raw = connection.connection if connection.vendor == "sqlite" else None
         self._done = threading.Event()
         self._guard = threading.Lock()
         self._armed = True
         #: The exception delivered to the handler, if any.
-        self.fired: type[FencedJobsError] | None = None
-        #: True once this thread revoked the lease and recorded the run as timed out.
-        self.revoked = False
+        self.fired: type[RunAborted] | None = None
+        #: True once the handler was given up on (it did not return within the grace).
+        self.abandoned = False
 
     # -- called from the handler's thread ------------------------------------------------
 
@@ -72,32 +114,46 @@ class Supervisor(threading.Thread):
                 _async_raise(self.target_thread, None)
         self._done.set()
 
+    def release_session(self) -> None:
+        """Back to the server's default idle limit, once the run is over (in the handler's
+        thread, on the connection the run used)."""
+        lease.limit_idle_transactions(connections[lease.lease_db()], None)
+
     # -- the thread ------------------------------------------------------------------------
 
     def run(self) -> None:
         run = self.run_
         deadline = time.monotonic() + run.job.run_timeout.total_seconds()
         interval = max(run.job.lease_ttl.total_seconds() / 3, MIN_RENEW_INTERVAL)
+        wait = interval
         try:
             while True:
                 remaining = deadline - time.monotonic()
-                if self._done.wait(max(min(interval, remaining), 0)):
+                if self._done.wait(max(min(wait, remaining), 0)):
                     return
                 if time.monotonic() >= deadline:
-                    self._time_out()
+                    self._stop_handler(JobTimeout)
                     return
-                if not self._renew():
+                renewed = self._renew(min(interval, max(deadline - time.monotonic(), 0.01)))
+                if renewed is False:
+                    self._stop_handler(FenceLost)
                     return
+                # Locked by the handler's own transaction: queue behind it again at once.
+                wait = interval if renewed else 0
         finally:
             connections.close_all()  # this thread's connections only
 
-    def _renew(self) -> bool:
+    def _renew(self, wait: float) -> bool | None:
+        """True: renewed. False: the fence is gone. None: the row is locked (by the handler's
+        own fenced transaction, or a takeover in progress); try again."""
         run = self.run_
         try:
-            renewed = lease.renew(run.job.name, run.fence, clock.now() + run.job.lease_ttl)
+            with lease.bounded_wait(wait):
+                return lease.renew(run.job.name, run.fence, clock.now() + run.job.lease_ttl)
         except DatabaseError as exc:
-            # Transient (a restart, SQLite's write lock held by a long transaction): the
-            # lease has slack until it expires; try again next interval.
+            if lease.is_lock_timeout(exc):
+                return None
+            # Transient (a restart): the lease has slack until it expires; try again.
             logger.warning(
                 "lease renewal failed: %s",
                 exc,
@@ -105,52 +161,107 @@ class Supervisor(threading.Thread):
             )
             connections[lease.lease_db()].close()
             return True
-        if renewed:
-            return True
-        run.lost = True
-        logger.warning(
-            "fence lost: another run took over job %s; stopping this run",
-            run.job.name,
-            extra={"event": "fence_lost", "job": run.job.name, "fence": run.fence},
-        )
-        self._interrupt(FenceLost)
-        return False
 
-    def _time_out(self) -> None:
-        """Revoke the lease, record the run as timed out, and interrupt the handler.
-
-        The revocation waits at most :data:`REVOKE_LOCK_WAIT` for the lease row: the
-        handler may be inside a fenced transaction that holds it. Then the interrupt goes
-        first, the handler's transaction rolls back, and the runner revokes as it records
-        the outcome (:attr:`revoked` tells it which happened).
-        """
+    def _stop_handler(self, reason: type[RunAborted]) -> None:
         run = self.run_
-        try:
-            self.revoked = lease.revoke_timed_out(run, wait=REVOKE_LOCK_WAIT)
-        except DatabaseError as exc:
+        run.lost = True  # every fenced block and helper of the run fails from now on
+        self._interrupt(reason)
+        if reason is JobTimeout:
+            logger.error(
+                "run of %s timed out after %s",
+                run.job.name,
+                run.job.run_timeout,
+                extra={"event": "run_timed_out", "job": run.job.name, "fence": run.fence},
+            )
+            self._revoke()
+        else:
             logger.warning(
-                "could not revoke the timed-out run yet (%s); interrupting it first",
+                "fence lost: another run took over job %s; stopping this run",
+                run.job.name,
+                extra={"event": "fence_lost", "job": run.job.name, "fence": run.fence},
+            )
+        grace_ends = time.monotonic() + GRACE
+        while not self._done.wait(INTERRUPT_EVERY):
+            if time.monotonic() >= grace_ends:
+                self._abandon(reason)
+                return
+            self._interrupt(reason)
+
+    def _revoke(self) -> None:
+        """Revoke the lease and record the run ``timed_out``: the handler may hold the lease
+        row (inside a fenced transaction); after :data:`REVOKE_WAIT`, end its session."""
+        from django_fencedjobs.models import Outcome
+
+        run, error = self.run_, timed_out_error(self.run_)
+        try:
+            self._end(run, Outcome.TIMED_OUT, error, wait=REVOKE_WAIT)
+            return
+        except DatabaseError:
+            connections[lease.lease_db()].close()
+        self._end_session()
+        try:
+            self._end(run, Outcome.TIMED_OUT, error, wait=lease.LOCK_WAIT)
+        except DatabaseError as exc:
+            # The runner records it when the handler returns, or on giving up.
+            connections[lease.lease_db()].close()
+            logger.warning(
+                "could not revoke the timed-out run of %s yet: %s",
+                run.job.name,
                 exc,
                 extra={"event": "revoke_deferred", "job": run.job.name, "fence": run.fence},
             )
-            connections[lease.lease_db()].close()
-        run.lost = True
-        logger.error(
-            "run timed out after %s",
-            run.job.run_timeout,
-            extra={
-                "event": "run_timed_out",
-                "job": run.job.name,
-                "fence": run.fence,
-                "revoked": self.revoked,
-            },
-        )
-        self._interrupt(JobTimeout)
 
-    def _interrupt(self, exc_type: type[FencedJobsError]) -> None:
+    def _end_session(self) -> None:
+        """End the handler's database session: its open transaction rolls back and its locks
+        go. PostgreSQL: ``pg_terminate_backend``; SQLite: close its connection."""
+        try:
+            if self._backend is not None:
+                lease.terminate(self._backend)
+            elif self._raw is not None:
+                self._raw.close()
+        except Exception:
+            logger.warning("could not end the run's database session", exc_info=True)
+
+    def _abandon(self, reason: type[RunAborted]) -> None:
+        from django_fencedjobs.models import Outcome
+
+        run = self.run_
+        self.abandoned = True
+        self._end_session()
+        outcome = Outcome.TIMED_OUT if reason is JobTimeout else Outcome.FENCE_LOST
+        error = timed_out_error(run) if reason is JobTimeout else fence_lost_error(run)
+        logger.error(
+            "gave up on the handler of %s: it did not return within %.0fs of being stopped "
+            "(blocked in a call no interrupt reaches); its session was ended, nothing it "
+            "does from now on can commit",
+            run.job.name,
+            GRACE,
+            extra={"event": "handler_abandoned", "job": run.job.name, "fence": run.fence},
+        )
+        try:
+            self._end(run, outcome, error)
+        except DatabaseError:
+            logger.warning("recording the abandoned run failed", exc_info=True)
+        if self._on_abandon is not None:
+            self._on_abandon()
+
+    def _interrupt(self, exc_type: type[RunAborted]) -> None:
         with self._guard:
             if not self._armed:
                 return
-            self._armed = False
             self.fired = exc_type
             _async_raise(self.target_thread, exc_type)
+
+
+def timed_out_error(run: Run) -> str:
+    return (
+        f"Timed out after {run.job.run_timeout}; the lease was revoked, so no later write of "
+        "this run can commit."
+    )
+
+
+def fence_lost_error(run: Run) -> str:
+    return (
+        f"Fence {run.fence} lost: another run took the lease over (this run was paused or "
+        "slow past its lease); nothing this run wrote after that was committed."
+    )

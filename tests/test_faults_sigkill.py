@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 
 from django_fencedjobs.models import Outcome, Watermark
-from django_fencedjobs.runner import _floor
+from django_fencedjobs.run import _floor
 from tests.faults.harness import make_due, now, prepare, runs, wait_lease_expired
 from tests.faults.jobs import ITEMS, WINDOWS
 from tests.testapp.models import Item, Write

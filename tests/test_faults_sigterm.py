@@ -45,6 +45,6 @@ def test_sigterm_mid_batch_commits_the_batch_and_exits_cleanly(spawn, stall_batc
     assert (run.fence, run.outcome) == (fence, Outcome.INTERRUPTED), run.error
     assert (run.batches, run.items) == (stall_batch + 1, len(done))
     assert run.finished_at is not None
-    # The lease was released (the fence is kept: it never decreases).
+    # The lease was released, and the run's fence is dead: ending a run moves it on.
     row = JobLease.objects.get(name=ITEMS)
-    assert (row.owner, row.lease_until, row.fence) == ("", LEASE_FREE, fence)
+    assert (row.owner, row.lease_until, row.fence) == ("", LEASE_FREE, fence + 1)

@@ -15,7 +15,8 @@ from django_fencedjobs import FenceLost, NotInRun, WatermarkError, fenced_atomic
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.models import JobLease, Outcome
 from django_fencedjobs.registry import registry
-from django_fencedjobs.runner import Run, tick
+from django_fencedjobs import Run
+from django_fencedjobs.runner import tick
 from tests.testapp.models import Write
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_fencedjobs import FenceLost, NotInRun, fenced_atomic, job
+from django_fencedjobs import FenceLost, JobTimeout, NotInRun, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.models import JobLease, JobRun, Outcome, Watermark
 from django_fencedjobs.runner import tick
@@ -146,8 +146,13 @@ def test_batches_claim_each_item_once(jobs):
     assert Item.objects.filter(processed_at=None).count() == 0
 
 
-def test_fence_lost_is_importable_from_the_package():
-    assert issubclass(FenceLost, Exception)
+def test_the_end_of_a_run_is_not_an_exception_a_handler_swallows():
+    for ended in (FenceLost, JobTimeout):
+        with pytest.raises(ended):
+            try:
+                raise ended()
+            except Exception:  # the common "log the item, go on" shape
+                pass
 
 
 def test_run_job_now_runs_through_the_lease_and_records_the_run(jobs):
@@ -162,5 +167,6 @@ def test_run_job_now_runs_through_the_lease_and_records_the_run(jobs):
     fake_clock.advance(timedelta(seconds=1))
     second = run_job_now("t.nightly")
     assert (first.outcome, second.outcome) == (Outcome.SUCCEEDED, Outcome.SUCCEEDED)
-    assert (first.fence, second.fence) == (1, 2)
+    # Each run's end moves the fence on too, so the second run's fence is past both.
+    assert 1 == first.fence < second.fence
     assert JobLease.objects.get().next_run_at > fake_clock()

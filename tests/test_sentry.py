@@ -189,7 +189,7 @@ def test_an_outcome_recorded_after_reconnecting_still_closes_its_check_in(
 
     from django_fencedjobs import runner
 
-    real_finish = runner._finish
+    real_finish = runner.record_end
     failures = iter([True, True])
 
     def unreachable_then_real(*args, **kwargs):
@@ -197,7 +197,7 @@ def test_an_outcome_recorded_after_reconnecting_still_closes_its_check_in(
             raise OperationalError("the database went away")
         return real_finish(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "_finish", unreachable_then_real)
+    monkeypatch.setattr(runner, "record_end", unreachable_then_real)
 
     @job("*/15 * * * *", name="t.reconnect")
     def reconnect(run):

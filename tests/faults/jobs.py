@@ -27,7 +27,7 @@ from typing import Any
 from django.db import connection
 
 from django_fencedjobs import FenceLost, JobTimeout, fenced_atomic, job
-from django_fencedjobs.runner import Run
+from django_fencedjobs import Run
 from tests.testapp.models import Item, Write
 
 PAUSED_WRITER = "faults.paused_writer"

@@ -1,0 +1,341 @@
+"""What a job's handler touches: the :class:`Run` it receives and the windows it
+iterates over.
+
+A run knows its fence and slot, and offers the helpers that keep its work idempotent
+(watermark windows, per-item batches). Everything it writes goes through ``fenced_atomic``,
+which asks :meth:`Run.check_fence` inside the transaction. The runner
+(:mod:`django_fencedjobs.runner`) creates it, supervises it and records how it ended.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.db import connections, transaction
+from django.db.models import Model, Q, QuerySet
+from django.utils import timezone as dj_timezone
+
+from django_fencedjobs import clock, lease
+from django_fencedjobs.exceptions import FenceLost, WatermarkError
+from django_fencedjobs.fencing import FencedAtomic, current_run, in_fenced_block
+from django_fencedjobs.models import JobRun, Watermark
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from django_fencedjobs.registry import Job
+
+ModelT = TypeVar("ModelT", bound=Model)
+WatermarkValue = datetime | int
+
+#: Set when the process was asked to stop (SIGTERM, SIGINT): helpers stop between batches.
+stop = threading.Event()
+
+
+@dataclass(frozen=True)
+class Window:
+    """A half-open interval of time ``[start, end)`` a run processes."""
+
+    start: datetime
+    end: datetime
+
+
+class Run:
+    """What a job's handler receives: the run's fence and slot, and the helpers that keep
+    its work idempotent (watermark windows, per-item batches)."""
+
+    def __init__(
+        self,
+        job: Job,
+        record: JobRun,
+        *,
+        now: datetime,
+        watermarks: dict[str, WatermarkValue],
+    ) -> None:
+        self.job = job
+        self.record = record
+        #: The fence this run was given; every fenced write checks it is still current.
+        self.fence: int = record.fence
+        #: The slot this run is for (aware, UTC).
+        self.scheduled_for: datetime = record.scheduled_for
+        #: The clock's reading when the run acquired its lease (aware, UTC): the upper
+        #: bound of "everything due up to now".
+        self.now: datetime = now
+        self.owner: str = record.owner
+        self._watermarks_at_start = dict(watermarks)
+        self._watermarks = dict(watermarks)
+        self.items = 0
+        self.batch_count = 0
+        self.capped = False
+        self.interrupted = False
+        #: Set when the run learned its fence is gone (renewal failed, timed out, or a
+        #: fenced block found it stale) and once the run has been recorded: every fenced
+        #: block and helper of it fails from then on, in whichever thread.
+        self.lost = False
+        self._iterators: list[Generator[Any, None, None]] = []
+        self._aborting = False
+
+    def __repr__(self) -> str:
+        slot = f"{self.scheduled_for:%Y-%m-%dT%H:%M:%SZ}"
+        return f"<Run {self.job.name} fence={self.fence} scheduled_for={slot}>"
+
+    # -- watermarks ----------------------------------------------------------------------
+
+    @property
+    def watermark(self) -> WatermarkValue | None:
+        """The watermark (default key) as it was when the run started."""
+        return self._watermarks_at_start.get("")
+
+    def watermark_for(self, key: str) -> WatermarkValue | None:
+        """The watermark of ``key`` as it was when the run started."""
+        return self._watermarks_at_start.get(key)
+
+    def advance_watermark(self, value: WatermarkValue, key: str = "") -> None:
+        """Move the watermark forward to ``value``, in the current fenced transaction.
+
+        Advance it in the same ``fenced_atomic`` block as the work it covers: both commit
+        or neither does, so a crash can neither lose work nor repeat it. Raises
+        :class:`WatermarkError` when called outside the run's fenced block or when
+        ``value`` is behind the stored watermark.
+        """
+        alias = lease.lease_db()
+        if current_run() is not self or not in_fenced_block(alias):
+            raise WatermarkError(
+                f"job {self.job.name!r}: advance_watermark() must be called inside "
+                "`with fenced_atomic():` in the run's own handler, together with the work"
+            )
+        if isinstance(value, datetime):
+            if dj_timezone.is_naive(value):
+                raise WatermarkError(
+                    f"job {self.job.name!r}: watermark {value!r} is naive; pass an aware "
+                    "datetime, e.g. window.end or run.now"
+                )
+            column = "position"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            column = "cursor"
+        else:
+            raise WatermarkError(
+                f"job {self.job.name!r}: a watermark is an aware datetime or an int, got {value!r}"
+            )
+        rows = Watermark.objects.using(alias).filter(job=self.job.name, key=key)
+        forward = Q(**{f"{column}__isnull": True}) | Q(**{f"{column}__lte": value})
+        changed = rows.filter(forward).update(
+            **{column: value}, fence=self.fence, updated_at=dj_timezone.now()
+        )
+        if not changed:
+            current = rows.values_list(column, flat=True).first()
+            if current is not None:
+                raise WatermarkError(
+                    f"job {self.job.name!r}: the watermark{f' {key!r}' if key else ''} is at "
+                    f"{current!r}; it only moves forward, not to {value!r}"
+                )
+            Watermark.objects.using(alias).create(
+                job=self.job.name, key=key, fence=self.fence, **{column: value}
+            )
+        # The run's own view follows what commits: if this transaction rolls back (the
+        # handler caught the error and went on), the window it covered is not done.
+        transaction.on_commit(lambda: self._watermarks.__setitem__(key, value), using=alias)
+
+    # -- bounded iteration ----------------------------------------------------------------
+
+    def _may_continue(self) -> bool:
+        if self.lost:
+            raise FenceLost(_fence_gone(self))
+        if stop.is_set():
+            self.interrupted = True
+            return False
+        return True
+
+    def windows(
+        self, step: timedelta, *, start: datetime | None = None, key: str = ""
+    ) -> Iterator[Window]:
+        """Consecutive windows ``[w, w + step)`` from the watermark up to :attr:`now`, at
+        most ``max_batches`` of them; only whole windows (``end <= now``).
+
+        Without a stored watermark, the first window starts at ``start``, or else at the
+        last whole multiple of ``step`` since the epoch that leaves one whole window before
+        now. Advance the watermark to ``window.end`` inside the window's fenced block
+        before asking for the next window.
+        """
+        if step <= timedelta(0):
+            raise ValueError(
+                f"job {self.job.name!r}: windows(step={step!r}): step must be a positive "
+                "timedelta, e.g. timedelta(hours=1)"
+            )
+        position = self._watermarks.get(key)
+        if position is None:
+            position = start if start is not None else _floor(self.now, step) - step
+        if not isinstance(position, datetime):
+            raise WatermarkError(
+                f"job {self.job.name!r}: windows() needs a datetime watermark, found {position!r}"
+            )
+        gen = self._windows(position, step, key)
+        self._iterators.append(gen)
+        return gen
+
+    def _windows(
+        self, position: datetime, step: timedelta, key: str
+    ) -> Generator[Window, None, None]:
+        while position + step <= self.now:
+            if self.batch_count >= self.job.max_batches:
+                self.capped = True
+                return
+            if not self._may_continue():
+                return
+            window = Window(position, position + step)
+            yield window
+            self.batch_count += 1
+            reached = self._watermarks.get(key)
+            if not isinstance(reached, datetime) or reached < window.end:
+                raise WatermarkError(
+                    f"job {self.job.name!r}: window {window.start.isoformat()} to "
+                    f"{window.end.isoformat()} was not committed: advance the watermark to "
+                    "window.end inside the window's fenced_atomic block, and let an error "
+                    "in it end the run (its transaction rolled back, so the window is not "
+                    "done; the next run starts from it)"
+                )
+            position = window.end
+
+    def batches(self, queryset: QuerySet[ModelT], size: int = 100) -> Iterator[list[ModelT]]:
+        """Claim and yield the rows of ``queryset`` in batches of ``size``, each batch in its
+        own fenced transaction, at most ``max_batches`` batches.
+
+        Rows are claimed with ``SELECT ... FOR UPDATE SKIP LOCKED``; the batch's
+        transaction commits when the loop asks for the next batch (or ends), and rolls
+        back if the loop body raises. The queryset must exclude finished items (e.g.
+        ``filter(sent_at__isnull=True)``), and the loop body must mark them finished,
+        in the same transaction::
+
+            for reminders in run.batches(Reminder.objects.filter(sent_at=None), size=50):
+                for reminder in reminders:
+                    send(reminder)
+                    reminder.sent_at = run.now
+                Reminder.objects.bulk_update(reminders, ["sent_at"])
+                run.add_items(len(reminders))
+        """
+        if size < 1:
+            raise ValueError(
+                f"job {self.job.name!r}: batches(size={size!r}): size must be at least 1"
+            )
+        gen = self._batches(queryset, size)
+        self._iterators.append(gen)
+        return gen
+
+    def _batches(
+        self, queryset: QuerySet[ModelT], size: int
+    ) -> Generator[list[ModelT], None, None]:
+        alias = lease.lease_db()
+        features = connections[alias].features
+        claim = queryset.using(alias).select_for_update(
+            skip_locked=features.has_select_for_update_skip_locked,
+            of=("self",) if features.has_select_for_update_of else (),
+        )
+        # Where it can, the claim statement itself locks the lease row on this run's fence:
+        # one statement per batch instead of the fence check and then the claim.
+        held = None
+        if self.job.exclusion == "lease":
+            held = lease.fence_held(connections[alias], self.job.name, self.fence)
+        if held is not None:
+            claim = claim.filter(held)
+        while True:
+            if self.batch_count >= self.job.max_batches:
+                self.capped = queryset.using(alias).exists()
+                return
+            if not self._may_continue():
+                return
+            with FencedAtomic(None, check=held is None):
+                items = list(claim[:size])
+                if not items:
+                    if held is not None:
+                        # Nothing claimed: the queue is empty, or the fence is gone (then
+                        # this raises FenceLost, as fenced_atomic would have).
+                        self.check_fence(connections[alias])
+                    return
+                try:
+                    yield items
+                except GeneratorExit:
+                    if self._aborting:
+                        raise  # the loop body failed: roll this batch back
+                    # The loop stopped early (``break``): the batch it finished commits.
+                    self.batch_count += 1
+                    return
+            self.batch_count += 1
+
+    def _close_iterators(self, *, abort: bool) -> None:
+        self._aborting = abort
+        for gen in self._iterators:
+            gen.close()
+        self._iterators.clear()
+
+    # -- progress and liveness -----------------------------------------------------------
+
+    def add_items(self, n: int = 1) -> None:
+        """Count items processed, for the run record and the logs."""
+        self.items += n
+
+    def heartbeat(self) -> None:
+        """Renew the lease now; raises :class:`FenceLost` when it is no longer this run's.
+
+        The supervisor renews in the background; call this from a long computation to find
+        out at once that the run has been superseded.
+        """
+        if self.lost:
+            raise FenceLost(_fence_gone(self))
+        with lease.bounded_wait():
+            renewed = lease.renew(self.job.name, self.fence, clock.now() + self.job.lease_ttl)
+        if not renewed:
+            self.lost = True
+            raise FenceLost(_fence_gone(self))
+
+    @property
+    def stopping(self) -> bool:
+        """True once the process was asked to stop (SIGTERM): finish what is committed."""
+        return stop.is_set()
+
+    def check_fence(self, connection: BaseDatabaseWrapper) -> None:
+        """Called by ``fenced_atomic`` inside its transaction."""
+        if self.lost:
+            raise FenceLost(_fence_gone(self))
+        if self.job.exclusion == "advisory":
+            held = lease.try_advisory_xact_lock(connection, self.job.name)
+            reason = "another transaction of this job holds its advisory lock"
+        else:
+            held = lease.lock_fence(connection, self.job.name, self.fence)
+            reason = "another run took the lease over, or the run was revoked"
+        if not held:
+            if self.job.exclusion != "advisory":
+                self.lost = True
+            raise FenceLost(
+                f"job {self.job.name!r}: fence {self.fence} is no longer current ({reason}); "
+                "nothing in this fenced block was committed"
+            )
+
+
+def _fence_gone(run: Run) -> str:
+    return (
+        f"job {run.job.name!r}: fence {run.fence} is no longer current: another run took the "
+        "lease over, this run timed out and was revoked, or it has already been recorded. "
+        "The run is over; do not retry in the handler (the next run continues from the "
+        "committed state)."
+    )
+
+
+def _floor(value: datetime, step: timedelta) -> datetime:
+    seconds = step.total_seconds()
+    epoch = value.timestamp()
+    return datetime.fromtimestamp(epoch - (epoch % seconds), tz=UTC)
+
+
+def watermark_text(value: WatermarkValue | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    return str(value)
+
+
+__all__ = ["Run", "Window", "stop"]
