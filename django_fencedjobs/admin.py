@@ -42,7 +42,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from django_fencedjobs import clock, health, lease
+from django_fencedjobs import baseline, clock, health, lease
 from django_fencedjobs.health import JobHealth, Severity, State
 from django_fencedjobs.models import JobLease, JobRun, Outcome, Watermark
 from django_fencedjobs.registry import registry
@@ -71,11 +71,13 @@ OUTCOME_COLOURS = {
 class _HealthScope:
     #: Compact times (no date when it is today): the list; full ones on a job's page.
     short: bool = False
+    #: The one clock reading of the request (None: read the clock when first needed).
+    now: datetime | None = None
     by_name: dict[str, JobHealth] | None = None
 
     def get(self) -> dict[str, JobHealth]:
         if self.by_name is None:
-            self.by_name = {h.name: h for h in health.all_health()}
+            self.by_name = {h.name: h for h in health.all_health(now=self.now)}
         return self.by_name
 
 
@@ -83,10 +85,10 @@ _scope: ContextVar[_HealthScope | None] = ContextVar("fencedjobs_admin_health", 
 
 
 @contextmanager
-def _health_scope(*, short: bool = False) -> Iterator[None]:
+def _health_scope(*, short: bool = False, now: datetime | None = None) -> Iterator[None]:
     """For one admin view: every column, filter and the ordering share one health reading
     (a constant number of queries, one clock reading), however many rows are shown."""
-    token = _scope.set(_HealthScope(short=short))
+    token = _scope.set(_HealthScope(short=short, now=now))
     try:
         yield
     finally:
@@ -200,7 +202,9 @@ class JobLeaseAdmin(admin.ModelAdmin):
     # -- permissions: read-only rows; the change permission allows the operations ------------
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # the runner creates a job's row when it first sees the job
+        # A job's row is created when its code is first seen live: by `migrate`, a runner,
+        # `checkjobs`, or these pages (_record_first_sightings).
+        return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # never edited through a form; see has_operate_permission
@@ -220,7 +224,8 @@ class JobLeaseAdmin(admin.ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        with _health_scope(short=True):
+        now = self._record_first_sightings(request)
+        with _health_scope(short=True, now=now):
             return _rendered(super().changelist_view(request, extra_context))
 
     def change_view(
@@ -232,8 +237,27 @@ class JobLeaseAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         # A POST is refused by Django itself: has_change_permission() is False.
         context = {**(extra_context or {}), "can_operate": self.has_operate_permission(request)}
-        with _health_scope():
+        now = self._record_first_sightings(request)
+        with _health_scope(now=now):
             return _rendered(super().change_view(request, object_id, form_url, context))
+
+    def _record_first_sightings(self, request: HttpRequest) -> datetime:
+        """A declared job these pages see for the first time gets its lease row now: the
+        baseline from which, never having run, it becomes late. Returns the clock reading.
+
+        A database user that may not write still sees what is there, and is told which
+        jobs are missing from the list."""
+        now = clock.now()
+        sightings = baseline.record_first_sightings(now)
+        if sightings.refused:
+            self.message_user(
+                request,
+                f"Could not record {', '.join(sightings.refused)}, declared in code but not "
+                f"yet seen by `migrate`, a runner or `checkjobs` ({sightings.error}): not "
+                "listed, and not alerted on, until one of them records it.",
+                messages.WARNING,
+            )
+        return now
 
     def get_ordering(self, request: HttpRequest) -> list[str | Combinable]:
         """Late, failing and invalid jobs first, then warnings, then the rest; by name."""

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
 
@@ -19,3 +20,11 @@ class FencedJobsConfig(AppConfig):
 
         # Every installed app's ``jobs`` module declares its jobs with @job.
         autodiscover_modules("jobs")
+
+        # `migrate` with a job's code is the job's first sighting: its lease row, created
+        # then, is the baseline from which a job that never ran becomes late.
+        from django_fencedjobs import baseline
+
+        post_migrate.connect(
+            baseline.record_on_migrate, sender=self, dispatch_uid="django_fencedjobs.baseline"
+        )

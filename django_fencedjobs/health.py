@@ -10,12 +10,16 @@ state         severity  when
 removed       healthy   a lease row exists but no job of that name is declared any more
                         (history is kept; nothing alerts)
 invalid       critical  the declaration's schedule is invalid (``manage.py check``: E001..)
-never_run     warning   declared, but no runner has created its lease row yet
+never_run     warning   declared, but its lease row does not exist: nothing that could
+                        write has seen the job yet, so it cannot be judged late
 paused        warning   an operator paused it
 failing       critical  ``consecutive_failures >= job.failure_threshold``
 late          critical  the dead man's switch: the first slot after the last success
-                        (never succeeded: the first slot after the lease row was created)
-                        plus ``run_timeout`` plus ``grace`` has passed
+                        (never succeeded: the first slot after the lease row was created,
+                        i.e. after the job was first seen live, see
+                        :mod:`django_fencedjobs.baseline`) plus ``run_timeout`` plus
+                        ``grace`` has passed
+failing       warning   it never succeeded and has failed (fewer times than the threshold)
 running       healthy   a run holds an unexpired lease
 never_run     healthy   no success yet, but the first slot's deadline has not passed
 capped        warning   the latest finished run stopped at ``max_batches`` with work left
@@ -258,7 +262,8 @@ def job_health(name: str, *, now: datetime | None = None) -> JobHealth:
 
 def exit_code(healths: Iterable[JobHealth], *, strict: bool = False) -> int:
     """``checkjobs``' exit status: 2 if any job is critical (late, failing, invalid); with
-    ``strict``, 1 if any is a warning (paused, capped, not yet picked up); else 0."""
+    ``strict``, 1 if any is a warning (paused, capped, failed before its first success,
+    not recorded yet); else 0."""
     severities = {health.severity for health in healths}
     if Severity.CRITICAL in severities:
         return 2
@@ -329,13 +334,16 @@ def assess(
         return _format(value, tz, ref=ref)
 
     if lease is None:
+        # `migrate`, `checkjobs` and the admin create the row when they see the job: past
+        # them, it is missing only where nothing that saw the job could write.
         facts["next_run_at"] = schedule.next_after(now)
         return _health(
             facts,
             State.NEVER_RUN,
             Severity.WARNING,
-            "no runner has picked this job up yet (no lease row): is `runjobs` running "
-            "with this code?",
+            "not recorded yet (no lease row), so it cannot be late: `migrate`, `checkjobs` "
+            "and the admin record a job when they first see it, if they may write to the "
+            "database",
         )
 
     anchor_from = lease.last_success_at or lease.created_at
@@ -349,12 +357,12 @@ def assess(
         return _health(
             facts, State.PAUSED, Severity.WARNING, f"paused: no runs until resumed{since}"
         )
+    detail = ""
+    if finished is not None and finished.outcome in FAILURE_OUTCOMES:
+        detail = f"; last {Outcome(finished.outcome).label} at {at(_when(finished))}"
+        if excerpt := error_excerpt(finished.error):
+            detail += f": {excerpt}"
     if lease.consecutive_failures >= job.failure_threshold:
-        detail = ""
-        if finished is not None and finished.outcome in FAILURE_OUTCOMES:
-            detail = f"; last {Outcome(finished.outcome).label} at {at(_when(finished))}"
-            if excerpt := error_excerpt(finished.error):
-                detail += f": {excerpt}"
         return _health(
             facts,
             State.FAILING,
@@ -376,6 +384,20 @@ def assess(
         if finished is not None and finished.outcome != Outcome.SUCCEEDED:
             reason += f" (last run: {Outcome(finished.outcome).label})"
         return _health(facts, State.LATE, Severity.CRITICAL, reason)
+    if last_success is None and lease.consecutive_failures:
+        # A job that has failed is never healthy before its first success; below the
+        # threshold, a warning (critical from the threshold on, late past the deadline).
+        failures = lease.consecutive_failures
+        plural = "s" if failures != 1 else ""
+        in_progress = "; a new run is in progress" if facts["running"] else ""
+        return _health(
+            facts,
+            State.FAILING,
+            Severity.WARNING,
+            f"{failures} failure{plural} and no success yet (critical at "
+            f"{job.failure_threshold} consecutive failures){detail}{in_progress}; a success is "
+            f"expected by {at(expected_by, ref=first_slot)}",
+        )
     if facts["running"]:
         since = ""
         if latest is not None and latest.outcome == Outcome.RUNNING and latest.started_at:
@@ -388,14 +410,11 @@ def assess(
             f"lease until {at(lease.lease_until, ref=now)}",
         )
     if last_success is None:
-        tried = ""
-        if lease.consecutive_failures:
-            tried = f" ({lease.consecutive_failures} failed so far)"
         return _health(
             facts,
             State.NEVER_RUN,
             Severity.HEALTHY,
-            f"no successful run yet{tried}; first slot {at(first_slot)}, "
+            f"no successful run yet; first slot {at(first_slot)}, "
             f"expected by {at(expected_by, ref=first_slot)}",
         )
     if finished is not None and finished.capped:

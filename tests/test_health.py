@@ -125,6 +125,25 @@ def test_consecutive_failures_at_the_threshold_make_a_job_failing(jobs):
     assert failing.reason.endswith("RuntimeError: upstream said no")
 
 
+def test_a_job_that_failed_and_never_succeeded_is_not_healthy(jobs):
+    @quarterly("h.unconfigured")
+    def unconfigured(run):
+        raise RuntimeError("API key missing")
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15))
+    tick()  # the first run fails; the deadline (09:27:30) has not passed yet
+    health = job_health("h.unconfigured")
+    assert (health.state, health.severity) == (State.FAILING, Severity.WARNING)
+    assert not health.healthy
+    assert health.reason == (
+        "1 failure and no success yet (critical at 3 consecutive failures); last failed at "
+        "2026-11-29 09:15 UTC: RuntimeError: API key missing; a success is expected by 09:27:30"
+    )
+    assert exit_code([health]) == 0
+    assert exit_code([health], strict=True) == 1
+
+
 def test_the_failure_threshold_is_per_job_and_a_success_resets_it(jobs):
     outcomes = iter([RuntimeError("once"), None])
 

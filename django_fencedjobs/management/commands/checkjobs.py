@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_fencedjobs import health
+from django_fencedjobs import baseline, clock, health
 from django_fencedjobs.exceptions import UnknownJob
 
 #: The exit status when the job state cannot be read at all.
@@ -52,7 +52,9 @@ class Command(BaseCommand):
         self, *args: Any, as_json: bool, strict: bool, jobs: list[str] | None, **options: Any
     ) -> None:
         try:
-            healths = health.all_health(jobs)
+            now = clock.now()
+            baseline.record_first_sightings(now)  # a job seen for the first time: its baseline
+            healths = health.all_health(jobs, now=now)
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:
