@@ -1,10 +1,10 @@
-"""System checks: configuration mistakes surface at ``manage.py check`` (and every
-``runserver``, ``migrate``, ``runjobs``), never as a surprise at 3 a.m.
+"""System checks: configuration mistakes surface at ``manage.py check``, never as a surprise
+at 3 a.m.
 
 =================  ==============================================================
 id                 problem
 =================  ==============================================================
-fencedjobs.E001    the cron expression (or ``every=``) is invalid
+fencedjobs.E001    the cron expression (or ``every=``) is invalid, or missing
 fencedjobs.E002    the timezone is not a known IANA zone
 fencedjobs.E003    the timezone is a fixed UTC offset
 fencedjobs.E004    ``timeout`` is not shorter than the shortest interval between runs
@@ -15,142 +15,170 @@ fencedjobs.E008    two different functions declare the same job name
 fencedjobs.E009    the app's tables are routed to different databases, or not to the
                    default database that the jobs write to
 fencedjobs.E010    ``FENCEDJOBS`` has an unknown key or a ``CLOCK`` that cannot be imported
+fencedjobs.E013    an argument of ``@job`` has the wrong type or is out of range
 fencedjobs.W001    a schedule fires at minute 0 with no jitter (top-of-the-hour stampede)
 =================  ==============================================================
+
+E001 to E008 and E013 are about one job, which is *invalid* (see :mod:`registry`): it does
+not run, and the other jobs are not affected. ``manage.py check`` reports them as errors, so
+a CI step or a deployment that runs it fails. Any other command that runs the checks
+(``migrate``, ``runserver``, a project's own commands) shows them as warnings and carries
+on: a typo in one job must not block a deployment's migration or stop the development
+server. ``runjobs`` reports them itself, one line per invalid job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import timedelta
+import contextlib
+import contextvars
+import inspect
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.apps import AppConfig
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, connections, router
+from django.db import DEFAULT_DB_ALIAS, router
 
+from django_fencedjobs import registry as jobs_registry
 from django_fencedjobs.registry import Job, registry
-from django_fencedjobs.schedule import is_fixed_offset, resolve_zone
+
+#: What to do about each kind of invalid job, by check id.
+_HINTS = {
+    jobs_registry.E_ZONE: "Use a name from zoneinfo.available_timezones(), such as "
+    "'America/New_York'; on hosts without a zone database install 'tzdata'.",
+    jobs_registry.E_FIXED_OFFSET: "Use a named IANA zone such as 'Europe/Berlin'.",
+    jobs_registry.E_TIMEOUT: "Lower timeout, or schedule the job less often.",
+    jobs_registry.E_JITTER: "Use a jitter well below the interval (a few minutes for hourly jobs).",
+    jobs_registry.E_LEASE_TTL: "A lease of a minute or two is typical: it only decides how "
+    "soon a crashed run's job can be taken over.",
+    jobs_registry.E_ADVISORY: "Use the default exclusion='lease', which works on every database.",
+    jobs_registry.E_DUPLICATE: "Give one of them another name with @job(..., name=...).",
+    jobs_registry.E_ARGUMENT: "Durations are datetime.timedelta objects (timeout="
+    "timedelta(minutes=5), not 300), counts are positive ints; see docs/api.md.",
+}
+_UNTIL_FIXED = "Until then this job does not run; the other jobs do."
+
+#: E001's hint, by what the message says is wrong (the first match wins).
+_CRON_HINTS = (
+    (
+        ("needs a schedule", "got neither", "not both"),
+        "Give exactly one schedule: a cron expression as @job's first argument, or "
+        "every=timedelta(...).",
+    ),
+    (
+        ("every=",),
+        "Pass every=timedelta(...) of a whole number of seconds, at least one, e.g. "
+        "every=timedelta(minutes=5).",
+    ),
+    (
+        ("is outside", "is not a number between"),
+        "Keep each field in its range: minute 0-59, hour 0-23, day-of-month 1-31, "
+        "month 1-12 or jan-dec, day-of-week 0-7 or sun-sat (0 and 7 are Sunday).",
+    ),
+    (
+        ("never fires",),
+        "Pick a day that exists in the chosen months, e.g. '0 0 28 2 *' rather than '0 0 30 2 *'.",
+    ),
+    (
+        ("alias", "@reboot"),
+        "Use a 5-field expression or one of @hourly, @daily, @weekly, @monthly, @yearly.",
+    ),
+    (
+        ("non-standard", "empty list item", "the step", "is reversed"),
+        "In each field use *, a number, a range a-b, a list a,b or a step */n or a-b/n.",
+    ),
+)
+_FIVE_FIELDS = (
+    "Write five fields: minute hour day-of-month month day-of-week, e.g. '*/15 * * * *', "
+    "or pass every=timedelta(...)."
+)
+
+_reported_by_caller: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "fencedjobs_invalid_jobs_reported_by_caller", default=False
+)
 
 
-def _error(id: int, msg: str, hint: str, job: Job | None = None) -> checks.CheckMessage:
-    return checks.Error(msg, hint=hint, obj=job.name if job else None, id=f"fencedjobs.E{id:03d}")
+@contextlib.contextmanager
+def invalid_jobs_reported_separately() -> Iterator[None]:
+    """Leave the jobs out of the system checks run inside the block: ``runjobs`` reports
+    each invalid job itself, in one line."""
+    token = _reported_by_caller.set(True)
+    try:
+        yield
+    finally:
+        _reported_by_caller.reset(token)
+
+
+def _hint(job: Job) -> str:
+    if job.check_id == jobs_registry.E_CRON:
+        text = str(job.schedule_error)
+        hint = next(
+            (hint for needles, hint in _CRON_HINTS if any(n in text for n in needles)),
+            _FIVE_FIELDS,
+        )
+    else:
+        hint = _HINTS.get(job.check_id or "", "See docs/checks.md.")
+    return f"{hint} {_UNTIL_FIXED}"
+
+
+def _run_by_a_command_other_than_check() -> bool:
+    """Whether a management command other than ``check`` is running the checks.
+
+    Django tells a check function nothing about who runs it, and ``migrate`` and
+    ``runserver`` run every check, so the innermost management command on the call stack
+    decides. ``manage.py check``, ``call_command("check")`` (Django's test runner uses it)
+    and a direct ``run_checks()`` get errors; ``migrate``, ``runserver`` and other commands
+    get warnings.
+    """
+    from django.core.management.base import BaseCommand
+    from django.core.management.commands.check import Command as CheckCommand
+
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            command = frame.f_locals.get("self")
+            if isinstance(command, BaseCommand):
+                return not isinstance(command, CheckCommand)
+            frame = frame.f_back
+        return False
+    finally:
+        del frame
 
 
 @checks.register("fencedjobs")
 def check_jobs(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
+    if _reported_by_caller.get():
+        return []
+    level = checks.WARNING if _run_by_a_command_other_than_check() else checks.ERROR
     messages: list[checks.CheckMessage] = []
     for job in registry.all():
-        messages.extend(_check_job(job))
-    for duplicate in registry.duplicates:
-        original = registry.get(duplicate.name)
-        messages.append(
-            _error(
-                8,
-                f"Job name {duplicate.name!r} is declared twice: by "
-                f"{_where(original)} and by {_where(duplicate)}.",
-                "Give one of them another name with @job(..., name=...).",
-                duplicate,
-            )
-        )
-    return messages
-
-
-def _where(job: Job) -> str:
-    return f"{getattr(job.func, '__module__', '?')}.{getattr(job.func, '__qualname__', '?')}"
-
-
-def _check_job(job: Job) -> list[checks.CheckMessage]:
-    messages: list[checks.CheckMessage] = []
-    if job.schedule is None:
-        if is_fixed_offset(job.timezone):
-            return [
-                _error(
-                    3,
-                    str(job.schedule_error),
-                    "Use a named IANA zone such as 'Europe/Berlin'.",
-                    job,
-                )
-            ]
-        try:
-            resolve_zone(job.timezone)
-        except Exception:
-            return [
-                _error(
-                    2,
-                    str(job.schedule_error),
-                    "Use a name from zoneinfo.available_timezones(), such as 'America/New_York'.",
-                    job,
-                )
-            ]
-        return [
-            _error(
-                1,
-                str(job.schedule_error),
-                "Write five fields: minute hour day-of-month month day-of-week, "
-                "e.g. '*/15 * * * *', or pass every=timedelta(...).",
-                job,
-            )
-        ]
-    interval = job.schedule.min_interval()
-    if job.timeout is not None and job.timeout >= interval:
-        messages.append(
-            _error(
-                4,
-                f"Job {job.name!r}: timeout {job.timeout} is not shorter than the shortest "
-                f"interval between its runs ({interval}); a slow run would overlap the next.",
-                "Lower timeout, or schedule the job less often.",
-                job,
-            )
-        )
-    if job.jitter >= interval:
-        messages.append(
-            _error(
-                5,
-                f"Job {job.name!r}: jitter {job.jitter} is not shorter than the shortest "
-                f"interval between its runs ({interval}); runs would swap order.",
-                "Use a jitter well below the interval (a few minutes for hourly jobs).",
-                job,
-            )
-        )
-    if job.lease_ttl <= timedelta(0):
-        messages.append(
-            _error(
-                6,
-                f"Job {job.name!r}: lease_ttl must be positive, got {job.lease_ttl}.",
-                "A lease of a minute or two is typical: it only decides how soon a crashed "
-                "run's job can be taken over.",
-                job,
-            )
-        )
-    if job.exclusion == "advisory":
-        from django_fencedjobs.models import JobLease
-
-        vendor = connections[router.db_for_write(JobLease)].vendor
-        if vendor != "postgresql":
+        if job.check_id is not None:
             messages.append(
-                _error(
-                    7,
-                    f"Job {job.name!r}: exclusion='advisory' needs PostgreSQL advisory locks; "
-                    f"the database is {vendor}.",
-                    "Use the default exclusion='lease', which works on every database.",
-                    job,
+                checks.CheckMessage(
+                    level, str(job.schedule_error), hint=_hint(job), obj=job.name, id=job.check_id
                 )
             )
-    if job.schedule.crontab and job.schedule.crontab.split()[0] == "0" and not job.jitter:
-        messages.append(
-            checks.Warning(
-                f"Job {job.name!r} fires at minute 0 with no jitter: every such job starts "
-                "at the same second.",
-                hint="Add jitter=timedelta(minutes=...) or pick another minute.",
-                obj=job.name,
-                id="fencedjobs.W001",
+            continue
+        schedule = job.schedule
+        assert schedule is not None
+        if schedule.crontab and schedule.crontab.split()[0] == "0" and not job.jitter:
+            messages.append(
+                checks.Warning(
+                    f"Job {job.name!r} fires at minute 0 with no jitter: every such job starts "
+                    "at the same second.",
+                    hint="Add jitter=timedelta(minutes=...) or pick another minute.",
+                    obj=job.name,
+                    id="fencedjobs.W001",
+                )
             )
-        )
     return messages
+
+
+def _error(id: int, msg: str, hint: str) -> checks.CheckMessage:
+    return checks.Error(msg, hint=hint, id=f"fencedjobs.E{id:03d}")
 
 
 @checks.register("fencedjobs")

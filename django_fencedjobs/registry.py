@@ -1,28 +1,34 @@
 """Jobs and the registry: what ``@job`` declares.
 
-``@job`` validates its arguments at import time and raises :class:`JobDefinitionError`
-naming the job and the field. Schedule problems (invalid cron, unknown or fixed-offset zone)
-are kept on the job and reported by ``manage.py check`` with stable ids, so a bad expression
-in one job never hides the others.
+``@job`` never raises for a bad declaration. A job whose arguments or schedule are invalid
+is registered all the same, as *invalid*: its :attr:`Job.schedule` is None and
+:attr:`Job.schedule_error` says why, naming the job and the argument. ``manage.py check``
+reports it under a stable id (:attr:`Job.check_id`), ``runjobs`` skips it with one line on
+stderr, ``checkjobs`` and the admin show it ``invalid``. So a typo in one job never stops
+the web app from starting, nor hides or stops the other jobs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from django_fencedjobs.exceptions import JobDefinitionError, ScheduleError, UnknownJob
-from django_fencedjobs.schedule import Schedule
+from django_fencedjobs.schedule import Schedule, is_fixed_offset, resolve_zone
 
 if TYPE_CHECKING:
-    from django_fencedjobs.runner import Run
+    from django_fencedjobs.run import Run
 
 Handler = Callable[["Run"], Any]
 F = TypeVar("F", bound=Handler)
 Exclusion = Literal["lease", "advisory"]
+#: Why a job is invalid.
+JobError = ScheduleError | JobDefinitionError
 
 DEFAULT_LEASE_TTL = timedelta(minutes=2)
 DEFAULT_GRACE = timedelta(minutes=5)
@@ -31,16 +37,34 @@ DEFAULT_FAILURE_THRESHOLD = 3
 #: A job without an explicit timeout gets half its shortest interval, at most this.
 MAX_DEFAULT_TIMEOUT = timedelta(hours=1)
 
+# The system check that reports each kind of invalid declaration (docs/checks.md).
+E_CRON = "fencedjobs.E001"
+E_ZONE = "fencedjobs.E002"
+E_FIXED_OFFSET = "fencedjobs.E003"
+E_TIMEOUT = "fencedjobs.E004"
+E_JITTER = "fencedjobs.E005"
+E_LEASE_TTL = "fencedjobs.E006"
+E_ADVISORY = "fencedjobs.E007"
+E_DUPLICATE = "fencedjobs.E008"
+E_ARGUMENT = "fencedjobs.E013"
+
 
 @dataclass(frozen=True, eq=False)
 class Job:
-    """A declared job. Build it with :func:`job`; read it with :func:`get_job`."""
+    """A declared job. Build it with :func:`job`; read it with :func:`get_job`.
+
+    A job is valid or *invalid*; an invalid one has ``schedule`` None, never runs, and
+    ``schedule_error`` says why.
+    """
 
     name: str
     func: Handler = field(repr=False)
-    #: None when the declaration's schedule is invalid; :attr:`schedule_error` says why.
-    schedule: Schedule | None
-    schedule_error: ScheduleError | None = None
+    #: The schedule built from cron/every, timezone and jitter; None when they are invalid.
+    parsed_schedule: Schedule | None
+    #: What was found wrong when the job was declared (None: nothing), and the id of the
+    #: system check that reports it.
+    declaration_error: JobError | None = None
+    declaration_check_id: str | None = None
     cron: str | None = None
     every: timedelta | None = None
     timezone: str = "UTC"
@@ -54,13 +78,43 @@ class Job:
     exclusion: Exclusion = "lease"
     failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
 
+    @functools.cached_property
+    def _problem(self) -> tuple[str, JobError] | None:
+        # The problems that need the schedule's shortest interval (a year of fire times) or
+        # the database configuration are looked for on first use, not at import: declaring
+        # jobs must stay cheap, since every web process declares them all at start-up.
+        if self.declaration_error is not None:
+            assert self.declaration_check_id is not None
+            return self.declaration_check_id, self.declaration_error
+        assert self.parsed_schedule is not None
+        return _schedule_problem(self, self.parsed_schedule)
+
+    @property
+    def schedule(self) -> Schedule | None:
+        """The schedule; None when the job is invalid (:attr:`schedule_error` says why)."""
+        return None if self._problem is not None else self.parsed_schedule
+
+    @property
+    def schedule_error(self) -> JobError | None:
+        """Why the job is invalid (None when it is valid): a :class:`ScheduleError` for its
+        schedule, a :class:`JobDefinitionError` for another argument. The message names the
+        job and the argument."""
+        return self._problem[1] if self._problem is not None else None
+
+    @property
+    def check_id(self) -> str | None:
+        """The id of the system check that reports :attr:`schedule_error`."""
+        return self._problem[0] if self._problem is not None else None
+
     @property
     def valid_schedule(self) -> Schedule:
-        """The schedule, or the reason it is invalid raised (the system checks report it too)."""
-        if self.schedule is None:
-            assert self.schedule_error is not None
-            raise self.schedule_error
-        return self.schedule
+        """The schedule, or the reason the job is invalid raised (the system checks report
+        it too)."""
+        problem = self._problem
+        if problem is not None:
+            raise problem[1]
+        assert self.parsed_schedule is not None
+        return self.parsed_schedule
 
     @property
     def run_timeout(self) -> timedelta:
@@ -73,8 +127,38 @@ class Job:
         return self.func(run)
 
 
+def _schedule_problem(job: Job, schedule: Schedule) -> tuple[str, JobError] | None:
+    interval = schedule.min_interval()
+    if job.timeout is not None and job.timeout >= interval:
+        return E_TIMEOUT, JobDefinitionError(
+            f"job {job.name!r}: timeout {job.timeout} is not shorter than the shortest "
+            f"interval between its runs ({interval}); a slow run would overlap the next."
+        )
+    if job.jitter >= interval:
+        return E_JITTER, JobDefinitionError(
+            f"job {job.name!r}: jitter {job.jitter} is not shorter than the shortest "
+            f"interval between its runs ({interval}); runs would swap order."
+        )
+    if job.exclusion == "advisory":
+        from django.db import connections
+
+        from django_fencedjobs.lease import lease_db
+
+        vendor = connections[lease_db()].vendor
+        if vendor != "postgresql":
+            return E_ADVISORY, JobDefinitionError(
+                f"job {job.name!r}: exclusion='advisory' needs PostgreSQL advisory locks; "
+                f"the database is {vendor}."
+            )
+    return None
+
+
 class JobRegistry:
-    """Jobs by name, in declaration order. Duplicates are kept for the system check."""
+    """Jobs by name, in declaration order.
+
+    Two different functions declared under one name make that name invalid (neither runs:
+    which one was meant is a guess); they are also kept in :attr:`duplicates`.
+    """
 
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
@@ -89,6 +173,15 @@ class JobRegistry:
                 self._jobs[job.name] = job
                 return
             self.duplicates.append(job)
+            declared_by = [existing.func] + [d.func for d in self.duplicates if d.name == job.name]
+            where = " and by ".join(_where(func) for func in declared_by)
+            self._jobs[job.name] = dataclasses.replace(
+                existing,
+                declaration_error=JobDefinitionError(
+                    f"job {job.name!r} is declared twice: by {where}."
+                ),
+                declaration_check_id=E_DUPLICATE,
+            )
             return
         self._jobs[job.name] = job
 
@@ -122,11 +215,23 @@ class JobRegistry:
             self._jobs, self.duplicates = saved, saved_duplicates
 
 
+def _target(func: object) -> object:
+    """What a handler is made from: the function under a ``functools.partial``."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    return func
+
+
+def _where(func: object) -> str:
+    """``module.qualname`` of a handler: a function, a partial of one, a callable object."""
+    target = _target(func)
+    module = getattr(target, "__module__", None) or type(target).__module__
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return f"{module}.{qualname}"
+
+
 def _same_function(a: Handler, b: Handler) -> bool:
-    return (getattr(a, "__module__", None), getattr(a, "__qualname__", None)) == (
-        getattr(b, "__module__", None),
-        getattr(b, "__qualname__", None),
-    )
+    return _where(a) == _where(b)
 
 
 registry = JobRegistry()
@@ -140,13 +245,53 @@ def all_jobs() -> list[Job]:
     return registry.all()
 
 
-def _duration(job_name: str, field_name: str, value: Any, *, allow_zero: bool = False) -> None:
+_TYPES: dict[str, type] = {
+    "cron": str,
+    "every": timedelta,
+    "timezone": str,
+    "jitter": timedelta,
+    "lease_ttl": timedelta,
+    "timeout": timedelta,
+    "max_batches": int,
+    "grace": timedelta,
+    "starting_deadline": timedelta,
+    "exclusion": str,
+    "failure_threshold": int,
+}
+_OPTIONAL = {"cron", "every", "timeout", "starting_deadline"}
+
+
+def _typed(field_name: str, value: object) -> bool:
+    """Whether ``value`` has the type of the job's field ``field_name``."""
+    if value is None:
+        return field_name in _OPTIONAL
+    return isinstance(value, _TYPES[field_name]) and not isinstance(value, bool)
+
+
+def _duration(field_name: str, value: Any, *, allow_zero: bool = False) -> str | None:
+    """What is wrong with a duration argument, or None."""
     if not isinstance(value, timedelta):
-        raise JobDefinitionError(
-            f"job {job_name!r}: {field_name} must be a datetime.timedelta, got {value!r}"
-        )
+        return f"{field_name} must be a datetime.timedelta, got {value!r}"
     if value < timedelta(0) or (value == timedelta(0) and not allow_zero):
-        raise JobDefinitionError(f"job {job_name!r}: {field_name} must be positive, got {value!r}")
+        return f"{field_name} must be positive, got {value!r}"
+    return None
+
+
+def _positive_int(field_name: str, value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"{field_name} must be a positive int, got {value!r}"
+    return None
+
+
+def _schedule_check_id(timezone: object) -> str:
+    """The check that reports a :class:`ScheduleError` of a job in ``timezone``."""
+    if is_fixed_offset(timezone):
+        return E_FIXED_OFFSET
+    try:
+        resolve_zone(timezone)
+    except ScheduleError:
+        return E_ZONE
+    return E_CRON
 
 
 @overload
@@ -190,65 +335,113 @@ def job(
         def sync_invoices(run: Run) -> None: ...
 
     The function is returned unchanged (call it directly in unit tests); the declaration
-    is available as ``sync_invoices.job``.
+    is available as ``sync_invoices.job``. Nothing is raised for a bad argument: the job is
+    registered as invalid (see :class:`Job`) and ``manage.py check`` names the job and the
+    argument.
     """
     if callable(cron):
-        raise JobDefinitionError(
-            f"@job needs a schedule: write @job('*/15 * * * *') or @job(every=...) above "
-            f"{getattr(cron, '__qualname__', cron)!r}"
+        # A bare @job: the function came where the schedule should be.
+        func = cron
+        _declare(
+            func,
+            name=None,
+            problem=(
+                E_CRON,
+                ScheduleError(
+                    f"job {_where(func)!r}: @job needs a schedule: write "
+                    f"@job('*/15 * * * *') or @job(every=...) above it."
+                ),
+            ),
+            fields={},
         )
+        return func
 
     def decorate(func: F) -> F:
-        job_name = name or f"{func.__module__}.{func.__qualname__}"
-        if not isinstance(job_name, str) or not job_name or len(job_name) > 200:
-            raise JobDefinitionError(f"job name must be 1 to 200 characters, got {job_name!r}")
-        _duration(job_name, "jitter", jitter, allow_zero=True)
-        _duration(job_name, "lease_ttl", lease_ttl, allow_zero=True)  # zero: check E006
-        _duration(job_name, "grace", grace, allow_zero=True)
-        if timeout is not None:
-            _duration(job_name, "timeout", timeout)
-        if starting_deadline is not None:
-            _duration(job_name, "starting_deadline", starting_deadline)
-        if not isinstance(max_batches, int) or max_batches < 1:
-            raise JobDefinitionError(
-                f"job {job_name!r}: max_batches must be a positive int, got {max_batches!r}"
-            )
-        if not isinstance(failure_threshold, int) or failure_threshold < 1:
-            raise JobDefinitionError(
-                f"job {job_name!r}: failure_threshold must be a positive int, "
-                f"got {failure_threshold!r}"
-            )
-        if exclusion not in ("lease", "advisory"):
-            raise JobDefinitionError(
-                f"job {job_name!r}: exclusion must be 'lease' or 'advisory', got {exclusion!r}"
-            )
-        schedule: Schedule | None = None
-        error: ScheduleError | None = None
-        try:
-            schedule = Schedule(
-                cron=cron, every=every, timezone=timezone, jitter=jitter, key=job_name
-            )
-        except ScheduleError as exc:
-            error = ScheduleError(f"job {job_name!r}: {exc}")
-        declared = Job(
-            name=job_name,
-            func=func,
-            schedule=schedule,
-            schedule_error=error,
-            cron=cron,
-            every=every,
-            timezone=timezone,
-            jitter=jitter,
-            lease_ttl=lease_ttl,
-            timeout=timeout,
-            max_batches=max_batches,
-            grace=grace,
-            starting_deadline=starting_deadline,
-            exclusion=exclusion,
-            failure_threshold=failure_threshold,
-        )
-        registry.register(declared)
-        func.job = declared  # type: ignore[attr-defined]
+        fields: dict[str, Any] = {
+            "cron": cron,
+            "every": every,
+            "timezone": timezone,
+            "jitter": jitter,
+            "lease_ttl": lease_ttl,
+            "timeout": timeout,
+            "max_batches": max_batches,
+            "grace": grace,
+            "starting_deadline": starting_deadline,
+            "exclusion": exclusion,
+            "failure_threshold": failure_threshold,
+        }
+        _declare(func, name=name, problem=None, fields=fields)
         return func
 
     return decorate
+
+
+def _declare(
+    func: Any,
+    *,
+    name: object,
+    problem: tuple[str, JobError] | None,
+    fields: dict[str, Any],
+) -> Job:
+    """Register ``func`` as a job, valid or not, and set ``func.job``."""
+    default_name = _where(func)
+    job_name = default_name if name is None else name
+    wrong: list[str | None] = []
+    if not isinstance(job_name, str) or not job_name or len(job_name) > 200:
+        wrong.append(f"name must be 1 to 200 characters, got {job_name!r}")
+        job_name = default_name
+    schedule: Schedule | None = None
+    if fields and problem is None:
+        problem = _argument_problem(job_name, fields, wrong)
+    if fields and problem is None:
+        try:
+            schedule = Schedule(
+                cron=fields["cron"],
+                every=fields["every"],
+                timezone=fields["timezone"],
+                jitter=fields["jitter"],
+                key=job_name,
+            )
+        except ScheduleError as exc:
+            problem = (
+                _schedule_check_id(fields["timezone"]),
+                ScheduleError(f"job {job_name!r}: {exc}"),
+            )
+    declared = Job(
+        name=job_name,
+        func=func,
+        parsed_schedule=schedule,
+        declaration_error=problem[1] if problem else None,
+        declaration_check_id=problem[0] if problem else None,
+        # An invalid job is shown (admin, checkjobs), never run: an argument of the wrong
+        # type is left at its default, so that showing it cannot fail.
+        **{key: value for key, value in fields.items() if _typed(key, value)},
+    )
+    registry.register(declared)
+    with contextlib.suppress(AttributeError, TypeError):
+        func.job = declared
+    return declared
+
+
+def _argument_problem(
+    job_name: str, fields: dict[str, Any], wrong: list[str | None]
+) -> tuple[str, JobError] | None:
+    """Every argument of the wrong type or range (E013), else a lease_ttl that is not
+    positive (E006), else None."""
+    for field_name, allow_zero in (("jitter", True), ("lease_ttl", True), ("grace", True)):
+        wrong.append(_duration(field_name, fields[field_name], allow_zero=allow_zero))
+    for field_name in ("timeout", "starting_deadline"):
+        if fields[field_name] is not None:
+            wrong.append(_duration(field_name, fields[field_name]))
+    for field_name in ("max_batches", "failure_threshold"):
+        wrong.append(_positive_int(field_name, fields[field_name]))
+    if fields["exclusion"] not in ("lease", "advisory"):
+        wrong.append(f"exclusion must be 'lease' or 'advisory', got {fields['exclusion']!r}")
+    messages = [message for message in wrong if message]
+    if messages:
+        return E_ARGUMENT, JobDefinitionError(f"job {job_name!r}: {'; '.join(messages)}")
+    if fields["lease_ttl"] <= timedelta(0):
+        return E_LEASE_TTL, JobDefinitionError(
+            f"job {job_name!r}: lease_ttl must be positive, got {fields['lease_ttl']}."
+        )
+    return None

@@ -1,10 +1,13 @@
 """tests.settings plus one app from tests/checkapps, for `manage.py check` in a subprocess.
 
 FENCEDJOBS_CHECK_APP names the app (e.g. "e004"); FENCEDJOBS_CHECK_ROUTE_ELSEWHERE=1 routes
-the app's tables to a second database; FENCEDJOBS_CHECK_CLOCK sets FENCEDJOBS["CLOCK"].
+the app's tables to a second database; FENCEDJOBS_CHECK_CLOCK sets FENCEDJOBS["CLOCK"];
+FENCEDJOBS_CHECK_SETTINGS replaces FENCEDJOBS with a Python expression (``timedelta`` is in
+scope), e.g. ``{"LOOP_MAX_SLEEP": 30}``.
 """
 
 import os
+from datetime import timedelta
 
 from tests.settings import *  # noqa: F403
 from tests.settings import DATABASES, INSTALLED_APPS
@@ -19,6 +22,9 @@ if os.environ.get("FENCEDJOBS_CHECK_ROUTE_ELSEWHERE"):
 
 if os.environ.get("FENCEDJOBS_CHECK_CLOCK"):
     FENCEDJOBS = {"CLOCK": os.environ["FENCEDJOBS_CHECK_CLOCK"]}
+
+if os.environ.get("FENCEDJOBS_CHECK_SETTINGS"):
+    FENCEDJOBS = eval(os.environ["FENCEDJOBS_CHECK_SETTINGS"], {"timedelta": timedelta})
 
 
 class FencedJobsElsewhere:

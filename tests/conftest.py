@@ -12,6 +12,7 @@ caller they are deselected (and counted as such), never skipped.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -116,3 +117,25 @@ def spawn(child_env, tmp_path):
 
     with Spawner(child_env, tmp_path) as spawner:
         yield spawner
+
+
+@pytest.fixture
+def unmigrated_env(child_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Like ``child_env``, but for an empty database that ``migrate`` never ran on: a new
+    SQLite file, or a new database on this run's PostgreSQL server (dropped afterwards)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        empty = {**connection.settings_dict, "NAME": str(tmp_path / "unmigrated.sqlite3")}
+        yield {**child_env, "DATABASE_URL": database_url(empty)}
+        return
+    name = f"{connection.settings_dict['NAME']}_unmigrated"
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    try:
+        url = database_url({**connection.settings_dict, "NAME": name})
+        yield {**child_env, "DATABASE_URL": url}
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

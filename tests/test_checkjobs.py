@@ -171,3 +171,36 @@ def test_an_unreachable_database_is_one_line_on_stderr_and_exit_3(child_env):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("CommandError: cannot read the job state, database unavailable: ")
     assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def run_checkjobs_with(
+    env: dict[str, str], app: str, *args: str, **more: str
+) -> subprocess.CompletedProcess[str]:
+    """``manage.py checkjobs`` with tests.check_settings and a jobs app of tests/checkapps."""
+    return subprocess.run(
+        [sys.executable, "-m", "django", "checkjobs", *args],
+        env={
+            **env,
+            "DJANGO_SETTINGS_MODULE": "tests.check_settings",
+            "FENCEDJOBS_CHECK_APP": app,
+            **more,
+        },
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_checkjobs_shows_bad_job_definitions_as_invalid_and_exits_2(child_env):
+    result = run_checkjobs_with(child_env, "mixed", "--json")
+    assert result.returncode == 2, result.stderr
+    jobs = {entry["name"]: entry for entry in json.loads(result.stdout)["jobs"]}
+    assert {name: entry["state"] for name, entry in jobs.items()} == {
+        "mixed.bad_cron": "invalid",
+        "mixed.bad_timeout": "invalid",
+        "mixed.good": "never_run",
+    }
+    assert "timeout must be a datetime.timedelta, got 30" in jobs["mixed.bad_timeout"]["reason"]
+    assert "Traceback" not in result.stderr

@@ -4,8 +4,11 @@ jobs.py by `manage.py check`, which then exits non-zero."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,9 +16,12 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def manage_check(app: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+def manage(
+    *argv: str, app: str | None = None, base: dict[str, str] | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``manage.py <argv>`` in a subprocess with tests.check_settings and ``app``."""
     environ = {
-        **os.environ,
+        **(base if base is not None else os.environ),
         "DJANGO_SETTINGS_MODULE": "tests.check_settings",
         "PYTHONPATH": str(REPO),
         **env,
@@ -24,13 +30,26 @@ def manage_check(app: str | None = None, **env: str) -> subprocess.CompletedProc
     if app:
         environ["FENCEDJOBS_CHECK_APP"] = app
     return subprocess.run(
-        [sys.executable, "-m", "django", "check"],
+        [sys.executable, "-m", "django", *argv],
         cwd=REPO,
         env=environ,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def manage_check(app: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    return manage("check", app=app, **env)
+
+
+def reported(output: str, check_id: str) -> dict[str, str]:
+    """The objects ``manage.py check`` reported under ``check_id``, and each one's line."""
+    found = {}
+    for line in output.splitlines():
+        if f": ({check_id}) " in line:
+            found[line.split(": (", 1)[0]] = line
+    return found
 
 
 @pytest.mark.parametrize(
@@ -85,3 +104,80 @@ def test_a_healthy_jobs_module_passes_silently():
     result = manage_check("healthy")
     assert result.returncode == 0, result.stderr
     assert "fencedjobs." not in result.stdout + result.stderr
+
+
+# -- bad @job arguments (issue 9, item 13) ---------------------------------------------------
+
+
+def test_bad_job_arguments_are_check_errors_naming_job_and_argument_not_an_import_crash():
+    result = manage_check("e013")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    flagged = reported(result.stderr, "fencedjobs.E013")
+    expected = {
+        "checks.int_timeout": "timeout must be a datetime.timedelta, got 30",
+        "checks.zero_batches": "max_batches must be a positive int, got 0",
+        "checks.mutex": "exclusion must be 'lease' or 'advisory', got 'mutex'",
+        "checks.negative_grace": "grace must be positive",
+        "checks.float_threshold": "failure_threshold must be a positive int, got 2.5",
+        "checks.seconds_deadline": "starting_deadline must be a datetime.timedelta, got 60",
+    }
+    assert set(flagged) == set(expected)
+    for name, words in expected.items():
+        assert f"job {name!r}" in flagged[name] and words in flagged[name]
+
+
+def test_an_out_of_range_cron_field_gets_a_hint_about_the_range_not_the_field_count():
+    result = manage_check("e001")
+    assert result.returncode != 0
+    (hint,) = [line for line in result.stderr.splitlines() if "HINT:" in line]
+    assert "five fields" not in hint
+    assert "minute 0-59" in hint
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bad_job_definitions_do_not_block_migrate(unmigrated_env):
+    result = manage("migrate", app="mixed", base=unmigrated_env)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    # Still shown, as warnings, so whoever deploys sees them.
+    assert "mixed.bad_cron: (fencedjobs.E001)" in result.stderr
+    assert "mixed.bad_timeout: (fencedjobs.E013)" in result.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bad_job_definitions_do_not_stop_the_web_app(child_env):
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "django", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=REPO,
+        env={
+            **child_env,
+            "DJANGO_SETTINGS_MODULE": "tests.check_settings",
+            "FENCEDJOBS_CHECK_APP": "mixed",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        status = None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/") as page:
+                    status = page.status
+                break
+            except OSError:
+                time.sleep(0.2)
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=30)
+    assert status == 200, stderr
+    assert "Traceback" not in stderr

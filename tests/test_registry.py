@@ -1,4 +1,5 @@
-"""@job validates eagerly and names the job and the field; the registry keeps declarations."""
+"""@job validates eagerly and never raises: a bad declaration is kept as an invalid job whose
+error names the job and the field; the registry keeps declarations."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_fencedjobs import JobDefinitionError, UnknownJob, job
+from django_fencedjobs import JobDefinitionError, ScheduleError, UnknownJob, job
 from django_fencedjobs.registry import get_job, registry
 
 
@@ -47,19 +48,47 @@ def test_the_function_is_returned_unchanged_for_unit_tests(jobs):
         ({"starting_deadline": timedelta(seconds=-5)}, "starting_deadline must be positive"),
     ],
 )
-def test_bad_values_raise_at_declaration_naming_job_and_field(jobs, kwargs, words):
-    with pytest.raises(JobDefinitionError) as info:
-        job("*/5 * * * *", name="billing.sync", **kwargs)(lambda run: None)
-    assert "billing.sync" in str(info.value)
-    assert words in str(info.value)
+def test_bad_values_make_the_job_invalid_naming_job_and_field(jobs, kwargs, words):
+    handler = job("*/5 * * * *", name="billing.sync", **kwargs)(lambda run: None)
+    declared = get_job("billing.sync")
+    assert handler.job is declared
+    assert declared.schedule is None
+    assert "billing.sync" in str(declared.schedule_error)
+    assert words in str(declared.schedule_error)
+    with pytest.raises((JobDefinitionError, ScheduleError)):
+        _ = declared.valid_schedule
 
 
-def test_bare_decorator_without_schedule_is_refused(jobs):
-    with pytest.raises(JobDefinitionError, match="needs a schedule"):
+def test_bare_decorator_without_schedule_registers_an_invalid_job(jobs):
+    @job
+    def nothing(run):
+        pass
 
-        @job
-        def nothing(run):
-            pass
+    (declared,) = registry.all()
+    assert declared.func is nothing
+    assert declared.schedule is None
+    assert "needs a schedule" in str(declared.schedule_error)
+
+
+def test_a_timeout_not_shorter_than_the_interval_makes_the_job_invalid(jobs):
+    job("*/5 * * * *", name="slow", timeout=timedelta(minutes=5))(lambda run: None)
+    declared = get_job("slow")
+    assert declared.schedule is None
+    assert "timeout 0:05:00 is not shorter" in str(declared.schedule_error)
+
+
+def test_two_functions_with_one_name_make_the_job_invalid(jobs):
+    @job("*/5 * * * *", name="twice")
+    def first(run):
+        pass
+
+    @job("*/10 * * * *", name="twice")
+    def second(run):
+        pass
+
+    declared = get_job("twice")
+    assert declared.schedule is None
+    assert "declared twice" in str(declared.schedule_error)
 
 
 def test_an_invalid_schedule_is_kept_for_the_system_check(jobs):

@@ -3,9 +3,11 @@ database give one clear line and a non-zero exit, never a traceback."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,19 +17,25 @@ REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def runjobs(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "django", "runjobs", *args],
-        cwd=REPO,
-        env={
-            **env,
-            "DJANGO_SETTINGS_MODULE": "tests.check_settings",
-            "FENCEDJOBS_CHECK_APP": "healthy",
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def runjobs(
+    env: dict[str, str], *args: str, app: str = "healthy", timeout: float = 120, **more: str
+) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "django", "runjobs", *args],
+            cwd=REPO,
+            env={
+                **env,
+                "DJANGO_SETTINGS_MODULE": "tests.check_settings",
+                "FENCEDJOBS_CHECK_APP": app,
+                **more,
+            },
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"runjobs {' '.join(args)} was still running after {timeout}s: {exc.stderr}")
 
 
 def closed_port() -> int:
@@ -95,3 +103,83 @@ def test_once_runs_a_due_job_and_exits_0(child_env):
     assert second.returncode == 0, second.stderr
     (run,) = JobRun.objects.filter(job="checks.healthy")
     assert run.outcome == "succeeded"
+
+
+# -- one bad job never stops the good ones (issue 9, item 13) --------------------------------
+
+INVALID = ("mixed.bad_cron", "mixed.bad_timeout")
+
+
+def assert_each_invalid_job_is_one_line(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == len(INVALID), stderr
+    for name in INVALID:
+        (line,) = [line for line in lines if f"job {name!r}" in line]
+        assert "is invalid and does not run" in line
+
+
+def test_once_runs_the_valid_job_and_reports_each_invalid_one_in_one_line(child_env):
+    from django_fencedjobs.models import JobLease, JobRun
+
+    first = runjobs(child_env, "--once", app="mixed")
+    assert first.returncode == 0, first.stderr
+    assert_each_invalid_job_is_one_line(first.stderr)
+    assert set(JobLease.objects.values_list("name", flat=True)) == {"mixed.good"}
+    JobLease.objects.filter(name="mixed.good").update(next_run_at="2000-01-01T00:00Z")
+    second = runjobs(child_env, "--once", app="mixed")
+    assert second.returncode == 0, second.stderr
+    (run,) = JobRun.objects.all()
+    assert (run.job, run.outcome) == ("mixed.good", "succeeded")
+
+
+def test_the_loop_runs_the_valid_job_and_reports_each_invalid_one_in_one_line(child_env):
+    from django_fencedjobs.models import JobLease, JobRun
+
+    loop = subprocess.Popen(
+        [sys.executable, "-m", "django", "runjobs"],
+        cwd=REPO,
+        env={
+            **child_env,
+            "DJANGO_SETTINGS_MODULE": "tests.check_settings",
+            "FENCEDJOBS_CHECK_APP": "mixed",
+            "FENCEDJOBS_CHECK_SETTINGS": '{"LOOP_MAX_SLEEP": timedelta(seconds=0.2)}',
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while loop.poll() is None and time.monotonic() < deadline:
+            if JobRun.objects.filter(job="mixed.good", outcome="succeeded").exists():
+                break
+            # Once the loop has created the job's lease row, make its slot due now.
+            JobLease.objects.filter(name="mixed.good", next_run_at__gt="2001-01-01T00:00Z").update(
+                next_run_at="2000-01-01T00:00Z"
+            )
+            time.sleep(0.2)
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        _, stderr = loop.communicate(timeout=30)
+    assert loop.returncode == 0, stderr
+    assert JobRun.objects.filter(job="mixed.good", outcome="succeeded").exists(), stderr
+    stderr = "\n".join(line for line in stderr.splitlines() if not line.startswith("received "))
+    assert_each_invalid_job_is_one_line(stderr)
+
+
+def test_list_shows_the_valid_job_and_reports_each_invalid_one_in_one_line(child_env):
+    result = runjobs(child_env, "--list", app="mixed")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "mixed.good"
+    assert "mixed.bad" not in result.stdout
+    assert_each_invalid_job_is_one_line(result.stderr)
+
+
+def test_naming_an_invalid_job_is_one_line_and_exit_1(child_env):
+    result = runjobs(child_env, "--once", "--job", "mixed.bad_cron", app="mixed")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("CommandError: job 'mixed.bad_cron' is invalid and does not run")
+    assert "61 * * * *" in lines[0]

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 
-from django_fencedjobs import runner
+from django_fencedjobs import checks, preflight, runner
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.lease import lease_db
 from django_fencedjobs.listing import describe_jobs
@@ -19,10 +19,15 @@ from django_fencedjobs.listing import describe_jobs
 class Command(BaseCommand):
     help = (
         "Run due scheduled jobs: once (--once, for cron) or in a loop until SIGTERM/SIGINT "
-        "(for supervisor, systemd or a Kubernetes Deployment)."
+        "(for supervisor, systemd or a Kubernetes Deployment). Invalid jobs are skipped, "
+        "one line each on stderr."
     )
+    # The system checks run in handle(), after the invalid jobs are reported one line each:
+    # an invalid job does not stop the others.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--skip-checks", action="store_true", help="Skip system checks.")
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--once", action="store_true", help="One pass over due jobs, then exit.")
         mode.add_argument(
@@ -43,11 +48,19 @@ class Command(BaseCommand):
         self, *args: Any, once: bool, list_jobs: bool, jobs: list[str] | None, **options: Any
     ) -> None:
         try:
-            selected = runner.runnable_jobs(jobs)
+            valid, invalid = preflight.select_jobs(jobs)
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
+        if jobs and invalid:
+            raise CommandError("; ".join(map(preflight.invalid_job_line, invalid)))
+        for job in invalid:
+            self.stderr.write(preflight.invalid_job_line(job))
+        if not options["skip_checks"]:
+            with checks.invalid_jobs_reported_separately():
+                self.check()
         if list_jobs:
-            self.stdout.write(describe_jobs(selected))
+            if valid or not invalid:
+                self.stdout.write(describe_jobs(valid))
             return
         runner.clear_stop()
         previous = {

@@ -1,0 +1,27 @@
+"""What ``runjobs`` and ``checkjobs`` verify before they start, so that bad input gives one
+clear line, never a traceback, and one bad job never stops the good ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django_fencedjobs.registry import Job, registry
+
+
+def select_jobs(names: Sequence[str] | None = None) -> tuple[list[Job], list[Job]]:
+    """The named jobs (an unknown name raises :class:`UnknownJob`), or every declared job,
+    split into the valid ones and the invalid ones."""
+    selected = [registry.get(name) for name in names] if names else registry.all()
+    valid = [job for job in selected if job.schedule is not None]
+    invalid = [job for job in selected if job.schedule is None]
+    return valid, invalid
+
+
+def invalid_job_line(job: Job) -> str:
+    """One line saying that ``job`` is invalid, why, and the id of its system check."""
+    reason = str(job.schedule_error)
+    prefix = f"job {job.name!r}: "
+    if reason.startswith(prefix):
+        reason = reason[len(prefix) :]
+    return f"job {job.name!r} is invalid and does not run: {reason} ({job.check_id})"
