@@ -219,6 +219,8 @@ def _execute(job: Job, run: Run, on_abandon: Any) -> JobRun:
         outcome, error = _outcome_of(exc, run, supervisor)
         if isinstance(exc, KeyboardInterrupt):
             raised = exc
+        elif outcome == Outcome.FAILED and isinstance(exc, DatabaseError):
+            outcome, error = _database_failure(run, outcome, error)
     finally:
         reset_current_run(token)
     supervisor.join()
@@ -270,6 +272,20 @@ def _outcome_of(exc: BaseException | None, run: Run, supervisor: Supervisor) -> 
     if exc is None:
         return Outcome.SUCCEEDED, ""
     return Outcome.FAILED, _bounded_traceback(exc)
+
+
+def _database_failure(run: Run, outcome: str, error: str) -> tuple[str, str]:
+    """The handler failed on a database error. If the run's fence is gone meanwhile, the
+    error was the end of its run (the server ended its session after it sat idle in a
+    transaction past the lease, typically paused, and another run took over): fence_lost."""
+    _discard_connection(lease.lease_db())
+    try:
+        row = lease.read([run.job.name]).get(run.job.name)
+    except DatabaseError:
+        return outcome, error
+    if row is not None and row.fence != run.fence:
+        return Outcome.FENCE_LOST, fence_lost_error(run) + "\n\n" + error
+    return outcome, error
 
 
 def _discard_connection(alias: str) -> None:

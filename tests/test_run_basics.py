@@ -170,3 +170,70 @@ def test_run_job_now_runs_through_the_lease_and_records_the_run(jobs):
     # Each run's end moves the fence on too, so the second run's fence is past both.
     assert 1 == first.fence < second.fence
     assert JobLease.objects.get().next_run_at > fake_clock()
+
+
+def test_a_run_object_kept_past_its_end_writes_nothing(jobs):
+    """A thread that kept the run's context (here: a copy of it) after the run was recorded
+    finds every fenced block of that run refused, even though no other run has started."""
+    import contextvars
+
+    kept: list[contextvars.Context] = []
+
+    @job("*/5 * * * *", name="t.kept")
+    def kept_run(run):
+        kept.append(contextvars.copy_context())
+
+    tick()  # the first tick creates the lease row
+    fake_clock.advance(timedelta(minutes=5))
+    (record,) = tick().runs
+    assert record.outcome == Outcome.SUCCEEDED
+
+    def write() -> None:
+        with fenced_atomic():
+            Write.objects.create(job="t.kept", fence=record.fence, seq=1)
+
+    with pytest.raises(FenceLost):
+        kept[0].run(write)
+    assert not Write.objects.filter(job="t.kept").exists()
+
+
+def test_a_handler_that_exits_the_process_is_a_failure_not_an_interruption(jobs):
+    import sys
+
+    @job("*/5 * * * *", name="t.exits")
+    def exits(run):
+        sys.exit(1)
+
+    tick()  # the first tick creates the lease row
+    fake_clock.advance(timedelta(minutes=5))
+    (record,) = tick().runs
+    assert record.outcome == Outcome.FAILED
+    assert "SystemExit" in record.error
+    assert JobLease.objects.get(name="t.exits").consecutive_failures == 1
+
+
+def test_a_window_whose_transaction_rolled_back_is_never_skipped(jobs):
+    """The handler catches the first window's error and asks for the next one. The
+    watermark the run sees follows what committed, so the run stops there (failed) instead
+    of succeeding past an hour it never processed."""
+    start = datetime(2026, 11, 29, 5, 0, tzinfo=UTC)
+
+    @job("0 * * * *", name="t.hole", jitter=timedelta(minutes=1))
+    def hole(run):
+        for window in run.windows(timedelta(hours=1), start=start):
+            try:
+                with fenced_atomic():
+                    Write.objects.create(job="t.hole", fence=run.fence, seq=window.start.hour)
+                    run.advance_watermark(window.end)
+                    if window.start == start:
+                        raise ValueError("upstream said no")
+            except ValueError:
+                pass
+
+    tick()  # the first tick creates the lease row
+    fake_clock.advance(timedelta(hours=1))
+    (record,) = tick().runs
+    assert record.outcome == Outcome.FAILED
+    assert "was not committed" in record.error
+    assert not Write.objects.filter(job="t.hole").exists()
+    assert not Watermark.objects.filter(job="t.hole").exists()

@@ -26,8 +26,7 @@ from typing import Any
 
 from django.db import connection
 
-from django_fencedjobs import FenceLost, JobTimeout, fenced_atomic, job
-from django_fencedjobs import Run
+from django_fencedjobs import FenceLost, JobTimeout, Run, fenced_atomic, job
 from tests.testapp.models import Item, Write
 
 PAUSED_WRITER = "faults.paused_writer"
@@ -36,6 +35,7 @@ WINDOWS = "faults.windows"
 DOUBLE_FIRE = "faults.double_fire"
 LOOP = "faults.loop"
 OVERRUN = "faults.overrun"
+BYSTANDER = "faults.bystander"
 
 HOURLY = timedelta(hours=1)
 #: Short enough that a paused or killed holder's lease runs out within a second or so.
@@ -238,8 +238,17 @@ def overrun(run: Run) -> None:
     ``mode=busy_in_transaction`` spins inside a fenced block after writing in it. The write
     before the overrun commits; nothing written after the timeout may: the write after the
     overrun must raise ``FenceLost``.
+
+    Two modes no interrupt can stop quickly: ``mode=block`` sits in one long ``time.sleep``
+    (as in a socket read or C code), outside any transaction; ``block_in_transaction`` does
+    so inside a fenced block after writing in it. ``mode=swallow`` is the common handler
+    shape ``for item in items: try: ... except Exception: log``: it reports every exception
+    it swallows, and a side effect (``effect``) per item.
     """
     mode = CONFIG["mode"]
+    if mode in ("block", "block_in_transaction", "swallow"):
+        _overrun_unstoppably(run, mode)
+        return
     with fenced_atomic():
         Write.objects.create(job=run.job.name, fence=run.fence, seq=0)
     report("wrote", seq=0, fence=run.fence)
@@ -266,6 +275,37 @@ def overrun(run: Run) -> None:
         raise
 
 
+def _overrun_unstoppably(run: Run, mode: str) -> None:
+    if mode == "block":
+        report("blocking", fence=run.fence)
+        time.sleep(HANDLER_WAIT)
+    elif mode == "block_in_transaction":
+        with fenced_atomic():
+            Write.objects.create(job=run.job.name, fence=run.fence, seq=1)
+            report("blocking", fence=run.fence)
+            time.sleep(HANDLER_WAIT)
+    else:
+        deadline = time.monotonic() + HANDLER_WAIT
+        seq = 0
+        while time.monotonic() < deadline:
+            seq += 1
+            try:
+                with fenced_atomic():
+                    Write.objects.create(job=run.job.name, fence=run.fence, seq=seq)
+                report("effect", seq=seq)
+                time.sleep(0.01)
+            except Exception as exc:
+                report("swallowed", type=type(exc).__name__)
+    report("not_interrupted")
+
+
+def bystander(run: Run) -> None:
+    """An unrelated job: one fenced write."""
+    with fenced_atomic():
+        Write.objects.create(job=run.job.name, fence=run.fence, seq=0)
+    report("wrote", fence=run.fence)
+
+
 def _spin(deadline: float) -> None:
     total = 0
     while time.monotonic() < deadline:
@@ -289,3 +329,4 @@ def register() -> None:
     job(every=HOURLY, name=OVERRUN, lease_ttl=timedelta(seconds=3), timeout=timedelta(seconds=1))(
         overrun
     )
+    job(every=HOURLY, name=BYSTANDER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(bystander)

@@ -50,21 +50,23 @@ def main(argv: list[str] | None = None) -> int:
     jobs.register()
     connection.ensure_connection()
     jobs.report("ready")
+    # JOB may name several jobs, comma-separated.
+    selected = [word for name in args.job.split(",") for word in ("--job", name)]
 
     if args.mode == "once":
         if args.wait_go and sys.stdin.readline().strip() != "go":
             return 3
         jobs.report("go")
-        call_command("runjobs", "--once", "--job", args.job)
+        call_command("runjobs", "--once", *selected)
     elif args.mode == "loop":
-        call_command("runjobs", "--job", args.job)
+        call_command("runjobs", *selected)
     else:
         for line in sys.stdin:
             word, number = line.split()
             if word != "go":
                 return 3
             jobs.CONFIG["round"] = number
-            call_command("runjobs", "--once", "--job", args.job)
+            call_command("runjobs", "--once", *selected)
             jobs.report("round_done", round=int(number))
     jobs.report("exit")
     return 0
