@@ -15,11 +15,13 @@ fencedjobs.E008    two different functions declare the same job name
 fencedjobs.E009    the app's tables are routed to different databases, or not to the
                    default database that the jobs write to
 fencedjobs.E010    ``FENCEDJOBS`` has an unknown key or a ``CLOCK`` that cannot be imported
+fencedjobs.E011    the handler is ``async def``, an async generator or a generator
+fencedjobs.E012    the handler cannot take the Run as its one positional argument
 fencedjobs.E013    an argument of ``@job`` has the wrong type or is out of range
 fencedjobs.W001    a schedule fires at minute 0 with no jitter (top-of-the-hour stampede)
 =================  ==============================================================
 
-E001 to E008 and E013 are about one job, which is *invalid* (see :mod:`registry`): it does
+E001 to E008 and E011 to E013 are about one job, which is *invalid* (see :mod:`registry`): it does
 not run, and the other jobs are not affected. ``manage.py check`` reports them as errors, so
 a CI step or a deployment that runs it fails. Any other command that runs the checks
 (``migrate``, ``runserver``, a project's own commands) shows them as warnings and carries
@@ -54,6 +56,11 @@ _HINTS = {
     "soon a crashed run's job can be taken over.",
     jobs_registry.E_ADVISORY: "Use the default exclusion='lease', which works on every database.",
     jobs_registry.E_DUPLICATE: "Give one of them another name with @job(..., name=...).",
+    jobs_registry.E_HANDLER_KIND: "Write a plain 'def handler(run):'; to call async code "
+    "from it, use asgiref.sync.async_to_sync.",
+    jobs_registry.E_HANDLER_SIGNATURE: "The runner calls handler(run): take the Run as the one "
+    "positional argument, and give other arguments defaults or bind them with "
+    "functools.partial.",
     jobs_registry.E_ARGUMENT: "Durations are datetime.timedelta objects (timeout="
     "timedelta(minutes=5), not 300), counts are positive ints; see docs/api.md.",
 }

@@ -1,7 +1,7 @@
 """Jobs and the registry: what ``@job`` declares.
 
-``@job`` never raises for a bad declaration. A job whose arguments or schedule are invalid
-is registered all the same, as *invalid*: its :attr:`Job.schedule` is None and
+``@job`` never raises for a bad declaration. A job whose arguments, schedule or handler are
+invalid is registered all the same, as *invalid*: its :attr:`Job.schedule` is None and
 :attr:`Job.schedule_error` says why, naming the job and the argument. ``manage.py check``
 reports it under a stable id (:attr:`Job.check_id`), ``runjobs`` skips it with one line on
 stderr, ``checkjobs`` and the admin show it ``invalid``. So a typo in one job never stops
@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -46,6 +47,8 @@ E_JITTER = "fencedjobs.E005"
 E_LEASE_TTL = "fencedjobs.E006"
 E_ADVISORY = "fencedjobs.E007"
 E_DUPLICATE = "fencedjobs.E008"
+E_HANDLER_KIND = "fencedjobs.E011"
+E_HANDLER_SIGNATURE = "fencedjobs.E012"
 E_ARGUMENT = "fencedjobs.E013"
 
 
@@ -283,6 +286,57 @@ def _positive_int(field_name: str, value: Any) -> str | None:
     return None
 
 
+def _handler_problem(job_name: str, func: object) -> tuple[str, JobError] | None:
+    """Why ``func`` cannot be a job's handler, or None.
+
+    The runner calls ``func(run)`` and takes its return as the end of the run. A coroutine
+    function (``async def``), an async generator function or a generator function only
+    returns an object when called, without running its body (E011). A callable whose
+    signature cannot take the Run as its one positional argument would fail at every run
+    (E012). A ``functools.partial`` and a callable object are judged by what they call.
+    """
+    if not callable(func):
+        return E_HANDLER_SIGNATURE, JobDefinitionError(
+            f"job {job_name!r}: the handler {func!r} is not callable."
+        )
+    kind = _lazy_kind(func)
+    if kind is not None:
+        what, returns = kind
+        return E_HANDLER_KIND, JobDefinitionError(
+            f"job {job_name!r}: the handler {_where(func)} is {what}: calling it returns "
+            f"{returns} without running its body, so the job would do nothing."
+        )
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None  # no signature to read (some builtins): let it be
+    try:
+        signature.bind(object())
+    except TypeError:
+        return E_HANDLER_SIGNATURE, JobDefinitionError(
+            f"job {job_name!r}: the handler {_where(func)}{signature} cannot take the Run "
+            f"as its one positional argument."
+        )
+    return None
+
+
+def _lazy_kind(func: object) -> tuple[str, str] | None:
+    """What ``func`` is and what calling it returns, when that is an object instead of a run
+    of its body (an async def, async generator or generator function); else None."""
+    target = _target(func)
+    candidates = [func, target]
+    if not inspect.isroutine(target) and not inspect.isclass(target):
+        candidates.append(inspect.getattr_static(type(target), "__call__", None))  # an object
+    for candidate in candidates:
+        if inspect.iscoroutinefunction(candidate):
+            return "an async def function", "a coroutine"
+        if inspect.isasyncgenfunction(candidate):
+            return "an async generator function", "an async generator"
+        if inspect.isgeneratorfunction(candidate):
+            return "a generator function", "a generator"
+    return None
+
+
 def _schedule_check_id(timezone: object) -> str:
     """The check that reports a :class:`ScheduleError` of a job in ``timezone``."""
     if is_fixed_offset(timezone):
@@ -407,6 +461,8 @@ def _declare(
                 _schedule_check_id(fields["timezone"]),
                 ScheduleError(f"job {job_name!r}: {exc}"),
             )
+    if problem is None:
+        problem = _handler_problem(job_name, func)
     declared = Job(
         name=job_name,
         func=func,

@@ -200,7 +200,9 @@ def test_checkjobs_shows_bad_job_definitions_as_invalid_and_exits_2(child_env):
     assert {name: entry["state"] for name, entry in jobs.items()} == {
         "mixed.bad_cron": "invalid",
         "mixed.bad_timeout": "invalid",
+        "mixed.async_handler": "invalid",
         "mixed.good": "never_run",
     }
     assert "timeout must be a datetime.timedelta, got 30" in jobs["mixed.bad_timeout"]["reason"]
+    assert "async def" in jobs["mixed.async_handler"]["reason"]
     assert "Traceback" not in result.stderr

@@ -106,6 +106,36 @@ def test_a_healthy_jobs_module_passes_silently():
     assert "fencedjobs." not in result.stdout + result.stderr
 
 
+# -- handlers that cannot run as written (issue 9, item 8) -----------------------------------
+
+
+def test_async_and_generator_handlers_are_check_errors_naming_the_job():
+    result = manage_check("e011")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    assert set(reported(result.stderr, "fencedjobs.E011")) == {
+        "checks.async_def",
+        "checks.async_generator",
+        "checks.generator",
+        "checks.async_call",
+    }
+    assert "async def" in reported(result.stderr, "fencedjobs.E011")["checks.async_def"]
+
+
+def test_a_handler_that_cannot_take_the_run_as_its_one_argument_is_a_check_error():
+    result = manage_check("e012")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    flagged = reported(result.stderr, "fencedjobs.E012")
+    assert set(flagged) == {
+        "checks.no_argument",
+        "checks.two_arguments",
+        "checks.keyword_only",
+        "checks.not_callable",
+    }
+    assert "checks.fine_" not in result.stderr
+
+
 # -- bad @job arguments (issue 9, item 13) ---------------------------------------------------
 
 

@@ -3,12 +3,26 @@ error names the job and the field; the registry keeps declarations."""
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 
 import pytest
 
 from django_fencedjobs import JobDefinitionError, ScheduleError, UnknownJob, job
 from django_fencedjobs.registry import get_job, registry
+
+
+class Handler:
+    def __call__(self, run):
+        pass
+
+
+async def async_handler(run):
+    pass
+
+
+def generator_handler(run):
+    yield run
 
 
 @pytest.fixture
@@ -89,6 +103,39 @@ def test_two_functions_with_one_name_make_the_job_invalid(jobs):
     declared = get_job("twice")
     assert declared.schedule is None
     assert "declared twice" in str(declared.schedule_error)
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        functools.partial(lambda run, size: None, size=3),
+        Handler(),
+        lambda run, *more, extra=None: None,
+    ],
+    ids=["partial", "callable-object", "defaults"],
+)
+def test_a_partial_or_a_callable_object_is_a_valid_handler(jobs, handler):
+    job("*/5 * * * *")(handler)
+    (declared,) = registry.all()
+    assert declared.schedule is not None, declared.schedule_error
+    assert declared.func is handler
+
+
+@pytest.mark.parametrize(
+    ("handler", "words"),
+    [
+        (async_handler, "async def"),
+        (generator_handler, "generator"),
+        (lambda: None, "cannot take the Run"),
+        (lambda run, other: None, "cannot take the Run"),
+    ],
+    ids=["async", "generator", "no-argument", "two-arguments"],
+)
+def test_a_handler_that_cannot_run_as_written_makes_the_job_invalid(jobs, handler, words):
+    job("*/5 * * * *", name="h")(handler)
+    declared = get_job("h")
+    assert declared.schedule is None
+    assert words in str(declared.schedule_error)
 
 
 def test_an_invalid_schedule_is_kept_for_the_system_check(jobs):

@@ -107,7 +107,7 @@ def test_once_runs_a_due_job_and_exits_0(child_env):
 
 # -- one bad job never stops the good ones (issue 9, item 13) --------------------------------
 
-INVALID = ("mixed.bad_cron", "mixed.bad_timeout")
+INVALID = ("mixed.bad_cron", "mixed.bad_timeout", "mixed.async_handler")
 
 
 def assert_each_invalid_job_is_one_line(stderr: str) -> None:

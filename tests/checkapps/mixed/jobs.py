@@ -16,3 +16,8 @@ def bad_cron(run):
 @job("*/5 * * * *", name="mixed.bad_timeout", timeout=30)
 def bad_timeout(run):
     pass
+
+
+@job("*/5 * * * *", name="mixed.async_handler")
+async def async_handler(run):
+    pass
