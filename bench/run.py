@@ -38,6 +38,7 @@ MODULES = [
     ("P3", "bench.p3_once"),
     ("P4", "bench.p4_lateness"),
     ("P6", "bench.p6_memory"),
+    ("P9", "bench.p9_run_cost"),
     ("P5", "bench.p5_admin"),
 ]
 

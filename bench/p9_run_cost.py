@@ -1,0 +1,134 @@
+"""P9: what it costs per run to bound every run (docs/running.md, "Timeouts").
+
+A run's handler runs in a thread of its own, beside a supervisor thread, and its database
+session gets ``idle_in_transaction_session_timeout`` set for the run (one statement) and
+reset after it (one more): that is what lets the runner end a run at its timeout whatever
+the handler catches or blocks in, and be free again. Measured side by side, alternating,
+on one job whose handler makes one fenced one-row write:
+
+* **run in its own thread**: ``runner.run_in_thread``, the path ``runjobs`` takes;
+* **run in the caller's thread**: ``runner.run_job`` (the supervisor thread and the two
+  statements are still there; the run's own thread is not);
+* **the two statements alone** (set and reset the idle limit);
+* **a process per run**, the other way to bound runs (celery's hard time limit, django-q2):
+  the least such a process costs, starting Python and ``django.setup()`` with no run in it.
+
+Goal: the run's own thread and the two statements cost at most 25% of a run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+from bench import common
+
+NAME = "bench.p9.one_write"
+
+
+def measure(smoke: bool) -> common.Report:
+    from django.db import connection
+
+    from bench.benchapp.models import Row
+    from django_fencedjobs import clock, fenced_atomic, job, lease, runner
+    from django_fencedjobs.registry import registry
+
+    repeats = 3 if smoke else 15
+    runs_per_sample = 3 if smoke else 40
+    processes = 2 if smoke else 10
+
+    def one_write(run: object) -> None:
+        with fenced_atomic():
+            Row.objects.create(seq=run.fence, note="p9")  # type: ignore[attr-defined]
+
+    common.clear_jobs("bench.p9.")
+    with registry.isolated():
+        declared = job(every=timedelta(hours=1), name=NAME)(one_write).job  # type: ignore[attr-defined]
+        runner.sync([declared], clock.now())
+
+        def due_row() -> lease.LeaseRow:
+            lease.make_due(NAME, clock.now())
+            return lease.read([NAME])[NAME]
+
+        def sample(how: str) -> float:
+            total = 0.0
+            for _ in range(runs_per_sample):
+                row = due_row()
+                start = time.perf_counter()
+                record = (runner.run_in_thread if how == "thread" else runner.run_job)(
+                    declared, row
+                )
+                total += time.perf_counter() - start
+                assert record is not None and record.outcome == "succeeded", record
+            return total / runs_per_sample
+
+        def statements() -> float:
+            start = time.perf_counter()
+            for _ in range(runs_per_sample):
+                lease.limit_idle_transactions(connection, timedelta(minutes=2))
+                lease.limit_idle_transactions(connection, None)
+            return (time.perf_counter() - start) / runs_per_sample
+
+        sample("thread"), sample("caller")  # warm
+        samples: dict[str, list[float]] = {"thread": [], "caller": [], "statements": []}
+        for _, how in common.alternate(repeats, ["thread", "caller", "statements"]):
+            samples[how].append(statements() if how == "statements" else sample(how))
+    Row.objects.filter(note="p9").delete()
+
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.settings")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(common.REPO), env.get("PYTHONPATH", "")) if p
+    )
+    startups = []
+    for _ in range(processes):
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-c", "import django; django.setup()"],
+            env=env,
+            cwd=common.REPO,
+            check=True,
+        )
+        startups.append(time.perf_counter() - start)
+
+    ms = {how: common.summarize([v * 1000 for v in values]) for how, values in samples.items()}
+    process = common.summarize([v * 1000 for v in startups])
+    own_thread = ms["thread"].median - ms["caller"].median
+    share = (max(own_thread, 0) + ms["statements"].median) / ms["thread"].median
+    report = common.Report("P9", "the cost of bounding every run")
+    report.add(
+        f"{repeats} alternating samples of {runs_per_sample} runs each (one fenced one-row "
+        f"write per run), and {processes} process start-ups."
+    )
+    report.add("")
+    for line in common.table(
+        ["per run", "ms"],
+        [
+            ["run in its own thread (runjobs)", ms["thread"].fmt(".3f")],
+            ["run in the caller's thread", ms["caller"].fmt(".3f")],
+            ["set and reset the idle limit (2 statements)", ms["statements"].fmt(".3f")],
+            ["a process per run: Python + django.setup() alone", process.fmt(".1f")],
+        ],
+    ):
+        report.add(line)
+    report.add("")
+    report.add(
+        f"The run's own thread costs {own_thread:.3f} ms and the two statements "
+        f"{ms['statements'].median:.3f} ms: {share:.0%} of a run. A process per run would "
+        f"cost {process.median / ms['thread'].median:.0f}x a whole run before doing anything."
+    )
+    report.figures.update(
+        thread_ms=ms["thread"].median,
+        caller_ms=ms["caller"].median,
+        statements_ms=ms["statements"].median,
+        process_ms=process.median,
+        share=share,
+    )
+    report.goal("own thread + idle limit, share of a run", "≤ 25%", f"{share:.0%}", share <= 0.25)
+    return report
+
+
+if __name__ == "__main__":
+    raise SystemExit(common.main(measure))
