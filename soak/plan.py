@@ -1,0 +1,155 @@
+"""The fault schedule: a pure function of the seed and the duration.
+
+Nothing here looks at the clock or the processes: :func:`make_plan` draws every fault
+(when, what, against which runner, how long a stop lasts and how it ends), every launch
+of the cron-like driver and every batch of new items from ``random.Random(seed)``. The
+same seed and duration give the same plan, byte for byte (:attr:`Plan.digest`), so a
+failing seed replays the same schedule. Where a fault then lands (inside a transaction or
+not, on which run) depends on timing, which no seed fixes; the driver records it.
+
+Fault kinds:
+
+``stop``
+    SIGSTOP a runner for ``hold`` seconds (short ones within the lease, long ones well
+    past it), then SIGCONT it, or SIGKILL it while stopped. Half the stops hit the
+    planned runner at a random moment (mostly idle between runs); the other half
+    (``aim="run"``) wait (at most :data:`AIM_WAIT` s) for a runner to be inside a
+    handler, holding a lease, and hit that one.
+``stop_inside``
+    Wait (at most :data:`AIM_WAIT` s) for a runner to be sleeping inside a fenced
+    transaction, and SIGSTOP it there: it holds the lease row's lock while stopped.
+    Released like ``stop``.
+``kill``
+    SIGKILL a running runner (the driver restarts the loops); aimed like ``stop``.
+``term``
+    SIGTERM a loop runner: it finishes its batch, records the run interrupted, exits 0
+    (and the driver restarts it).
+``pg_restart``
+    ``pg_ctl restart -m fast`` of the server: every connection is cut.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+KINDS = ("stop", "stop_inside", "kill", "term", "pg_restart")
+WEIGHTS = (0.36, 0.26, 0.20, 0.06, 0.12)
+#: The runners: ``A`` the loop over every job, ``B`` the loop over some jobs (``--job``),
+#: ``C`` the youngest running ``runjobs --once`` of the cron-like driver.
+TARGETS = ("A", "B", "C")
+TARGET_WEIGHTS = (0.4, 0.35, 0.25)
+#: Mean seconds between two faults.
+MEAN_GAP = 2.5
+#: How long an aimed fault waits for a runner to be in a run (or inside a transaction).
+AIM_WAIT = 4.0
+#: The cron-like driver starts ``runjobs --once`` every 2 to 5 seconds.
+CRON_GAP = (2.0, 5.0)
+#: New items: a batch of 0 to 5 every 0.5 to 1.5 seconds.
+PRODUCE_GAP = (0.5, 1.5)
+PRODUCE_COUNT = (0, 5)
+#: Items present before the runners start.
+INITIAL_ITEMS = 40
+
+
+@dataclass(frozen=True)
+class Fault:
+    #: Seconds from the start of the fault phase.
+    at: float
+    kind: str
+    #: ``A``, ``B`` or ``C`` (``stop``, ``kill``; ``term``: ``A`` or ``B``), else "".
+    target: str = ""
+    #: ``stop``/``stop_inside``: seconds stopped before the release.
+    hold: float = 0.0
+    #: ``stop``/``stop_inside``: ``cont`` or ``kill``.
+    release: str = ""
+    #: ``stop``/``kill``: ``run`` to hit a runner inside a handler, else "" (a random moment).
+    aim: str = ""
+
+    def describe(self) -> str:
+        what = self.kind + (f" {self.target}" if self.target else "")
+        what += " (in a run)" if self.aim else ""
+        if self.kind in ("stop", "stop_inside"):
+            what += f" for {self.hold:.2f}s then {self.release}"
+        return f"{self.at:8.2f}s  {what}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    seed: int
+    #: The fault phase; the quiet period follows it (no faults, runners and cron go on).
+    seconds: float
+    quiet: float
+    faults: tuple[Fault, ...]
+    #: Seconds (from the start, through the quiet period) at which the cron-like driver
+    #: starts ``runjobs --once``.
+    cron: tuple[float, ...]
+    #: ``(at, count)``: new items.
+    produce: tuple[tuple[float, int], ...]
+    #: Delays before restarting a killed or exited loop runner, used in turn.
+    restart_delays: tuple[float, ...]
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:12]
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(KINDS, 0)
+        for fault in self.faults:
+            counts[fault.kind] += 1
+        return counts
+
+
+def _round(value: float) -> float:
+    return round(value, 3)
+
+
+def _fault(rng: random.Random, at: float, kind: str) -> Fault:
+    if kind == "pg_restart" or kind == "stop_inside":
+        target = ""
+    elif kind == "term":
+        target = rng.choice(("A", "B"))
+    else:
+        target = rng.choices(TARGETS, TARGET_WEIGHTS)[0]
+    hold, release, aim = 0.0, "", ""
+    if kind in ("stop", "stop_inside"):
+        # Half within a lease (1 to 3 s), half well past it: takeovers.
+        hold = rng.uniform(0.2, 1.5) if rng.random() < 0.5 else rng.uniform(1.5, 8.0)
+        release = "kill" if rng.random() < 0.2 else "cont"
+    if kind in ("stop", "kill") and rng.random() < 0.5:
+        aim = "run"
+    return Fault(_round(at), kind, target, _round(hold), release, aim)
+
+
+def make_plan(seed: int, seconds: float, quiet: float) -> Plan:
+    """The whole schedule: faults during ``seconds``, cron launches and new items during
+    ``seconds + quiet``. Every kind of fault appears at least once when the fault phase
+    is long enough to hold one of each (about 15 s)."""
+    rng = random.Random(seed)
+    faults: list[Fault] = []
+    at = rng.uniform(1.0, 3.0)
+    while at < seconds - 1.0:
+        faults.append(_fault(rng, at, rng.choices(KINDS, WEIGHTS)[0]))
+        at += min(max(rng.expovariate(1 / MEAN_GAP), 0.3), 8.0)
+    # A short phase may have drawn no fault of some kind: give it one, at a drawn place.
+    for kind in KINDS:
+        if faults and len(faults) >= len(KINDS) and not any(f.kind == kind for f in faults):
+            counts = {k: sum(f.kind == k for f in faults) for k in KINDS}
+            spare = [i for i, f in enumerate(faults) if counts[f.kind] > 1]
+            if spare:
+                index = rng.choice(spare)
+                faults[index] = _fault(rng, faults[index].at, kind)
+    end = seconds + quiet
+    cron: list[float] = []
+    at = rng.uniform(0.5, 2.0)
+    while at < end:
+        cron.append(_round(at))
+        at += rng.uniform(*CRON_GAP)
+    produce: list[tuple[float, int]] = []
+    at = rng.uniform(*PRODUCE_GAP)
+    while at < end:
+        produce.append((_round(at), rng.randint(*PRODUCE_COUNT)))
+        at += rng.uniform(*PRODUCE_GAP)
+    delays = tuple(_round(rng.uniform(0.3, 3.0)) for _ in range(1000))
+    return Plan(seed, seconds, quiet, tuple(faults), tuple(cron), tuple(produce), delays)
