@@ -4,6 +4,7 @@
 #                the matrix pass (make test-matrix)
 #   make lint    ruff check, ruff format --check, mypy
 #   make bench   benchmarks on a durable throwaway PostgreSQL
+#   make soak    random faults against three runners on a throwaway PostgreSQL (docs/reliability.md)
 #   make demo    the example project
 #
 # PY picks the Python for the virtualenv; PYTEST_ARGS are passed to both
@@ -110,3 +111,15 @@ demo: venv
 clean:
 	rm -rf $(VENV) $(MATRIX_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# The randomized fault test (docs/reliability.md): SOAK_SECONDS of faults (default 600)
+# then a quiet period, against a throwaway PostgreSQL; SOAK_SEED replays a schedule (the
+# seed is printed first); SOAK_ARGS passes more (--markdown FILE, --json FILE, --dir DIR).
+#   make soak SOAK_SECONDS=1800 SOAK_SEED=123
+SOAK_SECONDS ?= 600
+SOAK_SEED ?=
+SOAK_ARGS ?=
+.PHONY: soak
+soak: venv
+	$(PY) scripts/throwaway_postgres.py -- $(BIN)/python scripts/soak.py \
+		--seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) $(SOAK_ARGS)

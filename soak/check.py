@@ -65,7 +65,7 @@ class Findings:
 
 def bound(name: str) -> timedelta:
     """L2's bound for a job: how long it may go without progress after the faults end."""
-    from soak.soakapp.jobs import SPECS
+    from soak.specs import SPECS
 
     spec = SPECS[name]
     return spec.every + spec.lease_ttl + spec.timeout + SLACK
@@ -95,7 +95,6 @@ def check(seen: Outcomes, acks_dir: Path) -> Findings:
 
 def _load() -> dict[str, Any]:
     from django_fencedjobs.models import JobLease, JobRun, Watermark
-    from soak.soakapp.jobs import SPECS
     from soak.soakapp.models import (
         Audit,
         FailRow,
@@ -105,6 +104,7 @@ def _load() -> dict[str, Any]:
         SlowRow,
         WindowRow,
     )
+    from soak.specs import SPECS
 
     names = list(SPECS)
     runs = list(
@@ -280,7 +280,7 @@ def _windows(data: dict[str, Any], found: Findings) -> None:
     """S3: per windows job, the windows tile ``[origin, watermark)``: each of one step, each
     starting where the previous one ended, none twice, and the stored watermark at the last
     one's end; and no window ends after its run's ``now`` (the run's start)."""
-    from soak.soakapp.jobs import WINDOW_STEPS
+    from soak.specs import WINDOW_STEPS
 
     by_job: dict[str, list[tuple[int, datetime, datetime]]] = defaultdict(list)
     for job, fence, start, end in data["windows"]:
@@ -435,7 +435,7 @@ def _fences_recorded(data: dict[str, Any], found: Findings) -> None:
 
 def _records(data: dict[str, Any], found: Findings) -> None:
     """A4: a succeeded run recorded the items it committed; A5: finished runs have an end."""
-    from soak.soakapp.jobs import ITEMS, WINDOW_STEPS, WINDOWS
+    from soak.specs import ITEMS, WINDOW_STEPS, WINDOWS
 
     committed: Counter[tuple[str, int]] = Counter()
     last_end: dict[tuple[str, int], datetime] = {}
@@ -480,7 +480,7 @@ def _liveness(data: dict[str, Any], seen: Outcomes, found: Findings) -> None:
                 "L1 runs left running",
                 f"{run['job']} fence {run['fence']} ({run['owner']}) still running at the end",
             )
-    from soak.soakapp.jobs import SPECS
+    from soak.specs import SPECS
 
     gaps: dict[str, dict[str, Any]] = {}
     if seen.calm_at is None or seen.quiet_end is None:
@@ -535,7 +535,7 @@ def _liveness(data: dict[str, Any], seen: Outcomes, found: Findings) -> None:
 
 
 def _figures(data: dict[str, Any], seen: Outcomes, found: Findings) -> None:
-    from soak.soakapp.jobs import SPECS, WINDOW_STEPS
+    from soak.specs import SPECS, WINDOW_STEPS
 
     outcomes = Counter(run["outcome"] for run in data["runs"])
     per_job = {

@@ -457,8 +457,8 @@ class Driver:
     def setup(self) -> None:
         from django.core.management import call_command
 
-        from soak.soakapp.jobs import SPECS
         from soak.soakapp.models import JobTick
+        from soak.specs import SPECS
 
         for sub in ("logs", "acks", "inside", "busy"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -572,8 +572,8 @@ class Driver:
         """``runjobs --once`` once every job is due again, until every job ran in a final
         pass and no item is pending (at most FINAL_PASSES passes)."""
         from django_fencedjobs.models import JobRun
-        from soak.soakapp.jobs import SPECS
         from soak.soakapp.models import Item
+        from soak.specs import SPECS
 
         ran: set[str] = set()
         for _ in range(FINAL_PASSES):
@@ -601,7 +601,7 @@ class Driver:
         from django.db.models import Q
 
         from django_fencedjobs.models import JobLease
-        from soak.soakapp.jobs import SPECS
+        from soak.specs import SPECS
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

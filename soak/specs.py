@@ -1,0 +1,52 @@
+"""The soak's jobs as numbers: names, schedules, leases, timeouts, steps. Django-free, so
+that the checker's logic can be tested without the jobs' app installed; the jobs themselves
+are in :mod:`soak.soakapp.jobs`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+WINDOWS = "soak.windows"
+WINDOWS_KEYED = "soak.windows_keyed"
+ITEMS = "soak.items"
+SLOW = "soak.slow"
+FAILING = "soak.failing"
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    every: timedelta
+    lease_ttl: timedelta
+    timeout: timedelta
+    max_batches: int
+    #: Outcomes that count as the job making progress, for the liveness bound. For the job
+    #: that fails on purpose a recorded failure is progress too.
+    progress: tuple[str, ...] = ("succeeded",)
+
+
+def _s(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)
+
+
+SPECS = {
+    spec.name: spec
+    for spec in (
+        Spec(WINDOWS, every=_s(3), lease_ttl=_s(2), timeout=_s(2.5), max_batches=40),
+        Spec(WINDOWS_KEYED, every=_s(5), lease_ttl=_s(3), timeout=_s(4), max_batches=20),
+        Spec(ITEMS, every=_s(2), lease_ttl=_s(1), timeout=_s(1.5), max_batches=12),
+        Spec(SLOW, every=_s(4), lease_ttl=_s(1), timeout=_s(3), max_batches=10),
+        Spec(
+            FAILING,
+            every=_s(3),
+            lease_ttl=_s(1),
+            timeout=_s(2),
+            max_batches=10,
+            progress=("succeeded", "failed"),
+        ),
+    )
+}
+
+#: The windows jobs: their step and watermark key.
+WINDOW_STEPS = {WINDOWS: (_s(1), ""), WINDOWS_KEYED: (_s(2), "k")}
