@@ -1,6 +1,6 @@
 """P1: the cost of the fence: ``fenced_atomic`` against plain ``transaction.atomic``.
 
-One real run of a real ``@job`` (acquired by ``runner.tick()``, with its supervisor
+One real run of a real ``@job`` (acquired by ``loop.tick()``, with its supervisor
 thread) times, inside its handler, on its one connection, blocks of transactions that
 write 1 row and 100 rows (``Model.objects.create`` per row), alternating
 ``with fenced_atomic():`` and ``with transaction.atomic():`` block by block. For the
@@ -31,8 +31,8 @@ def measure(smoke: bool) -> common.Report:
     from bench.benchapp.models import Row
     from django_fencedjobs import fenced_atomic, job
     from django_fencedjobs.clock import fake_clock
+    from django_fencedjobs.loop import tick
     from django_fencedjobs.registry import registry
-    from django_fencedjobs.runner import tick
 
     repeats = 3 if smoke else 21
     # rows per transaction -> transactions per timed block (a block is ~0.2-0.4 s)
@@ -89,7 +89,7 @@ def measure(smoke: bool) -> common.Report:
 
     report = common.Report("P1", "fenced_atomic against transaction.atomic, same connection")
     report.add(
-        f"One run of a `@job` through `runner.tick()`; in its handler, blocks of "
+        f"One run of a `@job` through `loop.tick()`; in its handler, blocks of "
         f"{plan[1]} one-row and {plan[100]} hundred-row transactions "
         "(`Model.objects.create` per row), fenced and plain alternating, "
         f"{repeats} blocks each. *One round trip* is what one more statement (`SELECT 1`) "

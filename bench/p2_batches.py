@@ -6,7 +6,7 @@ A queue of 20,000 ``Task`` rows is consumed by 1, 2 and 4 worker processes, in b
 * **fenced**: each worker owns a ``@job`` (one job per worker: a job's lease lets one run
   at a time, so parallel consumers of one queue are separate jobs) whose handler is
   ``for batch in run.batches(queue, size): mark them; run.add_items(...)``, run through
-  ``runner.tick()``: lease acquisition, supervisor thread, a fenced transaction per batch,
+  ``loop.tick()``: lease acquisition, supervisor thread, a fenced transaction per batch,
   the run's record;
 * **raw**: the same loop written by hand, ``with transaction.atomic():`` around
   ``list(queue.select_for_update(skip_locked=True, of=("self",))[:size])``.
@@ -49,8 +49,8 @@ def worker(index: int, conn: Any) -> None:
     from bench.benchapp.models import Task
     from django_fencedjobs import job
     from django_fencedjobs.clock import fake_clock
+    from django_fencedjobs.loop import tick
     from django_fencedjobs.registry import registry
-    from django_fencedjobs.runner import tick
 
     name = f"{PREFIX}worker{index}"
     state: dict[str, Any] = {"size": 1, "limit": None}
@@ -216,7 +216,7 @@ def measure(smoke: bool) -> common.Report:
     report.add(
         f"A queue of {rows:,} rows, 1, 2 and 4 worker processes; batches of 100 drain it, "
         f"batches of 1 stop after {single_claims:,} claims; fenced (a `@job` per worker, "
-        f"through `runner.tick()`) and raw alternating, {repeats} repeat(s) each. Items "
+        f"through `loop.tick()`) and raw alternating, {repeats} repeat(s) each. Items "
         "per second of the claims loops (the handler's loop; the raw loop), over the wall "
         "time from the first worker's start to the last one's end."
     )

@@ -1,6 +1,6 @@
 """P4: how late the loop starts runs: ``started_at - scheduled_for``.
 
-``runner.loop()`` in this process, with the database clock (the default) and the default
+``loop.loop()`` in this process, with the database clock (the default) and the default
 ``LOOP_MAX_SLEEP``, runs 20 jobs due every 5 seconds, spread by a 5-second jitter (so
 several share a second and run one after another, as they would in production); each run
 writes one row in a fenced transaction. The loop stops after the first 150 runs; the
@@ -22,7 +22,7 @@ PREFIX = "bench.p4."
 
 def measure(smoke: bool) -> common.Report:
     from bench.benchapp.models import Row
-    from django_fencedjobs import fenced_atomic, job, runner, signals
+    from django_fencedjobs import fenced_atomic, job, loop, signals
     from django_fencedjobs.models import JobRun, Outcome
     from django_fencedjobs.registry import registry
 
@@ -38,24 +38,24 @@ def measure(smoke: bool) -> common.Report:
         if record.job.startswith(PREFIX):
             finished.append(record.pk)
             if len(finished) >= wanted:
-                runner.request_stop()
+                loop.request_stop()
 
     def handler(run: Any) -> None:
         with fenced_atomic():
             Row.objects.create(seq=run.fence, note="p4")
 
-    guard = threading.Timer(limit, runner.request_stop)
+    guard = threading.Timer(limit, loop.request_stop)
     signals.run_finished.connect(on_finished, weak=False)
     try:
         with registry.isolated():
             for i in range(jobs):
                 job(every=every, jitter=every, name=f"{PREFIX}job{i:02d}")(handler)
-            runner.clear_stop()
+            loop.clear_stop()
             guard.start()
-            runner.loop()
+            loop.loop()
     finally:
         guard.cancel()
-        runner.clear_stop()
+        loop.clear_stop()
         signals.run_finished.disconnect(on_finished)
 
     records = list(
@@ -77,7 +77,7 @@ def measure(smoke: bool) -> common.Report:
 
     report = common.Report("P4", "loop lateness, `started_at - scheduled_for`")
     report.add(
-        f"`runner.loop()` with the database clock and the default `LOOP_MAX_SLEEP`; {jobs} "
+        f"`loop.loop()` with the database clock and the default `LOOP_MAX_SLEEP`; {jobs} "
         f"jobs every {every.total_seconds():g} s with a {every.total_seconds():g} s jitter, "
         "each run one fenced insert; lateness of each run from its `JobRun` row."
     )

@@ -195,7 +195,7 @@ def measure(smoke: bool) -> common.Report:
                 name=f"{PREFIX}job{i:02d}",
                 timeout=timedelta(minutes=10),
             )(lambda run: None)
-        from django_fencedjobs.runner import tick
+        from django_fencedjobs.loop import tick
 
         tick()  # the lease rows
 

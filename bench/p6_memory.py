@@ -1,6 +1,6 @@
 """P6: the loop's memory over 10,000 ticks.
 
-``runner.loop(max_ticks=10_000)`` in a fresh process with ``LOOP_MAX_SLEEP = 0`` (ticks do
+``loop.loop(max_ticks=10_000)`` in a fresh process with ``LOOP_MAX_SLEEP = 0`` (ticks do
 not sleep) and the fake clock, moved one second forward after every tick (the
 ``tick_finished`` signal), so that three jobs run all along: a fenced writer every 10 s,
 a job that fails every 30 s (its traceback is recorded), and a ``run.windows()`` job every
@@ -36,7 +36,7 @@ def measure(smoke: bool) -> common.Report:
     from django.test.utils import override_settings
 
     from bench.benchapp.models import Row
-    from django_fencedjobs import fenced_atomic, job, runner, signals
+    from django_fencedjobs import fenced_atomic, job, loop, signals
     from django_fencedjobs.clock import fake_clock
     from django_fencedjobs.models import JobRun
     from django_fencedjobs.registry import registry
@@ -84,8 +84,8 @@ def measure(smoke: bool) -> common.Report:
             job(every=timedelta(seconds=10), name=f"{PREFIX}writer")(writer)
             job(every=timedelta(seconds=30), name=f"{PREFIX}failing")(failing)
             job(every=timedelta(seconds=60), name=f"{PREFIX}windows")(windows)
-            runner.clear_stop()
-            runner.loop(max_ticks=ticks)
+            loop.clear_stop()
+            loop.loop(max_ticks=ticks)
     finally:
         signals.tick_finished.disconnect(on_tick)
         log.propagate = saved
@@ -98,7 +98,7 @@ def measure(smoke: bool) -> common.Report:
 
     report = common.Report("P6", f"the loop's resident memory over {ticks:,} ticks")
     report.add(
-        f"`runner.loop(max_ticks={ticks})`, no sleep, fake clock +1 s per tick; {runs:,} runs "
+        f"`loop.loop(max_ticks={ticks})`, no sleep, fake clock +1 s per tick; {runs:,} runs "
         "(writer / failing / windows). RSS after `gc.collect()`:"
     )
     report.add("")

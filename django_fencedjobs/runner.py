@@ -1,4 +1,4 @@
-"""Running jobs: one run of one job, one tick over the due jobs, and the loop.
+"""One run of one job: acquire, execute (supervised), record.
 
 A run's life:
 
@@ -14,47 +14,34 @@ A run's life:
    then the ``JobRun`` row moves from running to its outcome. Both are conditional, so a
    superseded run changes nothing of its successor's, and recording twice records once.
 
-A tick runs each due job in a thread of its own and waits for it until it is recorded,
-or given up on: a handler that will not return never holds the runner.
+Which job runs when, and on which worker thread, is :mod:`django_fencedjobs.loop`'s.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-import threading
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
 
 from django_fencedjobs import clock, lease, signals
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.exceptions import FenceLost, JobTimeout, NotInRun
+from django_fencedjobs.exceptions import FenceLost, JobTimeout
 from django_fencedjobs.fencing import reset_current_run, set_current_run
 from django_fencedjobs.models import JobLease, JobRun, Outcome, Watermark
 from django_fencedjobs.registry import Job, registry
-from django_fencedjobs.run import Run, Window, stop, watermark_text
+from django_fencedjobs.run import Run, watermark_text
 from django_fencedjobs.supervisor import Supervisor, fence_lost_error, timed_out_error
 
 logger = logging.getLogger("django_fencedjobs")
 
 #: Missed slots are counted up to this many; past it the count says "at least".
 MAX_COUNTED_SLOTS = 10_000
-
-
-def request_stop() -> None:
-    """Ask the runner to stop: the current batch or window finishes and commits, the run is
-    recorded as interrupted, the lease is released, and no further job starts."""
-    stop.set()
-
-
-def clear_stop() -> None:
-    stop.clear()
 
 
 # -- syncing declared jobs with their lease rows ------------------------------------------
@@ -440,128 +427,4 @@ def _log_fields(record: JobRun, *, event: str, **more: Any) -> dict[str, Any]:
     return fields
 
 
-# -- ticks and the loop ----------------------------------------------------------------------
-
-
-@dataclass
-class TickResult:
-    runs: list[JobRun]
-    #: When the earliest of the considered jobs can next be acquired (None: no job).
-    next_wakeup: datetime | None
-
-
-#: A job that was due but could not be acquired (its row locked by a run inside a fenced
-#: transaction) is tried again after this long, not in a busy loop.
-RETRY_LOCKED = 1.0
-
-
-def run_in_thread(job: Job, row: lease.LeaseRow) -> JobRun | None:
-    """:func:`run_job` in a thread of its own, waited for until the run is recorded or its
-    handler is given up on (then this returns the recorded run and the thread is left to
-    end by itself). The thread's database connections are closed when it ends."""
-    finished = threading.Event()
-    result: list[JobRun | None] = [None]
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result[0] = run_job(job, row, on_abandon=finished.set)
-        except BaseException as exc:
-            failure.append(exc)
-        finally:
-            try:
-                connections.close_all()
-            except Exception:
-                logger.debug("closing a run thread's connections failed", exc_info=True)
-            finished.set()
-
-    thread = threading.Thread(target=target, name=f"fencedjobs-run:{job.name}", daemon=True)
-    thread.start()
-    finished.wait()
-    if failure:
-        raise failure[0]
-    if result[0] is None and thread.is_alive():
-        # Given up on: the supervisor recorded the run; read it back.
-        return (
-            JobRun.objects.using(lease.lease_db()).filter(job=job.name).order_by("-fence").first()
-        )
-    return result[0]
-
-
-def tick(names: Sequence[str] | None = None) -> TickResult:
-    """One pass: run every due job once, in order of their slots.
-
-    With no due job this issues a constant number of queries, whatever the number of
-    registered jobs: the clock, and one read of the lease rows (:func:`lease.scan`, whose
-    cost barely grows with the number of jobs either).
-    """
-    jobs = runnable_jobs(names)
-    by_name = {job.name: job for job in jobs}
-    if not jobs:
-        return TickResult([], None)
-    now = clock.now()
-    seen = lease.scan(list(by_name), now)
-    if sync(jobs, now, seen.fingerprints):
-        seen = lease.scan(list(by_name), now)
-    runs: list[JobRun] = []
-    for row in sorted(seen.due, key=lambda r: (r.next_run_at, r.name)):
-        if stop.is_set():
-            break
-        record = run_in_thread(by_name[row.name], row)
-        if record is not None:
-            runs.append(record)
-    wakeup = seen.wakeup
-    if seen.due:
-        seen = lease.scan(list(by_name), now)
-        wakeup = seen.wakeup
-        if wakeup is not None and wakeup <= now:
-            # Still due after this pass: acquisition passed a locked row by. Retry soon.
-            wakeup = clock.now() + timedelta(seconds=RETRY_LOCKED)
-    signals.send(signals.tick_finished, now=now)
-    return TickResult(runs, wakeup)
-
-
-def loop(names: Sequence[str] | None = None, *, max_ticks: int | None = None) -> None:
-    """Run due jobs until :func:`request_stop`: sleep until the earliest next slot (at most
-    ``LOOP_MAX_SLEEP``), survive the database going away by reconnecting with backoff."""
-    runnable_jobs(names)  # unknown names fail now, not at the first tick
-    max_sleep = get_settings().LOOP_MAX_SLEEP.total_seconds()
-    backoff = 0.5
-    ticks = 0
-    while not stop.is_set() and (max_ticks is None or ticks < max_ticks):
-        ticks += 1
-        try:
-            record_pending()
-            result = tick(names)
-            backoff = 0.5
-            sleep = max_sleep
-            if result.next_wakeup is not None:
-                sleep = min(max_sleep, max((result.next_wakeup - clock.now()).total_seconds(), 0))
-        except DatabaseError as exc:
-            logger.error(
-                "database unavailable, retrying in %.1fs: %s",
-                backoff,
-                exc,
-                extra={"event": "database_unavailable"},
-            )
-            connections.close_all()
-            sleep, backoff = backoff, min(backoff * 2, max_sleep)
-        stop.wait(sleep)
-
-
-def run_once(names: Sequence[str] | None = None) -> TickResult:
-    """``runjobs --once``: one tick, for cron."""
-    return tick(names)
-
-
-__all__ = [
-    "NotInRun",
-    "Run",
-    "TickResult",
-    "Window",
-    "loop",
-    "request_stop",
-    "run_job",
-    "run_once",
-    "tick",
-]
+__all__ = ["record_end", "record_pending", "run_job", "runnable_jobs", "sync"]

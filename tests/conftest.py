@@ -94,7 +94,7 @@ def jobs():
     """An empty job registry and the fake clock, set to 2026-11-29 09:00 UTC, for one test.
 
     Jobs declared with ``@job`` inside the test land in the isolated registry and run with
-    ``runner.tick()`` as the clock is moved (``fake_clock.set`` / ``advance``).
+    ``loop.tick()`` as the clock is moved (``fake_clock.set`` / ``advance``).
     """
     from django.test import override_settings
 

@@ -24,8 +24,8 @@ from django.urls import reverse
 from django_fencedjobs import job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.health import Severity, State, job_health
+from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease
-from django_fencedjobs.runner import tick
 from tests.conftest import JOBS_T0, REPO_ROOT, database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,9 +20,9 @@ from django.urls import reverse
 from django_fencedjobs import admin as jobs_admin
 from django_fencedjobs import fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, JobRun, Outcome
 from django_fencedjobs.registry import registry
-from django_fencedjobs.runner import tick
 from tests.monitoring_jobs import BROKEN, FINE, STALLED, declare
 
 pytestmark = pytest.mark.django_db(transaction=True)

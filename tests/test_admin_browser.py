@@ -23,9 +23,9 @@ from django.test import override_settings
 
 from django_fencedjobs import clock, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease
 from django_fencedjobs.registry import registry
-from django_fencedjobs.runner import tick
 from tests.conftest import REPO_ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -12,8 +12,8 @@ from django.db import OperationalError, connection, connections
 
 from django_fencedjobs import job
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, Outcome
-from django_fencedjobs.runner import tick
 from tests.testapp.models import Item
 
 pytestmark = pytest.mark.django_db(transaction=True)

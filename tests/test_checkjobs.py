@@ -15,8 +15,8 @@ from django.test import override_settings
 
 from django_fencedjobs import lease
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.loop import tick
 from django_fencedjobs.registry import registry
-from django_fencedjobs.runner import tick
 from tests.conftest import REPO_ROOT
 from tests.monitoring_jobs import BROKEN, FINE, STALLED, declare
 
@@ -206,3 +206,21 @@ def test_checkjobs_shows_bad_job_definitions_as_invalid_and_exits_2(child_env):
     assert "timeout must be a datetime.timedelta, got 30" in jobs["mixed.bad_timeout"]["reason"]
     assert "async def" in jobs["mixed.async_handler"]["reason"]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "fencedjobs",
+    [
+        '{"NO_SUCH_KEY": 1}',
+        '{"CLOCK": "django_fencedjobs.clock.FakeClock"}',
+        '{"LOOP_MAX_SLEEP": 30}',
+    ],
+    ids=["unknown-key", "clock-class", "bad-value"],
+)
+def test_a_bad_fencedjobs_setting_is_one_line_on_stderr_and_exit_4(child_env, fencedjobs):
+    result = run_checkjobs_with(child_env, "healthy", FENCEDJOBS_CHECK_SETTINGS=fencedjobs)
+    assert result.returncode == 4, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("CommandError: FENCEDJOBS is invalid: ")
+    assert "Traceback" not in result.stderr and result.stdout == ""

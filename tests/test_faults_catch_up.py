@@ -22,9 +22,9 @@ from django.test import override_settings
 
 from django_fencedjobs import fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobRun, Outcome, Watermark
 from django_fencedjobs.registry import registry
-from django_fencedjobs.runner import tick
 from tests.testapp.models import Write
 
 pytestmark = pytest.mark.django_db(transaction=True)

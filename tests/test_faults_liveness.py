@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections
 
-from django_fencedjobs import clock, lease, runner
+from django_fencedjobs import clock, lease, loop, runner
 from django_fencedjobs.models import JobLease, JobRun, Outcome
 from django_fencedjobs.registry import registry
 from tests.faults.harness import make_due, prepare, runs, wait_lease_expired, wait_until
@@ -146,9 +146,9 @@ def test_a_timed_out_run_keeps_its_watermark_after(jobs):
             while time.monotonic() < deadline:  # overruns after the first window
                 pass
 
-    runner.tick()  # the first tick creates the lease row
+    loop.tick()  # the first tick creates the lease row
     fake_clock.advance(timedelta(hours=1))
-    (record,) = runner.tick().runs
+    (record,) = loop.tick().runs
     assert record.outcome == Outcome.TIMED_OUT
     assert record.watermark_after == "2026-11-29T07:00:00+00:00"
 
@@ -167,7 +167,7 @@ def test_a_finishing_run_takes_the_lease_row_before_its_run_row(jobs):
         returning.set()
         go.wait(30)
 
-    ticking = threading.Thread(target=lambda: (runner.tick(), connections.close_all()))
+    ticking = threading.Thread(target=lambda: (loop.tick(), connections.close_all()))
     runner.sync([registry.get("t.lock_order")], clock.now())
     lease.make_due("t.lock_order", clock.now())
     ticking.start()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
-from django_fencedjobs import lease, runner
+from django_fencedjobs import lease, loop
 from django_fencedjobs.models import LEASE_FREE, JobLease, Outcome
 from django_fencedjobs.registry import registry
 from tests.faults import jobs
@@ -69,7 +69,7 @@ def test_overrunning_handler_in_process_is_revoked(tmp_path, mode):
     try:
         with registry.isolated():
             jobs.register()
-            result = runner.run_once([OVERRUN])
+            result = loop.tick([OVERRUN])
     finally:
         jobs.CONFIG.clear()
     assert [r.outcome for r in result.runs] == [Outcome.TIMED_OUT]

@@ -11,12 +11,11 @@ import pytest
 from django.db import transaction
 from django.test import override_settings
 
-from django_fencedjobs import FenceLost, NotInRun, WatermarkError, fenced_atomic, job
+from django_fencedjobs import FenceLost, NotInRun, Run, WatermarkError, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, Outcome
 from django_fencedjobs.registry import registry
-from django_fencedjobs import Run
-from django_fencedjobs.runner import tick
 from tests.testapp.models import Write
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,4 @@
-"""Each health state arises from real runs (fake clock + runner.tick), decided in one place."""
+"""Each health state arises from real runs (fake clock + loop.tick), decided in one place."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from django_fencedjobs import fenced_atomic, job, lease
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.health import Severity, State, all_health, exit_code, job_health
+from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, JobRun
 from django_fencedjobs.registry import registry
-from django_fencedjobs.runner import tick
 from tests.testapp.models import Item
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,8 +10,8 @@ import pytest
 from django.test.utils import CaptureQueriesContext
 
 from django_fencedjobs import job
+from django_fencedjobs.loop import tick as run_once
 from django_fencedjobs.registry import registry
-from django_fencedjobs.runner import run_once
 
 pytestmark = pytest.mark.django_db
 

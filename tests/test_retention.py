@@ -13,10 +13,10 @@ from django.test.utils import CaptureQueriesContext
 
 from django_fencedjobs import job, retention
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobRun, Outcome
 from django_fencedjobs.registry import registry
 from django_fencedjobs.retention import purge_runs
-from django_fencedjobs.runner import tick
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,8 +8,8 @@ import pytest
 
 from django_fencedjobs import FenceLost, JobTimeout, NotInRun, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, JobRun, Outcome, Watermark
-from django_fencedjobs.runner import tick
 from tests.testapp.models import Item, Write
 
 pytestmark = pytest.mark.django_db(transaction=True)

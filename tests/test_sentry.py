@@ -16,8 +16,8 @@ from sentry_sdk.transport import Transport
 from django_fencedjobs import job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.integrations.sentry import monitor_config, monitor_slug
+from django_fencedjobs.loop import tick
 from django_fencedjobs.registry import registry
-from django_fencedjobs.runner import tick
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

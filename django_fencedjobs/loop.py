@@ -1,0 +1,313 @@
+"""The tick, the worker pool and the loop: which due job runs when, and on which worker.
+
+A runner process runs due jobs side by side on a bounded :class:`Pool` of worker threads.
+Each worker runs one job at a time (:func:`~django_fencedjobs.runner.run_job`: acquire,
+execute, record) on a database connection of its own, kept from run to run and thrown
+away after a run that had to be interrupted. A job is handed to a worker only when one is
+free: a job waits unacquired rather than sit behind a slow one with its lease taken, and
+that wait shows as lateness (``started_at - scheduled_for``).
+
+* :func:`tick` is one pass (``runjobs --once``): every job due now runs once, side by side,
+  and the pass ends when each is recorded.
+* :func:`loop` (``runjobs``) keeps handing due jobs to free workers until asked to stop,
+  sleeping until the earliest next slot or until a worker is free again.
+
+A worker whose handler was given up on (it did not return at its timeout plus the grace:
+:mod:`~django_fencedjobs.supervisor`) is replaced at once; the stuck thread is retired and
+ends by itself whenever its handler returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import DatabaseError, connections
+
+from django_fencedjobs import clock, lease, signals
+from django_fencedjobs.conf import get_settings
+from django_fencedjobs.models import JobRun
+from django_fencedjobs.registry import Job
+from django_fencedjobs.run import stop
+from django_fencedjobs.runner import record_pending, run_job, runnable_jobs, sync
+
+logger = logging.getLogger("django_fencedjobs")
+
+#: Workers per runner process when neither ``--workers`` nor ``FENCEDJOBS["WORKERS"]`` says.
+DEFAULT_WORKERS = 4
+#: A job that was due but could not be acquired (its row locked by a run inside a fenced
+#: transaction) is tried again after this long, not in a busy loop.
+RETRY_LOCKED = timedelta(seconds=1)
+
+
+#: Wakes the dispatching thread: a worker became free, or a stop was requested.
+_wake = threading.Event()
+
+
+def request_stop() -> None:
+    """Ask the runner to stop: each worker's current batch or window finishes and commits,
+    its run is recorded as interrupted, its lease released, and no further job starts."""
+    stop.set()
+    _wake.set()
+
+
+def clear_stop() -> None:
+    stop.clear()
+
+
+@dataclass
+class _Worker:
+    #: Set when the worker's handler was given up on: the thread takes no more work.
+    retired: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+
+class Pool:
+    """``size`` worker threads, started as they are first needed.
+
+    :meth:`submit` hands a due job to a free worker (the caller checks :meth:`free`
+    first); :meth:`finished` returns what has been recorded since. Thread-safe for one
+    dispatching thread.
+    """
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"a pool needs at least one worker, got {size}")
+        self.size = size
+        self._work: queue.SimpleQueue[tuple[Job, lease.LeaseRow] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._workers: list[_Worker] = []
+        self._busy: set[str] = set()
+        self._done: list[JobRun] = []
+
+    def free(self) -> int:
+        with self._lock:
+            return self.size - len(self._busy)
+
+    def busy(self) -> set[str]:
+        """Names of the jobs a worker has been handed and not finished."""
+        with self._lock:
+            return set(self._busy)
+
+    def submit(self, job: Job, row: lease.LeaseRow) -> None:
+        with self._lock:
+            if len(self._busy) >= self.size or job.name in self._busy:
+                raise RuntimeError(f"no free worker for {job.name}")
+            self._busy.add(job.name)
+            idle = len(self._busy) > sum(1 for w in self._workers if not w.retired.is_set())
+            if idle:
+                self._start_worker()
+        self._work.put((job, row))
+
+    def finished(self) -> list[JobRun]:
+        """Runs recorded since the last call."""
+        with self._lock:
+            done, self._done = self._done, []
+            return done
+
+    def shutdown(self) -> None:
+        """Let the workers end once their current run is recorded (they are daemon
+        threads: a retired one never holds up the process's exit)."""
+        with self._lock:
+            live = sum(1 for w in self._workers if not w.retired.is_set())
+        for _ in range(live):
+            self._work.put(None)
+        for worker in list(self._workers):
+            # A worker given up on while we wait is retired: stop waiting for it.
+            while (
+                worker.thread is not None
+                and worker.thread.is_alive()
+                and not worker.retired.wait(0.05)
+            ):
+                pass
+
+    # -- the workers ---------------------------------------------------------------------
+
+    def _start_worker(self) -> None:
+        worker = _Worker()
+        worker.thread = threading.Thread(
+            target=self._work_loop, args=(worker,), name="fencedjobs-worker", daemon=True
+        )
+        self._workers.append(worker)
+        worker.thread.start()
+
+    def _work_loop(self, worker: _Worker) -> None:
+        try:
+            while not worker.retired.is_set():
+                item = self._work.get()
+                if item is None:
+                    return
+                job, row = item
+                record = self._run(worker, job, row)
+                if worker.retired.is_set():
+                    return  # given up on, and replaced: the job is not ours any more
+                self._finish(job.name, record)
+        finally:
+            try:
+                connections.close_all()  # this thread's connections only
+            except Exception:
+                logger.debug("closing a worker's connections failed", exc_info=True)
+
+    def _run(self, worker: _Worker, job: Job, row: lease.LeaseRow) -> JobRun | None:
+        def give_up() -> None:
+            # The supervisor recorded the run and ended its session; this worker is stuck
+            # in the handler. Free its place for a new worker.
+            worker.retired.set()
+            with self._lock:
+                self._workers.remove(worker)
+            self._finish(job.name, _latest_run(job.name))
+
+        try:
+            # A connection broken by a database restart is replaced before the run.
+            connections[lease.lease_db()].close_if_unusable_or_obsolete()
+            return run_job(job, row, on_abandon=give_up)
+        except DatabaseError as exc:
+            logger.error(
+                "could not run %s, database unavailable: %s",
+                job.name,
+                exc,
+                extra={"event": "database_unavailable", "job": job.name},
+            )
+            connections[lease.lease_db()].close()
+        except Exception:
+            logger.exception("the runner failed around %s", job.name)
+        return None
+
+    def _finish(self, name: str, record: JobRun | None) -> None:
+        with self._lock:
+            self._busy.discard(name)
+            if record is not None:
+                self._done.append(record)
+        _wake.set()
+
+
+def _latest_run(name: str) -> JobRun | None:
+    try:
+        return JobRun.objects.using(lease.lease_db()).filter(job=name).order_by("-fence").first()
+    except DatabaseError:
+        return None
+
+
+@dataclass
+class TickResult:
+    runs: list[JobRun]
+    #: When the earliest of the considered jobs can next be acquired (None: no job).
+    next_wakeup: datetime | None
+
+
+def _dispatch(jobs: Sequence[Job], pool: Pool) -> tuple[bool, datetime | None]:
+    """Hand the due jobs to free workers, earliest slot first. Returns whether any due job
+    is left waiting (no free worker, or its row is locked) and the next wakeup."""
+    by_name = {job.name: job for job in jobs}
+    now = clock.now()
+    seen = lease.scan(list(by_name), now)
+    if sync(jobs, now, seen.fingerprints):
+        seen = lease.scan(list(by_name), now)
+    busy = pool.busy()
+    waiting = False
+    for row in sorted(seen.due, key=lambda r: (r.next_run_at, r.name)):
+        if row.name in busy:
+            continue
+        if stop.is_set() or not pool.free():
+            waiting = True
+            break
+        pool.submit(by_name[row.name], row)
+    return waiting, seen.wakeup
+
+
+def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> TickResult:
+    """One pass: run every job due now once, side by side on ``workers`` workers, and
+    return when each is recorded (``runjobs --once``). Due jobs beyond the workers wait for
+    one to be free.
+
+    With no due job this issues a constant number of queries, whatever the number of
+    registered jobs: the clock, and one read of the lease rows (:func:`lease.scan`, whose
+    cost barely grows with the number of jobs either); and starts no thread.
+    """
+    jobs = runnable_jobs(names)
+    if not jobs:
+        return TickResult([], None)
+    by_name = {job.name: job for job in jobs}
+    now = clock.now()
+    seen = lease.scan(list(by_name), now)
+    if sync(jobs, now, seen.fingerprints):
+        seen = lease.scan(list(by_name), now)
+    pending = sorted(seen.due, key=lambda r: (r.next_run_at, r.name))
+    wakeup = seen.wakeup
+    runs: list[JobRun] = []
+    if pending:
+        pool = Pool(workers or default_workers())
+        try:
+            while pending and not stop.is_set():
+                while pending and pool.free():
+                    row = pending.pop(0)
+                    pool.submit(by_name[row.name], row)
+                if pending:
+                    _wake.wait()
+                    _wake.clear()
+        finally:
+            pool.shutdown()
+        runs = pool.finished()
+        wakeup = lease.scan(list(by_name), now).wakeup
+        if wakeup is not None and wakeup <= now:
+            # Still due after this pass: acquisition passed a locked row by. Retry soon.
+            wakeup = clock.now() + RETRY_LOCKED
+    signals.send(signals.tick_finished, now=now)
+    return TickResult(runs, wakeup)
+
+
+def default_workers() -> int:
+    return DEFAULT_WORKERS
+
+
+def loop(
+    names: Sequence[str] | None = None,
+    *,
+    workers: int | None = None,
+    max_ticks: int | None = None,
+) -> None:
+    """Run due jobs until :func:`request_stop`, side by side on ``workers`` workers: sleep
+    until the earliest next slot (at most ``LOOP_MAX_SLEEP``) or until a worker is free,
+    survive the database going away by reconnecting with backoff. On a stop request,
+    return once every worker's run is recorded."""
+    jobs = runnable_jobs(names)  # unknown names fail now, not at the first tick
+    max_sleep = get_settings().LOOP_MAX_SLEEP.total_seconds()
+    pool = Pool(workers or default_workers())
+    backoff = 0.5
+    ticks = 0
+    try:
+        while not stop.is_set() and (max_ticks is None or ticks < max_ticks):
+            ticks += 1
+            _wake.clear()
+            try:
+                record_pending()
+                waiting, wakeup = _dispatch(jobs, pool)
+                signals.send(signals.tick_finished, now=clock.now())
+                backoff = 0.5
+                sleep = max_sleep
+                if wakeup is not None:
+                    sleep = min(max_sleep, max((wakeup - clock.now()).total_seconds(), 0))
+                if waiting or sleep <= 0:
+                    # Due jobs wait for a free worker (which wakes us), or for a locked
+                    # row to be let go: never a busy loop.
+                    sleep = max(sleep, RETRY_LOCKED.total_seconds())
+            except DatabaseError as exc:
+                logger.error(
+                    "database unavailable, retrying in %.1fs: %s",
+                    backoff,
+                    exc,
+                    extra={"event": "database_unavailable"},
+                )
+                connections.close_all()
+                sleep, backoff = backoff, min(backoff * 2, max_sleep)
+            pool.finished()
+            _wake.wait(sleep)
+    finally:
+        pool.shutdown()
+
+
+__all__ = ["Pool", "TickResult", "clear_stop", "loop", "request_stop", "tick"]
