@@ -14,10 +14,12 @@ fencedjobs.E007    ``exclusion="advisory"`` on a database other than PostgreSQL
 fencedjobs.E008    two different functions declare the same job name
 fencedjobs.E009    the app's tables are routed to different databases, or not to the
                    default database that the jobs write to
-fencedjobs.E010    ``FENCEDJOBS`` has an unknown key or a ``CLOCK`` that cannot be imported
+fencedjobs.E010    ``FENCEDJOBS`` is not a dict or has an unknown key, or its ``CLOCK`` cannot
+                   be imported or called without arguments
 fencedjobs.E011    the handler is ``async def``, an async generator or a generator
 fencedjobs.E012    the handler cannot take the Run as its one positional argument
 fencedjobs.E013    an argument of ``@job`` has the wrong type or is out of range
+fencedjobs.E014    a ``FENCEDJOBS`` value has the wrong type or is out of range
 fencedjobs.W001    a schedule fires at minute 0 with no jitter (top-of-the-hour stampede)
 =================  ==============================================================
 
@@ -27,6 +29,9 @@ a CI step or a deployment that runs it fails. Any other command that runs the ch
 (``migrate``, ``runserver``, a project's own commands) shows them as warnings and carries
 on: a typo in one job must not block a deployment's migration or stop the development
 server. ``runjobs`` reports them itself, one line per invalid job.
+
+E009, E010 and E014 concern the whole installation: they are errors for every command that
+runs the checks. ``runjobs`` and ``checkjobs`` report a bad ``FENCEDJOBS`` in one line.
 """
 
 from __future__ import annotations
@@ -215,18 +220,17 @@ def check_routing(
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    from django_fencedjobs import clock
-    from django_fencedjobs.conf import get_settings
+    from django_fencedjobs import clock, conf
 
-    try:
-        get_settings()
-        clock.get_clock()
-    except (ImproperlyConfigured, ImportError) as exc:
-        return [
-            _error(
-                10,
-                f"FENCEDJOBS is invalid: {exc}",
-                "See docs/configuration.md for the keys and their defaults.",
-            )
-        ]
-    return []
+    hints = {
+        conf.E_SETTINGS: "See docs/configuration.md for the keys and their defaults.",
+        conf.E_SETTINGS_VALUE: "See docs/configuration.md for each key's type and range; "
+        "leave a key out to get its default.",
+    }
+    found = conf.problems()
+    if not found:
+        try:
+            clock.get_clock()
+        except ImproperlyConfigured as exc:
+            found = [(conf.E_SETTINGS, str(exc))]
+    return [checks.Error(message, hint=hints[id], id=id) for id, message in found]

@@ -8,10 +8,13 @@ use :data:`fake_clock`.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
 from django.utils.module_loading import import_string
 
@@ -83,21 +86,64 @@ _resolved: tuple[str, Clock] | None = None
 
 
 def get_clock() -> Clock:
-    """The clock ``FENCEDJOBS["CLOCK"]`` names (imported once)."""
+    """The clock ``FENCEDJOBS["CLOCK"]`` names (imported once).
+
+    Raises :class:`~django.core.exceptions.ImproperlyConfigured`, on one line, when the
+    path cannot be imported, or names a class or anything else that cannot be called
+    without arguments (system check E010).
+    """
     global _resolved
     from django_fencedjobs.conf import get_settings
 
     path = get_settings().CLOCK
     if _resolved is None or _resolved[0] != path:
-        _resolved = (path, import_string(path))
+        _resolved = (path, _load(path))
     return _resolved[1]
+
+
+def _load(path: str) -> Clock:
+    setting = f"FENCEDJOBS['CLOCK'] = {path!r}"
+    try:
+        value = import_string(path)
+    except ImportError as exc:
+        raise ImproperlyConfigured(f"{setting} cannot be imported: {_one_line(exc)}") from None
+    if inspect.isclass(value):
+        raise ImproperlyConfigured(
+            f"{setting} names a class, whose instances are not datetimes; name a "
+            f"zero-argument function returning an aware datetime, or an instance such as "
+            f"django_fencedjobs.clock.fake_clock."
+        )
+    if not callable(value):
+        raise ImproperlyConfigured(
+            f"{setting} is a {type(value).__name__}, not a zero-argument callable returning "
+            f"an aware datetime."
+        )
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):
+        return cast(Clock, value)  # no signature to read (some builtins): let it be
+    try:
+        signature.bind()
+    except TypeError:
+        raise ImproperlyConfigured(
+            f"{setting} cannot be called without arguments {signature}; name a "
+            f"zero-argument callable returning an aware datetime."
+        ) from None
+    return cast(Clock, value)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def now() -> datetime:
     """The current instant by the configured clock, aware, in UTC."""
-    value = get_clock()()
-    if value.tzinfo is None:
-        raise ValueError(f"the clock {get_clock()!r} returned a naive datetime; it must be aware")
+    clock = get_clock()
+    value = clock()
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise ImproperlyConfigured(
+            f"the clock FENCEDJOBS['CLOCK'] names returned {value!r}, not an aware datetime."
+        )
     return value.astimezone(UTC)
 
 

@@ -1,6 +1,7 @@
 """The app's settings: one dict, ``settings.FENCEDJOBS``, read into a typed object.
 
-Every key has a default, so an empty (or missing) ``FENCEDJOBS`` is valid::
+Every key has a default, so an empty (or missing) ``FENCEDJOBS`` is valid; every value is
+checked for its type and range (:func:`problems`, the system checks E010 and E014)::
 
     FENCEDJOBS = {
         "CLOCK": "django_fencedjobs.clock.database_now",
@@ -18,11 +19,13 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
@@ -52,24 +55,93 @@ class Settings:
         return self.OWNER or f"{socket.gethostname()}:{os.getpid()}"
 
 
+#: The smallest ``ERROR_MAX_CHARS``: room for the exception's last lines, which say what
+#: failed.
+MIN_ERROR_MAX_CHARS = 200
+#: The length of the owner columns of the lease and run tables.
+MAX_OWNER_CHARS = 200
+
+#: The system checks that report a bad ``FENCEDJOBS`` (docs/checks.md).
+E_SETTINGS = "fencedjobs.E010"
+E_SETTINGS_VALUE = "fencedjobs.E014"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+#: For each key: whether a value is acceptable, and what is expected, in words.
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "CLOCK": (
+        lambda v: isinstance(v, str) and bool(v),
+        "the dotted path (a str) of a zero-argument callable returning an aware datetime, "
+        "e.g. 'django_fencedjobs.clock.system_now'",
+    ),
+    "OWNER": (
+        lambda v: isinstance(v, str) and len(v) <= MAX_OWNER_CHARS,
+        f"a str of at most {MAX_OWNER_CHARS} characters ('' for hostname:pid)",
+    ),
+    "SENTRY": (lambda v: isinstance(v, bool), "True or False"),
+    "RUN_RETENTION": (
+        lambda v: isinstance(v, timedelta) and v > timedelta(0),
+        "a datetime.timedelta longer than zero, e.g. timedelta(days=30)",
+    ),
+    "RUNS_KEPT_PER_JOB": (lambda v: _is_int(v) and v >= 0, "an int of at least 0"),
+    "LOOP_MAX_SLEEP": (
+        lambda v: isinstance(v, timedelta) and v >= timedelta(0),
+        "a datetime.timedelta of zero or more, e.g. timedelta(seconds=30)",
+    ),
+    "ERROR_MAX_CHARS": (
+        lambda v: _is_int(v) and v >= MIN_ERROR_MAX_CHARS,
+        f"an int of at least {MIN_ERROR_MAX_CHARS}",
+    ),
+    "METRICS_TOKEN": (lambda v: isinstance(v, str), "a str ('' for no token)"),
+}
+
+
+def problems() -> list[tuple[str, str]]:
+    """What is wrong with ``settings.FENCEDJOBS``: (check id, message) pairs, one per bad
+    key, each message one line. Empty when it is valid. The ``CLOCK`` path is not imported
+    here (see :func:`django_fencedjobs.clock.get_clock`)."""
+    raw = getattr(django_settings, "FENCEDJOBS", None)
+    if raw is None:
+        return []
+    if not isinstance(raw, Mapping):
+        return [(E_SETTINGS, f"FENCEDJOBS must be a dict, got {type(raw).__name__} {raw!r}")]
+    found: list[tuple[str, str]] = []
+    unknown = sorted(str(key) for key in raw if key not in _RULES)
+    if unknown:
+        found.append(
+            (
+                E_SETTINGS,
+                f"FENCEDJOBS has unknown key(s) {', '.join(unknown)}; "
+                f"known keys: {', '.join(sorted(_RULES))}.",
+            )
+        )
+    for key, (acceptable, expected) in _RULES.items():
+        if key in raw and not acceptable(raw[key]):
+            found.append(
+                (E_SETTINGS_VALUE, f"FENCEDJOBS[{key!r}] must be {expected}, got {raw[key]!r}")
+            )
+    return found
+
+
 _cached: Settings | None = None
 
 
 def get_settings() -> Settings:
-    """The current settings, read once and re-read when a test overrides ``FENCEDJOBS``."""
+    """The current settings, read once and re-read when a test overrides ``FENCEDJOBS``.
+
+    Raises :class:`~django.core.exceptions.ImproperlyConfigured`, with every problem on one
+    line, when a key is unknown or a value has the wrong type or range (the system checks
+    E010 and E014 report the same), so that nothing downstream fails on a bad value.
+    """
     global _cached
     if _cached is None:
-        raw: dict[str, Any] = dict(getattr(django_settings, "FENCEDJOBS", None) or {})
-        known = {f.name for f in fields(Settings)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            from django.core.exceptions import ImproperlyConfigured
-
-            raise ImproperlyConfigured(
-                f"FENCEDJOBS has unknown key(s) {', '.join(unknown)}; "
-                f"known keys: {', '.join(sorted(known))}."
-            )
-        _cached = Settings(**raw)
+        found = problems()
+        if found:
+            raise ImproperlyConfigured("; ".join(message for _, message in found))
+        _cached = Settings(**dict(getattr(django_settings, "FENCEDJOBS", None) or {}))
     return _cached
 
 

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django_fencedjobs import clock
+from django_fencedjobs.conf import get_settings
 from django_fencedjobs.registry import Job, registry
+
+
+def check_settings() -> None:
+    """Raise :class:`~django.core.exceptions.ImproperlyConfigured`, with a one-line message,
+    when ``FENCEDJOBS`` is invalid: an unknown key, a value of the wrong type or range, a
+    ``CLOCK`` that cannot be imported or called without arguments."""
+    get_settings()
+    clock.get_clock()
 
 
 def select_jobs(names: Sequence[str] | None = None) -> tuple[list[Job], list[Job]]:

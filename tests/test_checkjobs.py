@@ -15,8 +15,8 @@ from django.test import override_settings
 
 from django_fencedjobs import lease
 from django_fencedjobs.clock import fake_clock
-from django_fencedjobs.loop import tick
 from django_fencedjobs.registry import registry
+from django_fencedjobs.runner import tick
 from tests.conftest import REPO_ROOT
 from tests.monitoring_jobs import BROKEN, FINE, STALLED, declare
 

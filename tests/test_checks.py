@@ -211,3 +211,58 @@ def test_bad_job_definitions_do_not_stop_the_web_app(child_env):
         _, stderr = server.communicate(timeout=30)
     assert status == 200, stderr
     assert "Traceback" not in stderr
+
+
+# -- FENCEDJOBS values (issue 9, item 12) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fencedjobs", "check_id", "words"),
+    [
+        ('{"ERROR_MAX_CHARS": 1}', "fencedjobs.E014", "ERROR_MAX_CHARS"),
+        ('{"LOOP_MAX_SLEEP": 30}', "fencedjobs.E014", "LOOP_MAX_SLEEP"),
+        ('{"RUN_RETENTION": 7}', "fencedjobs.E014", "RUN_RETENTION"),
+        ('{"RUNS_KEPT_PER_JOB": -1}', "fencedjobs.E014", "RUNS_KEPT_PER_JOB"),
+        ('{"SENTRY": "no"}', "fencedjobs.E014", "SENTRY"),
+        ('{"OWNER": 7}', "fencedjobs.E014", "OWNER"),
+        ('{"METRICS_TOKEN": None}', "fencedjobs.E014", "METRICS_TOKEN"),
+        ('{"CLOCK": 42}', "fencedjobs.E014", "CLOCK"),
+        ('{"CLOCK": "django_fencedjobs.clock.FakeClock"}', "fencedjobs.E010", "a class"),
+        ('{"CLOCK": "os.path.join"}', "fencedjobs.E010", "zero-argument"),
+        ('["CLOCK"]', "fencedjobs.E010", "must be a dict"),
+    ],
+)
+def test_every_bad_fencedjobs_value_is_a_check_error_naming_the_key(fencedjobs, check_id, words):
+    result = manage_check("healthy", FENCEDJOBS_CHECK_SETTINGS=fencedjobs)
+    assert result.returncode != 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    line = next(line for line in result.stderr.splitlines() if check_id in line)
+    assert words in line
+
+
+def test_every_setting_has_a_type_and_range_rule():
+    from dataclasses import fields
+
+    from django_fencedjobs.conf import _RULES, Settings
+
+    assert set(_RULES) == {f.name for f in fields(Settings)}
+
+
+@pytest.mark.parametrize(
+    ("fencedjobs", "words"),
+    [
+        ({"ERROR_MAX_CHARS": 1}, "FENCEDJOBS['ERROR_MAX_CHARS'] must be an int of at least 200"),
+        ({"LOOP_MAX_SLEEP": 30}, "FENCEDJOBS['LOOP_MAX_SLEEP'] must be a datetime.timedelta"),
+        ({"RUN_RETENTION": 7}, "FENCEDJOBS['RUN_RETENTION'] must be a datetime.timedelta"),
+    ],
+)
+def test_get_settings_refuses_a_bad_value_in_one_clear_line(fencedjobs, words):
+    from django.core.exceptions import ImproperlyConfigured
+    from django.test import override_settings
+
+    from django_fencedjobs.conf import get_settings
+
+    with override_settings(FENCEDJOBS=fencedjobs), pytest.raises(ImproperlyConfigured) as info:
+        get_settings()
+    assert words in str(info.value)
+    assert "\n" not in str(info.value)

@@ -183,3 +183,26 @@ def test_naming_an_invalid_job_is_one_line_and_exit_1(child_env):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("CommandError: job 'mixed.bad_cron' is invalid and does not run")
     assert "61 * * * *" in lines[0]
+
+
+# -- bad FENCEDJOBS values (issue 9, item 12) -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "fencedjobs"),
+    [
+        (["--once"], '{"RUN_RETENTION": 7}'),
+        (["--once"], '{"ERROR_MAX_CHARS": 1}'),
+        (["--once"], '{"CLOCK": "django_fencedjobs.clock.FakeClock"}'),
+        ([], '{"LOOP_MAX_SLEEP": 30}'),
+        (["--list"], '{"NO_SUCH_KEY": 1}'),
+    ],
+    ids=["once-retention", "once-error-max-chars", "once-clock-class", "loop", "list"],
+)
+def test_a_bad_fencedjobs_setting_is_one_line_and_exit_1(child_env, mode, fencedjobs):
+    result = runjobs(child_env, *mode, timeout=60, FENCEDJOBS_CHECK_SETTINGS=fencedjobs)
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("CommandError: FENCEDJOBS is invalid: ")
+    assert "Traceback" not in result.stderr

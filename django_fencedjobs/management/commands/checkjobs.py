@@ -2,7 +2,8 @@
 
 Exit status: 0 all healthy; 2 any job late, failing or invalid; 1 with ``--strict`` when
 any is paused, capped or not yet picked up by a runner (and none is critical); 3 the
-database could not be read. The deciding is :mod:`django_fencedjobs.health`'s.
+database could not be read; 4 ``FENCEDJOBS`` is invalid, so no job can be judged (one line
+on stderr). The deciding is :mod:`django_fencedjobs.health`'s.
 """
 
 from __future__ import annotations
@@ -10,14 +11,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_fencedjobs import baseline, clock, health
+from django_fencedjobs import baseline, clock, health, preflight
 from django_fencedjobs.exceptions import UnknownJob
 
 #: The exit status when the job state cannot be read at all.
 UNREACHABLE = 3
+#: The exit status when ``FENCEDJOBS`` is invalid. Not 2: nothing was judged late or
+#: failing; the configuration of every job is broken, and the fix is in the settings.
+BAD_SETTINGS = 4
 
 COLUMNS = ("JOB", "STATE", "LAST SUCCESS", "NEXT RUN", "FAILURES", "REASON")
 
@@ -25,8 +30,8 @@ COLUMNS = ("JOB", "STATE", "LAST SUCCESS", "NEXT RUN", "FAILURES", "REASON")
 class Command(BaseCommand):
     help = (
         "Report every scheduled job's health. Exit 0 when all are healthy, 2 when any is "
-        "late or failing (1 with --strict for warnings: paused, capped), 3 when the "
-        "database cannot be read."
+        "late, failing or invalid (1 with --strict for warnings: paused, capped), 3 when the "
+        "database cannot be read, 4 when the FENCEDJOBS setting is invalid."
     )
     # Report even when the configuration is broken: an invalid job is reported as such.
     requires_system_checks: list[str] = []
@@ -52,11 +57,16 @@ class Command(BaseCommand):
         self, *args: Any, as_json: bool, strict: bool, jobs: list[str] | None, **options: Any
     ) -> None:
         try:
+            preflight.check_settings()
             now = clock.now()
             baseline.record_first_sightings(now)  # a job seen for the first time: its baseline
             healths = health.all_health(jobs, now=now)
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
+        except ImproperlyConfigured as exc:
+            raise CommandError(
+                f"FENCEDJOBS is invalid: {_one_line(exc)}", returncode=BAD_SETTINGS
+            ) from None
         except DatabaseError as exc:
             raise CommandError(
                 f"cannot read the job state, database unavailable: {_one_line(exc)}",
