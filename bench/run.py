@@ -37,6 +37,7 @@ MODULES = [
     ("P2", "bench.p2_batches"),
     ("P3", "bench.p3_once"),
     ("P4", "bench.p4_lateness"),
+    ("P4L", "bench.p4_under_load"),
     ("P6", "bench.p6_memory"),
     ("P9", "bench.p9_run_cost"),
     ("P5", "bench.p5_admin"),

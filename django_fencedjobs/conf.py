@@ -12,6 +12,7 @@ checked for its type and range (:func:`problems`, the system checks E010 and E01
         "LOOP_MAX_SLEEP": timedelta(seconds=30),
         "ERROR_MAX_CHARS": 4000,
         "METRICS_TOKEN": "",               # bearer token the Prometheus metrics view requires
+        "WORKERS": 4,                      # jobs a runner process runs side by side
     }
 """
 
@@ -49,6 +50,8 @@ class Settings:
     ERROR_MAX_CHARS: int = 4000
     #: When set, the Prometheus metrics view answers only ``Authorization: Bearer <token>``.
     METRICS_TOKEN: str = ""
+    #: How many jobs a runner process runs side by side (``runjobs --workers`` overrides).
+    WORKERS: int = 4
 
     @property
     def owner(self) -> str:
@@ -96,6 +99,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         f"an int of at least {MIN_ERROR_MAX_CHARS}",
     ),
     "METRICS_TOKEN": (lambda v: isinstance(v, str), "a str ('' for no token)"),
+    "WORKERS": (lambda v: _is_int(v) and v >= 1, "an int of at least 1"),
 }
 
 

@@ -37,8 +37,6 @@ from django_fencedjobs.runner import record_pending, run_job, runnable_jobs, syn
 
 logger = logging.getLogger("django_fencedjobs")
 
-#: Workers per runner process when neither ``--workers`` nor ``FENCEDJOBS["WORKERS"]`` says.
-DEFAULT_WORKERS = 4
 #: A job that was due but could not be acquired (its row locked by a run inside a fenced
 #: transaction) is tried again after this long, not in a busy loop.
 RETRY_LOCKED = timedelta(seconds=1)
@@ -261,7 +259,7 @@ def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> T
 
 
 def default_workers() -> int:
-    return DEFAULT_WORKERS
+    return get_settings().WORKERS
 
 
 def loop(

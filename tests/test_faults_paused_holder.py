@@ -23,7 +23,6 @@ from tests.faults.harness import (
     runs,
     stop_outside_transactions,
     wait_lease_expired,
-    wait_until,
 )
 from tests.faults.jobs import PAUSED_WRITER
 from tests.testapp.models import Write
@@ -124,45 +123,3 @@ def test_paused_holder_write_is_rejected(spawn, round_):
     assert b.wait_exit() == 0, b.log()
     assert b.events("done"), b.log()
     check_no_write_after_takeover(a, b, a_writes=3)
-
-
-def lock_waiters() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-        return cursor.fetchone()[0]
-
-
-@pytest.mark.postgres_only
-@pytest.mark.parametrize("round_", range(2))
-def test_takeover_waits_for_a_holder_paused_inside_its_transaction(spawn, round_):
-    """Paused with its fenced transaction open (the lease row locked): the successor's
-    acquisition waits for that transaction, so the paused write commits before the takeover.
-    Until the takeover commits, the holder's fence is still current and it may write again
-    (PostgreSQL does not queue row lockers fairly); after it, nothing of the holder's
-    commits."""
-    prepare(PAUSED_WRITER, due=False)
-    make_due(PAUSED_WRITER)
-    a = spawn("once", PAUSED_WRITER, "A", role="A", pause_after=2, pause_inside=1, hold_at_start=1)
-    b = spawn("once", PAUSED_WRITER, "B", wait_go=True, role="B")
-    a.wait_for("started")
-    make_due(PAUSED_WRITER)  # due again while A holds the lease: B may take over once it expires
-    a.touch("proceed-A")
-    a.wait_for("pause_point")
-    a.stop()
-    a.touch("resume-A")
-    wait_lease_expired(PAUSED_WRITER, diagnostics=spawn.logs)
-    b.wait_for("ready")
-    b.send("go")
-    wait_until(
-        lock_waiters, what="B to wait for the paused holder's row lock", diagnostics=spawn.logs
-    )
-    assert len(runs(PAUSED_WRITER)) == 1  # B has not taken over
-    a.cont()
-    b.wait_for("ack", count=3)
-    assert a.wait_exit() == 0, a.log()
-    b.touch("stop-B")
-    assert b.wait_exit() == 0, b.log()
-    check_no_write_after_takeover(a, b, a_writes=None)
-    # The write A was paused in the middle of committed (before the takeover, as checked).
-    (pause,) = a.events("pause_point")
-    assert Write.objects.filter(pk=pause["id"], fence=pause["fence"]).exists()

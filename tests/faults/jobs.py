@@ -36,6 +36,10 @@ DOUBLE_FIRE = "faults.double_fire"
 LOOP = "faults.loop"
 OVERRUN = "faults.overrun"
 BYSTANDER = "faults.bystander"
+FAST = "faults.fast"
+SLOW = "faults.slow"
+#: ``fleet=N`` registers N jobs named ``faults.fleet.000`` ... (every ``fleet_every`` s).
+FLEET_PREFIX = "faults.fleet."
 
 HOURLY = timedelta(hours=1)
 #: Short enough that a paused or killed holder's lease runs out within a second or so.
@@ -306,6 +310,23 @@ def bystander(run: Run) -> None:
     report("wrote", fence=run.fence)
 
 
+def fast(run: Run) -> None:
+    """A frequent job: one fenced write per slot (``seq`` = the slot's epoch second)."""
+    with fenced_atomic():
+        Write.objects.create(
+            job=run.job.name, fence=run.fence, seq=int(run.scheduled_for.timestamp())
+        )
+
+
+def slow(run: Run) -> None:
+    """A job that takes ``slow_seconds`` (default 8) outside any transaction, then writes."""
+    report("slow_started", fence=run.fence)
+    time.sleep(float(CONFIG.get("slow_seconds", 8)))
+    with fenced_atomic():
+        Write.objects.create(job=run.job.name, fence=run.fence, seq=0)
+    report("slow_finished", fence=run.fence)
+
+
 def _spin(deadline: float) -> None:
     total = 0
     while time.monotonic() < deadline:
@@ -330,3 +351,8 @@ def register() -> None:
         overrun
     )
     job(every=HOURLY, name=BYSTANDER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(bystander)
+    job(every=timedelta(seconds=2), name=FAST, lease_ttl=timedelta(seconds=5))(fast)
+    job(every=timedelta(minutes=1), name=SLOW, timeout=timedelta(seconds=30))(slow)
+    every = timedelta(seconds=_int("fleet_every", 3))
+    for n in range(_int("fleet", 0)):
+        job(every=every, name=f"{FLEET_PREFIX}{n:03d}", lease_ttl=timedelta(seconds=30))(fast)

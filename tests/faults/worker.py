@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     connection.ensure_connection()
     jobs.report("ready")
     # JOB may name several jobs, comma-separated.
-    selected = [word for name in args.job.split(",") for word in ("--job", name)]
+    selected = [word for name in args.job.split(",") if name for word in ("--job", name)]
+    if "workers" in jobs.CONFIG:
+        selected += ["--workers", jobs.CONFIG["workers"]]
 
     if args.mode == "once":
         if args.wait_go and sys.stdin.readline().strip() != "go":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 from types import FrameType
@@ -11,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 
-from django_fencedjobs import checks, preflight, runner
+from django_fencedjobs import checks, loop, preflight
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.lease import lease_db
 from django_fencedjobs.listing import describe_jobs
@@ -38,6 +39,12 @@ class Command(BaseCommand):
             help="List the jobs with their schedules and next three fire times, then exit.",
         )
         parser.add_argument(
+            "--workers",
+            type=_positive_int,
+            metavar="N",
+            help="Run up to N jobs side by side (default: FENCEDJOBS['WORKERS'], 4).",
+        )
+        parser.add_argument(
             "--job",
             action="append",
             dest="jobs",
@@ -46,7 +53,13 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args: Any, once: bool, list_jobs: bool, jobs: list[str] | None, **options: Any
+        self,
+        *args: Any,
+        once: bool,
+        list_jobs: bool,
+        jobs: list[str] | None,
+        workers: int | None,
+        **options: Any,
     ) -> None:
         try:
             preflight.check_settings()
@@ -67,13 +80,13 @@ class Command(BaseCommand):
             if valid or not invalid:
                 self.stdout.write(describe_jobs(valid))
             return
-        runner.clear_stop()
+        loop.clear_stop()
         previous = {
             sig: signal.signal(sig, _stop_gracefully) for sig in (signal.SIGTERM, signal.SIGINT)
         }
         try:
             if once:
-                result = runner.run_once(jobs)
+                result = loop.tick(jobs, workers=workers)
                 if options["verbosity"] >= 2:
                     for record in result.runs:
                         self.stdout.write(str(record))
@@ -81,7 +94,7 @@ class Command(BaseCommand):
                 # Fail fast if the database is unreachable at start; once running, the loop
                 # survives it going away.
                 connections[lease_db()].ensure_connection()
-                runner.loop(jobs)
+                loop.loop(jobs, workers=workers)
         except DatabaseError as exc:
             raise CommandError(f"database unavailable: {_one_line(exc)}") from None
         except ImproperlyConfigured as exc:  # e.g. a clock that returns no aware datetime
@@ -94,7 +107,7 @@ class Command(BaseCommand):
 def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
     """First signal: finish the current batch, record, release, exit 0. A second one
     interrupts at once (the open transaction rolls back)."""
-    runner.request_stop()
+    loop.request_stop()
     signal.signal(
         signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler
     )
@@ -102,6 +115,16 @@ def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
         f"received {signal.Signals(signum).name}: stopping after the current batch",
         file=sys.stderr,
     )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 def _one_line(exc: BaseException) -> str:
