@@ -6,9 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django.apps import apps
+from django.db import connections
+
 from django_fencedjobs import clock
 from django_fencedjobs.conf import get_settings
+from django_fencedjobs.exceptions import FencedJobsError
+from django_fencedjobs.lease import lease_db
 from django_fencedjobs.registry import Job, registry
+
+
+class NotMigrated(FencedJobsError):
+    """The app's tables do not exist in its database: run `manage.py migrate`."""
 
 
 def check_settings() -> None:
@@ -35,3 +44,20 @@ def invalid_job_line(job: Job) -> str:
     if reason.startswith(prefix):
         reason = reason[len(prefix) :]
     return f"job {job.name!r} is invalid and does not run: {reason} ({job.check_id})"
+
+
+def check_tables() -> None:
+    """Raise :class:`NotMigrated` when a table of the app is missing from its database
+    (``migrate`` has not run there), and :class:`~django.db.DatabaseError` when the database
+    cannot be reached. One query: the database's list of tables."""
+    alias = lease_db()
+    connection = connections[alias]
+    expected = [model._meta.db_table for model in apps.get_app_config("fencedjobs").get_models()]
+    with connection.cursor() as cursor:
+        present = set(connection.introspection.table_names(cursor))
+    missing = [table for table in expected if table not in present]
+    if missing:
+        raise NotMigrated(
+            f"the fencedjobs tables are missing from the database {alias!r} "
+            f"({', '.join(missing)}): run `manage.py migrate`"
+        )

@@ -15,8 +15,8 @@ from django.test import override_settings
 
 from django_fencedjobs import lease
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.loop import tick
 from django_fencedjobs.registry import registry
-from django_fencedjobs.runner import tick
 from tests.conftest import REPO_ROOT
 from tests.monitoring_jobs import BROKEN, FINE, STALLED, declare
 
@@ -223,4 +223,13 @@ def test_a_bad_fencedjobs_setting_is_one_line_on_stderr_and_exit_4(child_env, fe
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("CommandError: FENCEDJOBS is invalid: ")
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_before_migrate_checkjobs_says_to_run_migrate_and_exits_3(unmigrated_env):
+    result = run_checkjobs_with(unmigrated_env, "healthy")
+    assert result.returncode == 3, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "run `manage.py migrate`" in lines[0]
     assert "Traceback" not in result.stderr and result.stdout == ""

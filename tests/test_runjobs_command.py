@@ -206,3 +206,16 @@ def test_a_bad_fencedjobs_setting_is_one_line_and_exit_1(child_env, mode, fenced
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("CommandError: FENCEDJOBS is invalid: ")
     assert "Traceback" not in result.stderr
+
+
+# -- before migrate (issue 9, item 14) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [["--once"], []], ids=["once", "loop"])
+def test_before_migrate_runjobs_says_to_run_migrate_and_exits_1(unmigrated_env, mode):
+    result = runjobs(unmigrated_env, *mode, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("CommandError: ")
+    assert "run `manage.py migrate`" in lines[0]

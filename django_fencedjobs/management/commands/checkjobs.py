@@ -2,8 +2,9 @@
 
 Exit status: 0 all healthy; 2 any job late, failing or invalid; 1 with ``--strict`` when
 any is paused, capped or not yet picked up by a runner (and none is critical); 3 the
-database could not be read; 4 ``FENCEDJOBS`` is invalid, so no job can be judged (one line
-on stderr). The deciding is :mod:`django_fencedjobs.health`'s.
+database could not be read (unreachable, or ``migrate`` has not run on it); 4
+``FENCEDJOBS`` is invalid, so no job can be judged. Codes 1, 3 and 4 come with one line on
+stderr. The deciding is :mod:`django_fencedjobs.health`'s.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class Command(BaseCommand):
     help = (
         "Report every scheduled job's health. Exit 0 when all are healthy, 2 when any is "
         "late, failing or invalid (1 with --strict for warnings: paused, capped), 3 when the "
-        "database cannot be read, 4 when the FENCEDJOBS setting is invalid."
+        "database cannot be read (unreachable, or not migrated), 4 when the FENCEDJOBS "
+        "setting is invalid."
     )
     # Report even when the configuration is broken: an invalid job is reported as such.
     requires_system_checks: list[str] = []
@@ -58,6 +60,7 @@ class Command(BaseCommand):
     ) -> None:
         try:
             preflight.check_settings()
+            preflight.check_tables()
             now = clock.now()
             baseline.record_first_sightings(now)  # a job seen for the first time: its baseline
             healths = health.all_health(jobs, now=now)
@@ -66,6 +69,10 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(
                 f"FENCEDJOBS is invalid: {_one_line(exc)}", returncode=BAD_SETTINGS
+            ) from None
+        except preflight.NotMigrated as exc:
+            raise CommandError(
+                f"cannot read the job state: {exc}", returncode=UNREACHABLE
             ) from None
         except DatabaseError as exc:
             raise CommandError(

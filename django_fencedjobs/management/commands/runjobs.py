@@ -10,11 +10,10 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 from django_fencedjobs import checks, loop, preflight
 from django_fencedjobs.exceptions import UnknownJob
-from django_fencedjobs.lease import lease_db
 from django_fencedjobs.listing import describe_jobs
 
 
@@ -85,16 +84,18 @@ class Command(BaseCommand):
             sig: signal.signal(sig, _stop_gracefully) for sig in (signal.SIGTERM, signal.SIGINT)
         }
         try:
+            # Fail fast if the database is unreachable or not migrated at start; once
+            # running, the loop survives the database going away.
+            preflight.check_tables()
             if once:
                 result = loop.tick(jobs, workers=workers)
                 if options["verbosity"] >= 2:
                     for record in result.runs:
                         self.stdout.write(str(record))
             else:
-                # Fail fast if the database is unreachable at start; once running, the loop
-                # survives it going away.
-                connections[lease_db()].ensure_connection()
                 loop.loop(jobs, workers=workers)
+        except preflight.NotMigrated as exc:
+            raise CommandError(str(exc)) from None
         except DatabaseError as exc:
             raise CommandError(f"database unavailable: {_one_line(exc)}") from None
         except ImproperlyConfigured as exc:  # e.g. a clock that returns no aware datetime
