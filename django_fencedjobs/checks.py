@@ -19,6 +19,7 @@ fencedjobs.E010    ``FENCEDJOBS`` is not a dict or has an unknown key, or its ``
 fencedjobs.E011    the handler is ``async def``, an async generator or a generator
 fencedjobs.E012    the handler cannot take the Run as its one positional argument
 fencedjobs.E013    an argument of ``@job`` has the wrong type or is out of range
+fencedjobs.E015    the lease database's ``isolation_level`` is stricter than READ COMMITTED
 fencedjobs.E014    a ``FENCEDJOBS`` value has the wrong type or is out of range
 fencedjobs.W001    a schedule fires at minute 0 with no jitter (top-of-the-hour stampede)
 =================  ==============================================================
@@ -45,7 +46,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, router
+from django.db import DEFAULT_DB_ALIAS, connections, router
 
 from django_fencedjobs import registry as jobs_registry
 from django_fencedjobs.registry import Job, registry
@@ -214,6 +215,42 @@ def check_routing(
             )
         ]
     return []
+
+
+@checks.register("fencedjobs")
+def check_isolation(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """The lease database must run at READ COMMITTED (PostgreSQL's default). Under REPEATABLE
+    READ or SERIALIZABLE a fenced transaction that locks the lease row after the run's own
+    renewal updated it fails with a serialization error, and so does an acquirer that loses
+    a race: runs fail for no fault of theirs. (``manage.py runjobs`` also refuses a server
+    whose default says otherwise: :func:`lease.isolation_problem`.)"""
+    from django_fencedjobs.models import JobLease
+
+    alias = router.db_for_write(JobLease)
+    connection = connections[alias]
+    level = (connection.settings_dict.get("OPTIONS") or {}).get("isolation_level")
+    if connection.vendor != "postgresql" or level is None:
+        return []
+    from django.db.backends.postgresql.psycopg_any import IsolationLevel
+
+    try:
+        named = IsolationLevel(level)
+    except ValueError:
+        return []  # Django's own check reports an unknown level
+    if named == IsolationLevel.READ_COMMITTED:
+        return []
+    return [
+        _error(
+            15,
+            f"DATABASES[{alias!r}]['OPTIONS']['isolation_level'] is {named.name}; the job "
+            "leases need READ COMMITTED: under a stricter level a run's fenced transactions "
+            "fail with serialization errors against its own lease renewals.",
+            "Leave 'isolation_level' out (PostgreSQL's default, READ COMMITTED), or give the "
+            "code that needs a stricter level a database alias of its own.",
+        )
+    ]
 
 
 @checks.register("fencedjobs")

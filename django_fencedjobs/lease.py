@@ -304,6 +304,21 @@ def fence_held(connection: BaseDatabaseWrapper, name: str, fence: int) -> RawSQL
     )
 
 
+def guard(
+    connection: BaseDatabaseWrapper, name: str, fence: int, exclusion: str
+) -> str | None:
+    """The check ``fenced_atomic`` makes inside its transaction, by the job's exclusion: the
+    fence (:func:`lock_fence`, the default) or the advisory lock
+    (:func:`try_advisory_xact_lock`). None when the block may go on; else why not."""
+    if exclusion == "advisory":
+        if try_advisory_xact_lock(connection, name):
+            return None
+        return "another transaction of this job holds its advisory lock"
+    if lock_fence(connection, name, fence):
+        return None
+    return "another run took the lease over, or the run was revoked or has ended"
+
+
 def advisory_key(name: str) -> int:
     """A stable signed 64-bit key for ``pg_advisory_xact_lock``, from the job's name."""
     digest = hashlib.blake2b(f"django-fencedjobs:{name}".encode(), digest_size=8).digest()
@@ -445,6 +460,30 @@ def _sqlite_busy_timeout(connection: BaseDatabaseWrapper, seconds: float) -> Ite
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"PRAGMA busy_timeout = {int(previous)}")
+
+
+def isolation_problem() -> str | None:
+    """Why the lease database cannot run jobs at its transaction isolation, or None.
+
+    PostgreSQL at REPEATABLE READ or SERIALIZABLE (set in ``OPTIONS``: system check
+    ``fencedjobs.E015``; or as the server's, database's or role's
+    ``default_transaction_isolation``, which only a query shows): a fenced transaction
+    that locks the lease row after the run's own renewal changed it fails with "could not
+    serialize access", and so does an acquirer that loses a race.
+    """
+    connection = connections[lease_db()]
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW transaction_isolation")
+        (level,) = cursor.fetchone()
+    if level == "read committed":
+        return None
+    return (
+        f"the database runs transactions at {level.upper()} (default_transaction_isolation "
+        "or DATABASES OPTIONS isolation_level); the job leases need READ COMMITTED, "
+        "PostgreSQL's default (fencedjobs.E015)"
+    )
 
 
 # -- the handler's connection ----------------------------------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -80,16 +81,21 @@ class Pool:
         self._lock = threading.Lock()
         self._workers: list[_Worker] = []
         self._busy: set[str] = set()
+        self._not_before: dict[str, float] = {}
         self._done: list[JobRun] = []
 
     def free(self) -> int:
         with self._lock:
             return self.size - len(self._busy)
 
-    def busy(self) -> set[str]:
-        """Names of the jobs a worker has been handed and not finished."""
+    def held_back(self) -> set[str]:
+        """Jobs not to hand out now: those a worker has and has not finished, and those a
+        worker could not acquire a moment ago (their row was locked, or another process
+        took them) until :data:`RETRY_LOCKED` has passed."""
+        now = time.monotonic()
         with self._lock:
-            return set(self._busy)
+            self._not_before = {n: t for n, t in self._not_before.items() if t > now}
+            return self._busy | set(self._not_before)
 
     def submit(self, job: Job, row: lease.LeaseRow) -> None:
         with self._lock:
@@ -180,6 +186,8 @@ class Pool:
             self._busy.discard(name)
             if record is not None:
                 self._done.append(record)
+            else:
+                self._not_before[name] = time.monotonic() + RETRY_LOCKED.total_seconds()
         _wake.set()
 
 
@@ -205,10 +213,11 @@ def _dispatch(jobs: Sequence[Job], pool: Pool) -> tuple[bool, datetime | None]:
     seen = lease.scan(list(by_name), now)
     if sync(jobs, now, seen.fingerprints):
         seen = lease.scan(list(by_name), now)
-    busy = pool.busy()
+    held_back = pool.held_back()
     waiting = False
     for row in sorted(seen.due, key=lambda r: (r.next_run_at, r.name)):
-        if row.name in busy:
+        if row.name in held_back:
+            waiting = True
             continue
         if stop.is_set() or not pool.free():
             waiting = True
@@ -289,10 +298,10 @@ def loop(
                 sleep = max_sleep
                 if wakeup is not None:
                     sleep = min(max_sleep, max((wakeup - clock.now()).total_seconds(), 0))
-                if waiting or sleep <= 0:
+                if waiting and sleep <= 0:
                     # Due jobs wait for a free worker (which wakes us), or for a locked
                     # row to be let go: never a busy loop.
-                    sleep = max(sleep, RETRY_LOCKED.total_seconds())
+                    sleep = min(max_sleep, RETRY_LOCKED.total_seconds())
             except DatabaseError as exc:
                 logger.error(
                     "database unavailable, retrying in %.1fs: %s",

@@ -285,8 +285,14 @@ class Run:
         """
         if self.lost:
             raise FenceLost(_fence_gone(self))
-        with lease.bounded_wait():
-            renewed = lease.renew(self.job.name, self.fence, clock.now() + self.job.lease_ttl)
+        until = clock.now() + self.job.lease_ttl
+        if connections[lease.lease_db()].in_atomic_block:
+            # Inside the run's own transaction: a fenced block there holds the row already,
+            # and a lock timeout set here would outlive this statement.
+            renewed = lease.renew(self.job.name, self.fence, until)
+        else:
+            with lease.bounded_wait():
+                renewed = lease.renew(self.job.name, self.fence, until)
         if not renewed:
             self.lost = True
             raise FenceLost(_fence_gone(self))
@@ -300,17 +306,12 @@ class Run:
         """Called by ``fenced_atomic`` inside its transaction."""
         if self.lost:
             raise FenceLost(_fence_gone(self))
-        if self.job.exclusion == "advisory":
-            held = lease.try_advisory_xact_lock(connection, self.job.name)
-            reason = "another transaction of this job holds its advisory lock"
-        else:
-            held = lease.lock_fence(connection, self.job.name, self.fence)
-            reason = "another run took the lease over, or the run was revoked"
-        if not held:
+        refused = lease.guard(connection, self.job.name, self.fence, self.job.exclusion)
+        if refused is not None:
             if self.job.exclusion != "advisory":
                 self.lost = True
             raise FenceLost(
-                f"job {self.job.name!r}: fence {self.fence} is no longer current ({reason}); "
+                f"job {self.job.name!r}: fence {self.fence} is no longer current ({refused}); "
                 "nothing in this fenced block was committed"
             )
 

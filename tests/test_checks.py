@@ -266,3 +266,29 @@ def test_get_settings_refuses_a_bad_value_in_one_clear_line(fencedjobs, words):
         get_settings()
     assert words in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.postgres_only
+def test_an_isolation_level_stricter_than_read_committed_is_an_error():
+    result = manage_check("healthy", FENCEDJOBS_CHECK_ISOLATION="1")
+    assert result.returncode != 0
+    assert "fencedjobs.E015" in result.stderr
+    assert "REPEATABLE_READ" in result.stderr
+
+
+@pytest.mark.postgres_only
+def test_runjobs_refuses_a_server_whose_default_isolation_is_stricter(child_env):
+    """Set on the server side (here for the session, as a role or database default would):
+    no setting shows it, so runjobs asks the server and says so in one line."""
+    env = {**child_env, "PGOPTIONS": "-c default_transaction_isolation=serializable"}
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "runjobs", "--once"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "SERIALIZABLE" in line and "READ COMMITTED" in line
