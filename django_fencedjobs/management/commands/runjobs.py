@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_fencedjobs import checks, loop, preflight
+from django_fencedjobs import checks, lease, loop, preflight
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.listing import describe_jobs
 
@@ -87,6 +87,9 @@ class Command(BaseCommand):
             # Fail fast if the database is unreachable or not migrated at start; once
             # running, the loop survives the database going away.
             preflight.check_tables()
+            problem = lease.isolation_problem()
+            if problem:
+                raise CommandError(problem)
             if once:
                 result = loop.tick(jobs, workers=workers)
                 if options["verbosity"] >= 2:
