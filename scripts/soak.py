@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--print-plan", action="store_true", help="print the plan and exit")
     parser.add_argument(
         "--sabotage",
-        choices=["no-fence-check", "check-then-act"],
+        choices=["time-only-lease", "check-then-act"],
         help="break the app on purpose in the runners (soak/sabotage.py): the checker must "
         "then report safety violations",
     )

@@ -1,27 +1,32 @@
-"""Break the app on purpose, to show that the checker catches what it claims to.
+"""Break the app on purpose, to show that the soak catches what it claims to.
 
-``scripts/soak.py --sabotage NAME`` sets ``SOAK_SABOTAGE=NAME`` for every runner process,
-and :class:`soak.soakapp.apps.SoakAppConfig` calls :func:`apply` at start-up. A soak with
-sabotage must end with safety violations; one that does not would mean the checker is
-blind to that failure.
+``scripts/soak.py --sabotage NAME`` sets ``SOAK_SABOTAGE=NAME`` for the runner processes
+(not for the final passes), and :class:`soak.soakapp.apps.SoakAppConfig` calls
+:func:`apply` at their start-up. A soak with sabotage is expected to end with safety
+violations; one that does not means the faults never reached that failure in that run.
 
-Sabotage patches the app's internals, so it is tied to them (the soak itself is not: it
-uses the public API and the management commands only). When an internal it needs is
-gone, :func:`apply` says so and the runner exits.
+Sabotage patches the app's internals (``django_fencedjobs.lease``), so it is tied to them;
+the soak itself is not (it uses the public API and the management commands only). When an
+internal it needs is gone, :func:`apply` says so and the runner exits.
 
-``no-fence-check``
-    ``fenced_atomic`` no longer checks the fence (the fence check and the claim's lock
-    always "succeed"): a time-only lease, which is what the README says fails.
+``time-only-lease``
+    The lease is a lock with a time-to-live and nothing else, as in the schedulers the
+    README compares against: ``fenced_atomic`` and ``run.batches()`` do not check the
+    fence, the lease is never renewed (a run longer than ``lease_ttl`` loses it at the
+    next slot, without knowing), and the server does not end a paused holder's idle
+    transaction.
 ``check-then-act``
-    The fence is checked with a plain ``SELECT`` (no row lock): a successor can take the
-    lease between the check and the commit.
+    Only the fence check is weakened: a plain ``SELECT`` of the fence, no row lock, so a
+    successor can take the lease between the check and the commit. The other defences
+    (renewal noticing the loss, the server ending idle transactions) stay.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-SABOTAGE = ("no-fence-check", "check-then-act")
+SABOTAGE = ("time-only-lease", "check-then-act")
+NEEDED = ("lock_fence", "fence_held", "renew", "limit_idle_transactions")
 
 
 def apply(name: str) -> None:
@@ -30,26 +35,21 @@ def apply(name: str) -> None:
 
     if name not in SABOTAGE:
         raise SystemExit(f"soak: unknown sabotage {name!r} (known: {', '.join(SABOTAGE)})")
-    if not hasattr(lease, "lock_fence") or not hasattr(lease, "fence_held"):
-        raise SystemExit("soak: sabotage needs django_fencedjobs.lease.lock_fence/fence_held")
+    missing = [attr for attr in NEEDED if not hasattr(lease, attr)]
+    if missing:
+        raise SystemExit(f"soak: sabotage needs django_fencedjobs.lease.{', '.join(missing)}")
 
-    def no_claim_lock(connection: Any, name: str, fence: int) -> None:
-        return None  # run.batches() then checks with lock_fence, patched below
+    def plain_select(connection: Any, name: str, fence: int) -> bool:
+        table = connection.ops.quote_name(JobLease._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT 1 FROM {table} WHERE name = %s AND fence = %s", [name, fence])
+            return cursor.fetchone() is not None
 
-    if name == "no-fence-check":
-
-        def lock_fence(connection: Any, name: str, fence: int) -> bool:
-            return True
-
-    else:
-
-        def lock_fence(connection: Any, name: str, fence: int) -> bool:
-            table = connection.ops.quote_name(JobLease._meta.db_table)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"SELECT 1 FROM {table} WHERE name = %s AND fence = %s", [name, fence]
-                )
-                return cursor.fetchone() is not None
-
-    lease.fence_held = no_claim_lock  # type: ignore[assignment]
-    lease.lock_fence = lock_fence
+    # run.batches() then claims without locking the lease row and checks with lock_fence.
+    lease.fence_held = lambda connection, name, fence: None
+    if name == "check-then-act":
+        lease.lock_fence = plain_select
+        return
+    lease.lock_fence = lambda connection, name, fence: True
+    lease.renew = lambda name, fence, until: True
+    lease.limit_idle_transactions = lambda connection, ttl: None
