@@ -28,8 +28,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+# This file's directory comes first on sys.path, and this file is named "soak" too: the
+# package must win.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "scripts"]
+sys.path.insert(0, str(REPO))
 
 
 def main(argv: list[str]) -> int:
