@@ -19,20 +19,20 @@ fencedjobs.E010    ``FENCEDJOBS`` is not a dict or has an unknown key, or its ``
 fencedjobs.E011    the handler is ``async def``, an async generator or a generator
 fencedjobs.E012    the handler cannot take the Run as its one positional argument
 fencedjobs.E013    an argument of ``@job`` has the wrong type or is out of range
-fencedjobs.E015    the lease database's ``isolation_level`` is stricter than READ COMMITTED
 fencedjobs.E014    a ``FENCEDJOBS`` value has the wrong type or is out of range
+fencedjobs.E015    the lease database's ``isolation_level`` is stricter than READ COMMITTED
 fencedjobs.W001    a schedule fires at minute 0 with no jitter (top-of-the-hour stampede)
 =================  ==============================================================
 
-E001 to E008 and E011 to E013 are about one job, which is *invalid* (see :mod:`registry`): it does
-not run, and the other jobs are not affected. ``manage.py check`` reports them as errors, so
-a CI step or a deployment that runs it fails. Any other command that runs the checks
-(``migrate``, ``runserver``, a project's own commands) shows them as warnings and carries
-on: a typo in one job must not block a deployment's migration or stop the development
-server. ``runjobs`` reports them itself, one line per invalid job.
+E001 to E008 and E011 to E013 are about one job, which is *invalid* (see :mod:`registry`):
+it does not run, and the other jobs are not affected. ``manage.py check`` reports them as
+errors, so a CI step or a deployment that runs it fails. Any other command that runs the
+checks (``migrate``, ``runserver``, a project's own commands) shows them as warnings and
+carries on: a typo in one job must not block a deployment's migration or stop the
+development server. ``runjobs`` reports them itself, one line per invalid job.
 
-E009, E010 and E014 concern the whole installation: they are errors for every command that
-runs the checks. ``runjobs`` and ``checkjobs`` report a bad ``FENCEDJOBS`` in one line.
+E009, E010, E014 and E015 concern the whole installation: they are errors for every command
+that runs the checks. ``runjobs`` and ``checkjobs`` report a bad ``FENCEDJOBS`` in one line.
 """
 
 from __future__ import annotations
