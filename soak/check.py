@@ -77,6 +77,7 @@ def check(seen: Outcomes, acks_dir: Path) -> Findings:
     data["origin"] = seen.origin
     intervals = _fence_history(data, found)
     _stale_writes(data, intervals, found)
+    _fence_order(data, found)
     _audit_matches_data(data, found)
     _items(data, seen, found)
     _windows(data, found)
@@ -213,6 +214,25 @@ def _stale_writes(
                 f"{job}: {row['kind']} {row['key']} of fence {fence} committed at tick {tick} "
                 f"({row['at']:%H:%M:%S.%f}), but fence {fence} was {how}",
             )
+
+
+def _fence_order(data: dict[str, Any], found: Findings) -> None:
+    """S1, cross-checked without the fence history: per job, in commit (tick) order, the
+    writes' fences never go down. Implied by S1 (fence spans are disjoint and ordered);
+    kept apart so that a fault in the fence-history trigger could not hide a stale write."""
+    highest: dict[str, tuple[int, int]] = {}
+    for row in data["audits"]:  # ordered by job, tick
+        job, fence, tick = row["job"], row["fence"], row["tick"]
+        top = highest.get(job)
+        if top is not None and fence < top[0]:
+            found.add(
+                "safety",
+                "S1 fence order",
+                f"{job}: {row['kind']} {row['key']} of fence {fence} committed at tick {tick}, "
+                f"after a write of fence {top[0]} (tick {top[1]})",
+            )
+        if top is None or fence > top[0]:
+            highest[job] = (fence, tick)
 
 
 def _audit_matches_data(data: dict[str, Any], found: Findings) -> None:

@@ -130,6 +130,12 @@ def test_a_write_committed_after_its_fence_was_superseded_is_stale():
     assert "of fence 1 committed at tick 4" in found and "superseded at tick 3" in found
 
 
+def test_a_write_of_an_older_fence_after_a_newer_one_breaks_the_fence_order():
+    found = check.Findings()
+    check._fence_order({"audits": [write(2, 1), write(3, 2), write(2, 3)]}, found)
+    assert [v.invariant for v in found.violations] == ["S1 fence order"]
+
+
 def test_a_write_under_a_fence_never_issued_is_stale():
     (found,) = stale_writes([event(0, 1, 1)], [write(2, 2)])
     assert "never current" in found
