@@ -205,25 +205,15 @@ class TickResult:
     next_wakeup: datetime | None
 
 
-def _dispatch(jobs: Sequence[Job], pool: Pool) -> tuple[bool, datetime | None]:
-    """Hand the due jobs to free workers, earliest slot first. Returns whether any due job
-    is left waiting (no free worker, or its row is locked) and the next wakeup."""
-    by_name = {job.name: job for job in jobs}
+def _scan(jobs: Sequence[Job]) -> tuple[list[lease.LeaseRow], datetime | None]:
+    """The due rows, earliest slot first, and the next wakeup: one read of the lease rows
+    (after creating or rescheduling the rows of new or changed jobs)."""
+    names = [job.name for job in jobs]
     now = clock.now()
-    seen = lease.scan(list(by_name), now)
+    seen = lease.scan(names, now)
     if sync(jobs, now, seen.fingerprints):
-        seen = lease.scan(list(by_name), now)
-    held_back = pool.held_back()
-    waiting = False
-    for row in sorted(seen.due, key=lambda r: (r.next_run_at, r.name)):
-        if row.name in held_back:
-            waiting = True
-            continue
-        if stop.is_set() or not pool.free():
-            waiting = True
-            break
-        pool.submit(by_name[row.name], row)
-    return waiting, seen.wakeup
+        seen = lease.scan(names, now)
+    return sorted(seen.due, key=lambda r: (r.next_run_at, r.name)), seen.wakeup
 
 
 def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> TickResult:
@@ -239,12 +229,7 @@ def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> T
     if not jobs:
         return TickResult([], None)
     by_name = {job.name: job for job in jobs}
-    now = clock.now()
-    seen = lease.scan(list(by_name), now)
-    if sync(jobs, now, seen.fingerprints):
-        seen = lease.scan(list(by_name), now)
-    pending = sorted(seen.due, key=lambda r: (r.next_run_at, r.name))
-    wakeup = seen.wakeup
+    pending, wakeup = _scan(jobs)
     runs: list[JobRun] = []
     if pending:
         pool = Pool(workers or default_workers())
@@ -259,11 +244,12 @@ def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> T
         finally:
             pool.shutdown()
         runs = pool.finished()
+        now = clock.now()
         wakeup = lease.scan(list(by_name), now).wakeup
         if wakeup is not None and wakeup <= now:
             # Still due after this pass: acquisition passed a locked row by. Retry soon.
-            wakeup = clock.now() + RETRY_LOCKED
-    signals.send(signals.tick_finished, now=now)
+            wakeup = now + RETRY_LOCKED
+    signals.send(signals.tick_finished, now=clock.now())
     return TickResult(runs, wakeup)
 
 
@@ -280,28 +266,48 @@ def loop(
     """Run due jobs until :func:`request_stop`, side by side on ``workers`` workers: sleep
     until the earliest next slot (at most ``LOOP_MAX_SLEEP``) or until a worker is free,
     survive the database going away by reconnecting with backoff. On a stop request,
-    return once every worker's run is recorded."""
+    return once every worker's run is recorded.
+
+    One read of the lease rows (a tick) serves until its due jobs are all handed out: when
+    many jobs are due at once (a stampede), each freed worker takes the next one from that
+    read instead of the loop reading every row again.
+    """
     jobs = runnable_jobs(names)  # unknown names fail now, not at the first tick
+    by_name = {job.name: job for job in jobs}
     max_sleep = get_settings().LOOP_MAX_SLEEP.total_seconds()
     pool = Pool(workers or default_workers())
+    backlog: list[lease.LeaseRow] = []
+    wakeup: datetime | None = None
     backoff = 0.5
     ticks = 0
     try:
-        while not stop.is_set() and (max_ticks is None or ticks < max_ticks):
-            ticks += 1
+        while not stop.is_set():
             _wake.clear()
             try:
                 record_pending()
-                waiting, wakeup = _dispatch(jobs, pool)
-                signals.send(signals.tick_finished, now=clock.now())
+                if not backlog:
+                    if max_ticks is not None and ticks >= max_ticks:
+                        break
+                    ticks += 1
+                    backlog, wakeup = _scan(jobs)
+                    signals.send(signals.tick_finished, now=clock.now())
+                held_back = pool.held_back()
+                backlog = [row for row in backlog if row.name not in held_back]
+                while backlog and pool.free() and not stop.is_set():
+                    row = backlog.pop(0)
+                    pool.submit(by_name[row.name], row)
                 backoff = 0.5
-                sleep = max_sleep
-                if wakeup is not None:
-                    sleep = min(max_sleep, max((wakeup - clock.now()).total_seconds(), 0))
-                if waiting and sleep <= 0:
-                    # Due jobs wait for a free worker (which wakes us), or for a locked
-                    # row to be let go: never a busy loop.
-                    sleep = min(max_sleep, RETRY_LOCKED.total_seconds())
+                if backlog:
+                    # Due jobs wait for a free worker, which wakes us.
+                    sleep = max_sleep
+                else:
+                    sleep = max_sleep
+                    if wakeup is not None:
+                        sleep = min(sleep, max((wakeup - clock.now()).total_seconds(), 0))
+                    if sleep <= 0 and held_back:
+                        # Due, but its row was locked a moment ago, or it is running here:
+                        # look again in a moment, never in a busy loop.
+                        sleep = min(max_sleep, RETRY_LOCKED.total_seconds())
             except DatabaseError as exc:
                 logger.error(
                     "database unavailable, retrying in %.1fs: %s",
@@ -310,6 +316,7 @@ def loop(
                     extra={"event": "database_unavailable"},
                 )
                 connections.close_all()
+                backlog = []
                 sleep, backoff = backoff, min(backoff * 2, max_sleep)
             pool.finished()
             _wake.wait(sleep)

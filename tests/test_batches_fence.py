@@ -91,4 +91,4 @@ def test_an_open_batch_holds_the_lease_row_against_a_takeover(jobs):
     record = run_due("t.locked_batches")
     assert takeover == ["waited"]
     assert (record.outcome, record.items) == (Outcome.SUCCEEDED, 3)
-    assert JobLease.objects.get(name="t.locked_batches").fence == record.fence
+    assert JobLease.objects.get(name="t.locked_batches").fence == record.fence + 1  # ended

@@ -1,0 +1,211 @@
+"""P7: a fleet of runners against a stampede: many jobs due at the same instant.
+
+Four runner processes (``loop.loop()`` each, default workers, the database clock) over
+2,000 jobs due every minute at second 0, no jitter (the stampede that per-tenant jobs
+make), for 5 minutes; each run writes one row in a fenced transaction. From the run
+records: lateness (``started_at - scheduled_for``) p50/p99/max, runs per second while a
+slot drains, commits per run (``pg_stat_database.xact_commit``) and statements per run
+(counted in each runner). Asserted: no slot ran twice (one row per job and slot, one run
+per job and slot) and every slot of every job ran.
+
+Goal: p99 lateness <= 2 s.
+
+    python -m bench.p7_fleet --runner   (one runner process; started by the benchmark)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from bench import common
+
+PREFIX = "bench.p7."
+
+
+def sizes(smoke: bool) -> tuple[int, timedelta, float]:
+    """(jobs, interval, seconds to run)."""
+    if smoke:
+        return 40, timedelta(seconds=5), 12.0
+    return 2000, timedelta(minutes=1), 330.0
+
+
+def declare(jobs: int, every: timedelta) -> list[str]:
+    from bench.benchapp.models import Row
+    from django_fencedjobs import fenced_atomic, job
+
+    def handler(run: Any) -> None:
+        with fenced_atomic():
+            Row.objects.create(
+                seq=int(run.scheduled_for.timestamp()), note=run.job.name.rsplit(".", 1)[-1]
+            )
+
+    names = [f"{PREFIX}job{n:04d}" for n in range(jobs)]
+    for name in names:
+        job(every=every, name=name, timeout=every / 2)(handler)
+    return names
+
+
+def runner_process(smoke: bool, counts: Path) -> None:
+    """One runner: the loop until SIGTERM; then the number of statements it sent."""
+    from django.db import connections
+
+    from django_fencedjobs import loop
+
+    jobs, every, _ = sizes(smoke)
+    names = declare(jobs, every)
+    statements = 0
+
+    def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal statements
+        statements += 1
+        return execute(sql, params, many, context)
+
+    # Every connection any thread of this process opens counts its statements.
+    from django.db.backends.signals import connection_created
+
+    def wrap(sender: Any, connection: Any, **kwargs: Any) -> None:
+        connection.execute_wrappers.append(count)
+
+    connection_created.connect(wrap, weak=False)
+    connections.close_all()
+    signal.signal(signal.SIGTERM, lambda *_: loop.request_stop())
+    loop.loop(names)
+    counts.write_text(json.dumps({"statements": statements}))
+
+
+def measure(smoke: bool) -> common.Report:
+    from django.db import connection
+
+    from bench.benchapp.models import Row
+    from django_fencedjobs import clock, runner
+    from django_fencedjobs.models import JobRun
+    from django_fencedjobs.registry import registry
+
+    jobs, every, seconds = sizes(smoke)
+    common.clear_jobs(PREFIX)
+    Row.objects.filter(note__startswith="job").delete()
+    with registry.isolated():
+        declare(jobs, every)
+        runner.sync(runner.runnable_jobs(), clock.now())
+
+    def commits() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            )
+            return int(cursor.fetchone()[0])
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(common.REPO), env.get("PYTHONPATH", "")) if p
+    )
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    count_files = [tmp / f"p7-statements-{os.getpid()}-{n}.json" for n in range(4)]
+    argv = [sys.executable, "-m", "bench.p7_fleet", "--runner", "--counts"]
+    started = clock.now()
+    before = commits()
+    procs = [
+        subprocess.Popen(
+            [*argv, str(path), *(["--smoke"] if smoke else [])], cwd=common.REPO, env=env
+        )
+        for path in count_files
+    ]
+    try:
+        time.sleep(seconds)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(120)
+    after = commits()
+    statements = sum(json.loads(p.read_text())["statements"] for p in count_files if p.exists())
+    for path in count_files:
+        path.unlink(missing_ok=True)
+
+    runs = list(
+        JobRun.objects.filter(job__startswith=PREFIX, scheduled_for__gt=started).values_list(
+            "job", "scheduled_for", "started_at", "outcome", "missed_slots", "owner"
+        )
+    )
+    slots = sorted({slot for _, slot, *_ in runs})
+    # Whole slots only: the first after start and the last before the stop may be partial.
+    whole = slots[1:-1] if len(slots) > 2 else slots
+    measured = [r for r in runs if r[1] in whole]
+    late = [(r[2] - r[1]).total_seconds() for r in measured if r[2] is not None]
+    per_slot = {}
+    for _, slot, started_at, *_ in measured:
+        if started_at is not None:
+            per_slot.setdefault(slot, []).append(started_at)
+    drain = [
+        len(starts) / max((max(starts) - slot).total_seconds(), 1e-3)
+        for slot, starts in per_slot.items()
+    ]
+    missing = len(whole) * jobs - len(measured)
+    coalesced = sum(r[4] for r in measured)
+    rows = list(Row.objects.filter(note__startswith="job").values_list("note", "seq").order_by())
+    doubled = len(rows) - len(set(rows))
+    owners = {r[5].rsplit(":", 1)[-1] for r in measured}
+    total_runs = len(runs)
+
+    p50 = common.percentile(late, 50) if late else float("nan")
+    p99 = common.percentile(late, 99) if late else float("nan")
+    report = common.Report("P7", "a fleet of 4 runners, every job due at the same instant")
+    report.add(
+        f"4 `runjobs` loops (default workers) over {jobs:,} jobs every "
+        f"{every.total_seconds():g} s, no jitter, one fenced insert per run, for "
+        f"{seconds:g} s: {total_runs:,} runs; {len(whole)} whole slot(s) measured."
+    )
+    report.add("")
+    for line in common.table(
+        [
+            "lateness p50",
+            "p99",
+            "max",
+            "runs/s while a slot drains",
+            "commits/run",
+            "statements/run",
+        ],
+        [
+            [
+                f"{p50:.2f} s",
+                f"{p99:.2f} s",
+                f"{max(late, default=0):.2f} s",
+                f"{common.percentile(drain, 50):.0f}" if drain else "-",
+                f"{(after - before) / max(total_runs, 1):.2f}",
+                f"{statements / max(total_runs, 1):.1f}",
+            ]
+        ],
+    ):
+        report.add(line)
+    report.add("")
+    report.add(
+        f"Runners taking part: {len(owners)}. Runs missing from whole slots: {missing}; "
+        f"slots coalesced: {coalesced}; slots run twice: {doubled}."
+    )
+    report.figures.update(
+        p50=p50,
+        p99=p99,
+        commits_per_run=(after - before) / max(total_runs, 1),
+        statements_per_run=statements / max(total_runs, 1),
+        runs_per_second=common.percentile(drain, 50) if drain else 0.0,
+    )
+    report.goal("slots run twice", "0", str(doubled), doubled == 0)
+    report.goal("every slot run", "0 missing", str(missing + coalesced), missing + coalesced == 0)
+    report.goal("p99 lateness", "≤ 2 s", f"{p99:.2f} s", p99 <= 2.0)
+    return report
+
+
+if __name__ == "__main__":
+    if "--runner" in sys.argv:
+        common.setup_django()
+        runner_process("--smoke" in sys.argv, Path(sys.argv[sys.argv.index("--counts") + 1]))
+    else:
+        raise SystemExit(common.main(measure))
