@@ -18,15 +18,20 @@ import threading
 from collections.abc import Callable
 from contextlib import ContextDecorator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_fencedjobs import lease
 from django_fencedjobs.exceptions import FenceLost, NotInRun
 
-if TYPE_CHECKING:
-    from django_fencedjobs.run import Run
+
+class Run(Protocol):
+    """What a fenced block asks of the current run (:class:`django_fencedjobs.run.Run`):
+    to check, inside the block's transaction, that it may still write."""
+
+    def check_fence(self, connection: BaseDatabaseWrapper) -> None: ...
 
 _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
     "fencedjobs_current_run", default=None

@@ -264,15 +264,9 @@ def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
       UPDATE takes the database's write lock, which is held until this transaction ends,
       so no acquisition can commit in between.
 
-    No model instantiation: this runs in every fenced transaction, and its cost is the
-    fence's whole price. On PostgreSQL it costs no round trip of its own either: it is the
-    first statement of the transaction, and psycopg's pipeline mode sends it together with
-    the ``BEGIN`` that opens the transaction, so a fenced one-row transaction takes as many
-    round trips as a plain one (BEGIN and the check, the write, COMMIT). The lock taken is
-    the same; only the waiting for the server's answers is shared.
+    One round trip through the connection's cursor, no model instantiation: this runs in
+    every fenced transaction, and its cost is the fence's whole price.
     """
-    if connection.vendor == "postgresql" and _begin_pending(connection):
-        return _lock_fence_pipelined(connection, name, fence)
     with connection.cursor() as cursor:
         if connection.features.has_select_for_update:
             cursor.execute(
@@ -285,26 +279,6 @@ def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
             [name, fence],
         )
         return cursor.rowcount == 1
-
-
-def _begin_pending(connection: BaseDatabaseWrapper) -> bool:
-    """PostgreSQL: the transaction is open in Django but psycopg has not sent its BEGIN yet
-    (it does with the first statement)."""
-    from psycopg.pq import TransactionStatus
-
-    raw = connection.connection
-    return raw is not None and raw.info.transaction_status == TransactionStatus.IDLE
-
-
-def _lock_fence_pipelined(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
-    """:func:`lock_fence` on PostgreSQL, sent in one pipeline with the pending BEGIN."""
-    raw = connection.connection
-    with connection.wrap_database_errors, raw.pipeline(), raw.cursor() as cursor:
-        cursor.execute(
-            f"SELECT 1 FROM {_table(connection)} WHERE name = %s AND fence = %s FOR UPDATE",
-            [name, fence],
-        )
-        return cursor.fetchone() is not None
 
 
 def fence_held(connection: BaseDatabaseWrapper, name: str, fence: int) -> RawSQL | None:

@@ -17,15 +17,14 @@ import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from django_fencedjobs.exceptions import JobDefinitionError, ScheduleError, UnknownJob
 from django_fencedjobs.schedule import Schedule, is_fixed_offset, resolve_zone
 
-if TYPE_CHECKING:
-    from django_fencedjobs.run import Run
-
-Handler = Callable[["Run"], Any]
+#: A job's handler: called with the run's :class:`~django_fencedjobs.run.Run` (the run
+#: module depends on this one, not the other way round, so the type is not named here).
+Handler = Callable[[Any], Any]
 F = TypeVar("F", bound=Handler)
 Exclusion = Literal["lease", "advisory"]
 #: Why a job is invalid.
@@ -126,7 +125,7 @@ class Job:
             return self.timeout
         return min(self.valid_schedule.min_interval() / 2, MAX_DEFAULT_TIMEOUT)
 
-    def __call__(self, run: Run) -> Any:
+    def __call__(self, run: Any) -> Any:
         return self.func(run)
 
 
