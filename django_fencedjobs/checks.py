@@ -98,6 +98,12 @@ _CRON_HINTS = (
         "Use a 5-field expression or one of @hourly, @daily, @weekly, @monthly, @yearly.",
     ),
     (
+        ("is allowed only in", "take a single day", "the number after #"),
+        "L and W go in the day-of-month field (L: the last day, LW: the last weekday, 15W: the "
+        "weekday nearest the 15th), L and # in the day-of-week field (5L: the last Friday, 1#2: "
+        "the second Monday, 1 to 5 after #), each after a single day: list several with commas.",
+    ),
+    (
         ("non-standard", "empty list item", "the step", "is reversed"),
         "In each field use *, a number, a range a-b, a list a,b or a step */n or a-b/n.",
     ),

@@ -36,6 +36,16 @@ class ScheduleError(FencedJobsError, ValueError):
     """The schedule is invalid: give a 5-field cron expression or every=timedelta, and a named
     IANA zone such as "Europe/Berlin"."""
 
+    def __init__(
+        self, message: str | None = None, *, argument: str | None = None, fixed_offset: bool = False
+    ) -> None:
+        super().__init__(message)
+        #: The argument to fix: "cron", "every", "timezone", "jitter" or "key" of ``Schedule``,
+        #: "after", "start", "end" or "limit" of its methods; None when not known.
+        self.argument = argument
+        #: True when ``timezone`` is a fixed UTC offset ("+02:00", "EST"), not an unknown name.
+        self.fixed_offset = fixed_offset
+
 
 class JobDefinitionError(FencedJobsError, ValueError):
     """The @job declaration is invalid: fix the argument named in the message."""

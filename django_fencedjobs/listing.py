@@ -1,17 +1,173 @@
-"""Jobs described in words, for ``runjobs --list`` and the admin."""
+"""Schedules and jobs described in words: ``Schedule.describe()`` (the admin, ``checkjobs``)
+and ``runjobs --list``.
+
+Only the public surface of a :class:`~django_fencedjobs.schedule.Schedule` is read (its
+expression, interval, zone and jitter), and nothing here imports Django at module level, so
+``Schedule.describe()`` works without settings.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from datetime import UTC
+from datetime import UTC, timedelta
+from typing import TYPE_CHECKING
 
-from django_fencedjobs import clock
-from django_fencedjobs.registry import Job
+if TYPE_CHECKING:
+    from django_fencedjobs.registry import Job
+    from django_fencedjobs.schedule import Schedule
+
+_DOW_SHORT = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+_WEEKDAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
+_WEEKDAY_NUMBERS = {name[:3].upper(): number for number, name in enumerate(_WEEKDAYS)}
+_NTH = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """Human words, always with the zone and the jitter when there is one:
+    ``"at 09:00 on Mon-Fri (Europe/Berlin), jitter 3m"``,
+    ``"at 17:00 on the last Friday of the month (UTC)"``. An expression with no
+    simpler reading is quoted: ``"cron '0 9 * 1 *' (UTC)"``."""
+    every, crontab = schedule.every, schedule.crontab
+    if every is not None:
+        words = _interval_words(every)
+    elif crontab is not None:
+        words = _cron_words(crontab) or f"cron {schedule.cron!r}"
+    else:  # pragma: no cover - a Schedule has one or the other
+        raise TypeError(f"{schedule!r} has neither a cron expression nor an interval")
+    words += f" ({schedule.timezone})"
+    if schedule.jitter > timedelta(0):
+        words += f", jitter {format_duration(schedule.jitter)}"
+    return words
+
+
+def format_duration(delta: timedelta) -> str:
+    """Compact duration: 3m, 1h30m, 45s, 2d."""
+    total = int(delta.total_seconds())
+    if total <= 0:
+        return f"{delta.total_seconds():g}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, total = divmod(total, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
+
+
+def _plural(count: int, unit: str) -> str:
+    return f"every {unit}" if count == 1 else f"every {count} {unit}s"
+
+
+def _interval_words(every: timedelta) -> str:
+    seconds = int(every.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            return _plural(seconds // size, unit)
+    if seconds > 60:
+        return f"every {format_duration(every)}"
+    return _plural(seconds, "second")
+
+
+def _cron_words(crontab: str) -> str | None:
+    """Words for a valid five-field expression, or None when there is no short reading."""
+    minute, hour, dom, month, dow = crontab.split()
+    every_day = dom == "*" and month == "*" and dow == "*"
+    step = re.fullmatch(r"\*/(\d+)", minute)
+    if every_day and hour == "*":
+        if minute == "*":
+            return "every minute"
+        if step and 60 % int(step.group(1)) == 0:
+            return _plural(int(step.group(1)), "minute")
+        if minute.isdigit():
+            return f"every hour at :{int(minute):02d}"
+        return None
+    hour_step = re.fullmatch(r"\*/(\d+)", hour)
+    if every_day and hour_step and minute.isdigit() and 24 % int(hour_step.group(1)) == 0:
+        return f"{_plural(int(hour_step.group(1)), 'hour')} at :{int(minute):02d}"
+    if not (re.fullmatch(r"\d+(,\d+)*", minute) and re.fullmatch(r"\d+(,\d+)*", hour)):
+        return None
+    times = [f"{h:02d}:{m:02d}" for h in _numbers(hour) for m in _numbers(minute)]
+    if len(times) > 4:
+        return None
+    at = "at " + ", ".join(times)
+    if every_day:
+        return f"{at} every day"
+    if month != "*":
+        return None
+    if dom == "*":
+        days = _weekdays_of_the_month(dow)
+        if days is not None:
+            return f"{at} on {days} of the month"
+        if re.fullmatch(r"[\w-]+(,[\w-]+)*", dow) and not re.search("L", dow, re.IGNORECASE):
+            names = re.sub(r"\d", lambda match: _DOW_SHORT[int(match.group(0))], dow)
+            names = re.sub(r"[A-Za-z]{3}", lambda match: match.group(0).title(), names)
+            return f"{at} on {names}"
+        return None
+    if dow == "*":
+        days = _days_of_the_month(dom)
+        if days is not None:
+            return f"{at} on {days} of the month"
+    return None
+
+
+def _numbers(field: str) -> list[int]:
+    return sorted({int(value) for value in field.split(",")})
+
+
+def _and(phrases: list[str]) -> str:
+    return phrases[0] if len(phrases) == 1 else f"{', '.join(phrases[:-1])} and {phrases[-1]}"
+
+
+def _ordinal(number: int) -> str:
+    """1st, 2nd, 3rd, 4th ... 11th, 12th, 13th ... 21st, 22nd, 23rd ... 31st."""
+    suffix = "th" if 11 <= number % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10)
+    return f"{number}{suffix or 'th'}"
+
+
+def _days_of_the_month(dom: str) -> str | None:
+    """``day 1``, ``days 1,15``, ``the last day``, ``the weekday nearest the 15th`` ...
+    joined with "and"; None for ranges and steps."""
+    terms = dom.upper().split(",")
+    plain = [term for term in terms if term.isdigit()]
+    phrases = [f"{'day' if len(plain) == 1 else 'days'} {','.join(plain)}"] if plain else []
+    for term in terms:
+        if term == "L":
+            phrases.append("the last day")
+        elif term == "LW":
+            phrases.append("the last weekday")
+        elif re.fullmatch(r"\d+W", term):
+            phrases.append(f"the weekday nearest the {_ordinal(int(term[:-1]))}")
+        elif not term.isdigit():
+            return None
+    return _and(phrases)
+
+
+def _weekdays_of_the_month(dow: str) -> str | None:
+    """``the second Monday``, ``the last Friday`` ... joined with "and"; None unless every
+    term of the day-of-week field is a d#n or a dL."""
+    phrases = []
+    for term in dow.upper().split(","):
+        nth = re.fullmatch(r"(\w+)#(\d)", term)
+        last = re.fullmatch(r"(\w+)L", term)
+        if nth:
+            phrases.append(f"the {_NTH[int(nth.group(2))]} {_weekday(nth.group(1))}")
+        elif last:
+            phrases.append(f"the last {_weekday(last.group(1))}")
+        else:
+            return None
+    return _and(phrases)
+
+
+def _weekday(text: str) -> str:
+    number = int(text) % 7 if text.isdigit() else _WEEKDAY_NUMBERS[text]
+    return _WEEKDAYS[number]
 
 
 def describe_jobs(jobs: Sequence[Job], *, count: int = 3) -> str:
     """Each job, its schedule and zone, and its next ``count`` fire times in its own zone
     and in UTC."""
+    from django_fencedjobs import clock  # Django: only when jobs are listed
+
     if not jobs:
         return "No jobs are registered. Declare them with @job in an installed app's jobs.py."
     now = clock.system_now()

@@ -6,15 +6,19 @@ a job is due. Everything that stores or compares times in this package works
 with those UTC instants; the zone only matters here, when wall-clock fields are
 turned into instants.
 
-Two kinds of schedule exist:
+Two kinds of schedule exist, one internal class each behind ``Schedule``:
 
-``cron``
+``cron`` (:class:`_CronRule`)
     A standard 5-field expression (minute, hour, day of month, month, day of
     week), evaluated on the wall clock of ``timezone``. The aliases
     ``@hourly``, ``@daily``/``@midnight``, ``@weekly``, ``@monthly`` and
-    ``@yearly``/``@annually`` are accepted.
+    ``@yearly``/``@annually`` are accepted, and so are the calendar terms of
+    Quartz and cronsim: ``L`` (the last day of the month), ``LW`` (its last
+    weekday) and ``15W`` (the weekday nearest the 15th) in the day-of-month
+    field; ``5L`` (the last Friday) and ``1#2`` (the second Monday) in the
+    day-of-week field.
 
-``every``
+``every`` (:class:`_IntervalRule`)
     A fixed interval: the job fires at whole multiples of the interval since
     the Unix epoch (1970-01-01 00:00 UTC). Because the grid is anchored to the
     epoch and not to "when the process started", every host computes the same
@@ -37,11 +41,14 @@ implements), decided per expression:
   the gap, and both occurrences of a repeated wall time fire, because they are
   different instants.
 
-croniter (a dependency, used here only as a second validator) is *not* used to
-compute fire times: croniter 7 fires fixed-time schedules twice in the repeated
-hour, and computes on the wrong wall clock when started from a naive or UTC
-datetime. It also differs from Debian cron on some field edge cases (see
-:func:`_parse_field`). The matching below is this module's own.
+The day fields (``L``, ``W`` and ``#`` included) only choose dates, so the rule
+is the same whatever they say.
+
+The matching is this module's own. croniter is not used: croniter 7 fires
+fixed-time schedules twice in the repeated hour, computes on the wrong wall
+clock when started from a naive or UTC datetime, reads some fields unlike
+Debian cron (see :func:`_parse_term` and :class:`_CronFields`) and refuses
+``LW`` and ``5L``. The tests compare every fire time with cronsim's.
 
 Jitter
 ------
@@ -61,23 +68,25 @@ import hashlib
 import itertools
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django_fencedjobs.exceptions import ScheduleError
+from django_fencedjobs.listing import describe_schedule
 
 __all__ = ["SEARCH_HORIZON_YEARS", "Schedule"]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: How far ahead a search for the next matching date goes before it gives up.
-#: Nine years covers the rarest sensible expression, 29 February, even across
-#: a century year that is not a leap year (2096 -> 2104). An expression that
+#: Forty years is the longest gap any expression can have: the fifth Monday of
+#: February (``0 0 * 2 1#5``) is 29 February on a Monday, which happens in 2072
+#: and then not until 2112, 2100 not being a leap year. An expression that
 #: matches no date in that span (``0 0 30 2 *``) is refused when the Schedule
 #: is created, so no search can loop forever.
-SEARCH_HORIZON_YEARS = 9
+SEARCH_HORIZON_YEARS = 40
 _SEARCH_HORIZON = timedelta(days=366 * SEARCH_HORIZON_YEARS)
 
 #: min_interval() samples fire times from here (in the schedule's zone).
@@ -88,6 +97,7 @@ _MIN_INTERVAL_MAX_FIRES = 3000
 
 _ONE_US = timedelta(microseconds=1)
 _ONE_MINUTE = timedelta(minutes=1)
+_ONE_DAY = timedelta(days=1)
 _US_PER_SECOND = 1_000_000
 
 _ALIASES = {
@@ -107,7 +117,9 @@ _MONTH_NAMES = {
     )
 }
 _DOW_NAMES = {name: number for number, name in enumerate("SUN MON TUE WED THU FRI SAT".split())}
-_DOW_SHORT = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+
+# Weekdays are numbered as cron numbers them: 0 = Sunday ... 6 = Saturday.
+_SUNDAY, _SATURDAY = 0, 6
 
 
 @dataclass(frozen=True)
@@ -129,6 +141,25 @@ _FIELD_HELP = (
     "each field is *, a number, a range a-b, a step */n, a-b/n or a/n, "
     "or a comma-separated list of these"
 )
+_DOM_TERMS = (
+    "in the day-of-month field L is the last day of the month, LW its last weekday and "
+    "nW the weekday nearest day n in the same month (15W)"
+)
+_DOW_TERMS = (
+    "in the day-of-week field dL is the last weekday d of the month (5L: the last Friday) "
+    "and d#n the n-th one (1#2 or MON#2: the second Monday)"
+)
+# Where each calendar character is allowed, said when it is used anywhere else.
+_ONLY_IN = {
+    "L": "L (last) is allowed only in the day-of-month field (L, LW) and the day-of-week "
+    "field (5L: the last Friday of the month)",
+    "W": "W (nearest weekday) is allowed only in the day-of-month field (15W: the weekday "
+    "nearest the 15th; LW: the last weekday of the month)",
+    "#": "# (nth weekday) is allowed only in the day-of-week field (1#2: the second Monday "
+    "of the month)",
+}
+# Extensions of other crons that no field takes.
+_UNSUPPORTED = (("?", "?"), ("H", "H (hashed)"))
 
 # Zone names that are fixed UTC offsets. They resolve (some of them even in
 # zoneinfo: "Etc/GMT+5", "EST") but never follow daylight saving time, so a job
@@ -149,120 +180,283 @@ _FIXED_OFFSET_NAMES = frozenset({"EST", "MST", "HST"})
 # --------------------------------------------------------------------------- parsing
 
 
+def _cron_error(expr: str, spec: _FieldSpec, field_text: str, problem: str) -> ScheduleError:
+    return ScheduleError(
+        f"cron {expr!r}: {spec.name} field {field_text!r}: {problem}", argument="cron"
+    )
+
+
+def _which(term: str, field_text: str) -> str:
+    """The term a message is about, when the field has several."""
+    return "" if term == field_text else f"{term!r}: "
+
+
 def _parse_value(text: str, spec: _FieldSpec, expr: str, field_text: str) -> int:
     upper = text.upper()
     if upper in spec.names:
         return spec.names[upper]
     if not text.isdigit() or not text.isascii():
-        raise ScheduleError(
-            f"cron {expr!r}: {spec.name} field {field_text!r}: {text!r} is not a number "
-            f"between {spec.low} and {spec.high}"
+        raise _cron_error(
+            expr,
+            spec,
+            field_text,
+            f"{text!r} is not a number between {spec.low} and {spec.high}"
             + (f" or a name such as {next(iter(spec.names)).title()!r}" if spec.names else "")
-            + f"; {_FIELD_HELP}."
+            + f"; {_FIELD_HELP}.",
         )
     value = int(text)
     if not spec.low <= value <= spec.high:
-        raise ScheduleError(
-            f"cron {expr!r}: {spec.name} field {field_text!r}: {value} is outside "
-            f"{spec.low}-{spec.high}."
-        )
+        raise _cron_error(expr, spec, field_text, f"{value} is outside {spec.low}-{spec.high}.")
     return value
 
 
-def _parse_field(field_text: str, spec: _FieldSpec, expr: str) -> frozenset[int]:
-    """The set of values one cron field matches, as Debian cron reads it.
+def _without_names(text: str, names: Iterable[str] = (*_MONTH_NAMES, *_DOW_NAMES)) -> str:
+    """``text`` in upper case without month and day names, whose letters ("JUL", "WED",
+    "THU") are not the L, W and H of the syntax."""
+    bare = text.upper()
+    for name in names:
+        bare = bare.replace(name, "")
+    return bare
+
+
+def _terms(field_text: str, spec: _FieldSpec, expr: str, allowed: str = "") -> list[str]:
+    """The comma-separated terms of a field, after refusing the characters it cannot hold.
+
+    ``allowed`` is the calendar characters (of L, W and #) this field takes.
+    """
+    bare = _without_names(field_text, spec.names)
+    for char, what in _UNSUPPORTED:
+        if char in bare:
+            raise ScheduleError(
+                f"cron {expr!r}: {spec.name} field {field_text!r} uses {what}, a non-standard "
+                f"extension that is not supported; {_FIELD_HELP}.",
+                argument="cron",
+            )
+    # A name in the wrong field ("jul" as a minute) is reported as not a number, below.
+    bare = _without_names(field_text)
+    for char, where in _ONLY_IN.items():
+        if char in bare and char not in allowed:
+            raise _cron_error(expr, spec, field_text, f"{where}; {_FIELD_HELP}.")
+    terms = field_text.split(",")
+    if "" in terms:
+        raise ScheduleError(
+            f"cron {expr!r}: {spec.name} field {field_text!r} has an empty list item; "
+            f"{_FIELD_HELP}.",
+            argument="cron",
+        )
+    return terms
+
+
+def _parse_term(term: str, spec: _FieldSpec, expr: str, field_text: str) -> range:
+    """The values one term of a field matches, as Debian cron reads it.
 
     ``*`` is the whole range; ``a-b`` is inclusive and must not be reversed;
     ``*/n`` and ``a-b/n`` take every n-th value of the range; ``a/n`` means
     ``a-<max>/n`` (a Debian extension, e.g. ``5/20`` is 5, 25, 45 minutes).
-    Lists combine any of these.
 
     Two places where croniter 7 reads a field differently, and this module
     follows Debian (and cronsim) instead: an equal range with a step, such as
     ``5-5/2``, is just 5 (croniter: every even minute); ``7-7`` in the
     day-of-week field is Sunday (croniter: every day).
     """
-    # Month and day names contain some of these letters ("JUL", "WED"), so
-    # look for the bare syntax only after taking the names out.
-    bare = field_text.upper()
-    for name in spec.names:
-        bare = bare.replace(name, "")
-    for char, what in (
-        ("L", "L (last)"),
-        ("W", "W (nearest weekday)"),
-        ("#", "# (nth weekday)"),
-        ("?", "?"),
-        ("H", "H (hashed)"),
-    ):
-        if char in bare:
-            raise ScheduleError(
-                f"cron {expr!r}: {spec.name} field {field_text!r} uses {what}, a non-standard "
-                f"extension that is not supported; {_FIELD_HELP}."
+    base, slash, step_text = term.partition("/")
+    step = 1
+    if slash:
+        if not step_text.isdigit() or not step_text.isascii() or int(step_text) == 0:
+            raise _cron_error(
+                expr,
+                spec,
+                field_text,
+                f"the step {step_text!r} must be a positive whole number.",
             )
+        step = int(step_text)
+    if base == "*":
+        first, last = spec.low, spec.high
+    elif "-" in base:
+        first_text, _, last_text = base.partition("-")
+        first = _parse_value(first_text, spec, expr, field_text)
+        last = _parse_value(last_text, spec, expr, field_text)
+        if last < first:
+            raise _cron_error(
+                expr,
+                spec,
+                field_text,
+                f"the range {base!r} is reversed; write it low-high, or as a list "
+                f"(e.g. 22-23,0-2).",
+            )
+    else:
+        first = _parse_value(base, spec, expr, field_text)
+        last = spec.high if slash else first
+    return range(first, last + 1, step)
+
+
+def _parse_field(field_text: str, spec: _FieldSpec, expr: str) -> frozenset[int]:
+    """The set of values a minute, hour or month field matches (lists of terms)."""
     values: set[int] = set()
-    for term in field_text.split(","):
-        if term == "":
-            raise ScheduleError(
-                f"cron {expr!r}: {spec.name} field {field_text!r} has an empty list item; "
-                f"{_FIELD_HELP}."
-            )
-        base, slash, step_text = term.partition("/")
-        step = 1
-        if slash:
-            if not step_text.isdigit() or not step_text.isascii() or int(step_text) == 0:
-                raise ScheduleError(
-                    f"cron {expr!r}: {spec.name} field {field_text!r}: the step {step_text!r} "
-                    f"must be a positive whole number."
-                )
-            step = int(step_text)
-        if base == "*":
-            first, last = spec.low, spec.high
-        elif "-" in base:
-            first_text, _, last_text = base.partition("-")
-            first = _parse_value(first_text, spec, expr, field_text)
-            last = _parse_value(last_text, spec, expr, field_text)
-            if last < first:
-                raise ScheduleError(
-                    f"cron {expr!r}: {spec.name} field {field_text!r}: the range {base!r} is "
-                    f"reversed; write it low-high, or as a list (e.g. 22-23,0-2)."
-                )
-        else:
-            first = _parse_value(base, spec, expr, field_text)
-            last = spec.high if slash else first
-        values.update(range(first, last + 1, step))
+    for term in _terms(field_text, spec, expr):
+        values.update(_parse_term(term, spec, expr, field_text))
     return frozenset(values)
+
+
+def _nearest_weekday(day: int, length: int, first_weekday: int) -> int:
+    """The Monday-to-Friday day of the month nearest ``day``, never in another month.
+
+    ``length`` is the month's number of days, ``first_weekday`` the weekday of
+    its 1st (0 = Sunday). A Saturday moves to the Friday before, except the 1st,
+    which moves to Monday the 3rd; a Sunday moves to the Monday after, except
+    the last day, which moves to the Friday before.
+    """
+    weekday = (first_weekday + day - 1) % 7
+    if weekday == _SATURDAY:
+        return 3 if day == 1 else day - 1
+    if weekday == _SUNDAY:
+        return day - 2 if day == length else day + 1
+    return day
+
+
+@dataclass(frozen=True)
+class _DaysOfMonth:
+    """A parsed day-of-month field: plain days, and the calendar terms L, LW and nW."""
+
+    days: frozenset[int]
+    last: bool  # L
+    last_weekday: bool  # LW
+    nearest_weekday: frozenset[int]  # nW
+
+    def in_month(self, length: int, first_weekday: int) -> set[int]:
+        found = {day for day in self.days if day <= length}
+        if self.last:
+            found.add(length)
+        if self.last_weekday:
+            found.add(_nearest_weekday(length, length, first_weekday))
+        # A month without day n has no weekday nearest it, as plain "31" skips April.
+        found.update(
+            _nearest_weekday(day, length, first_weekday)
+            for day in self.nearest_weekday
+            if day <= length
+        )
+        return found
+
+
+def _parse_days_of_month(field_text: str, expr: str) -> _DaysOfMonth:
+    days: set[int] = set()
+    last = last_weekday = False
+    nearest: set[int] = set()
+    for term in _terms(field_text, _DOM, expr, allowed="LW"):
+        upper = term.upper()
+        if upper == "L":
+            last = True
+        elif upper == "LW":
+            last_weekday = True
+        elif "L" in _without_names(upper) or "W" in _without_names(upper):
+            day = upper.removesuffix("W")
+            if day == upper or not day.isdigit() or not day.isascii():
+                raise _cron_error(
+                    expr,
+                    _DOM,
+                    field_text,
+                    f"{_which(term, field_text)}L and W take a single day, not a range, a step "
+                    f"or an offset; {_DOM_TERMS}. List several with commas, e.g. 1W,15W,L.",
+                )
+            nearest.add(_parse_value(day, _DOM, expr, field_text))
+        else:
+            days.update(_parse_term(term, _DOM, expr, field_text))
+    return _DaysOfMonth(frozenset(days), last, last_weekday, frozenset(nearest))
+
+
+@dataclass(frozen=True)
+class _DaysOfWeek:
+    """A parsed day-of-week field: plain weekdays, and the calendar terms dL and d#n."""
+
+    weekdays: frozenset[int]  # 0 = Sunday ... 6 = Saturday
+    last: frozenset[int]  # dL: the last weekday d of the month
+    nth: frozenset[tuple[int, int]]  # d#n: (weekday, n), the n-th weekday d of the month
+
+    def in_month(self, length: int, first_weekday: int) -> set[int]:
+        weekdays, last, nth = self.weekdays, self.last, self.nth
+        found = set()
+        for day in range(1, length + 1):
+            weekday = (first_weekday + day - 1) % 7
+            if (
+                weekday in weekdays
+                or (weekday in last and day + 7 > length)
+                or (weekday, (day + 6) // 7) in nth
+            ):
+                found.add(day)
+        return found
+
+
+def _parse_days_of_week(field_text: str, expr: str) -> _DaysOfWeek:
+    weekdays: set[int] = set()
+    last: set[int] = set()
+    nth: set[tuple[int, int]] = set()
+
+    def single_weekday(text: str, term: str) -> int:
+        if text == "" or any(char in text for char in "*-/"):
+            raise _cron_error(
+                expr,
+                _DOW,
+                field_text,
+                f"{_which(term, field_text)}# and L take a single day, not a range or a step; "
+                f"{_DOW_TERMS}.",
+            )
+        return _parse_value(text, _DOW, expr, field_text) % 7
+
+    for term in _terms(field_text, _DOW, expr, allowed="L#"):
+        upper = term.upper()
+        if "#" in upper:
+            day, _, count = upper.partition("#")
+            weekday = single_weekday(day, term)
+            if not (count.isdigit() and count.isascii() and 1 <= int(count) <= 5):
+                raise _cron_error(
+                    expr,
+                    _DOW,
+                    field_text,
+                    f"{_which(term, field_text)}the number after # must be 1 to 5: a month has "
+                    f"at most five of each weekday (5L is the last one).",
+                )
+            nth.add((weekday, int(count)))
+        elif "L" in _without_names(upper):
+            day = upper.removesuffix("L")
+            last.add(single_weekday(day if day != upper else "", term))
+        else:
+            weekdays.update(value % 7 for value in _parse_term(term, _DOW, expr, field_text))
+    return _DaysOfWeek(frozenset(weekdays), frozenset(last), frozenset(nth))
 
 
 @dataclass(frozen=True)
 class _CronFields:
-    """A parsed 5-field expression: sets of matching values, and how to combine them."""
+    """A parsed 5-field expression: what each field matches, and how to combine them."""
 
     minutes: tuple[int, ...]  # sorted
     hours: tuple[int, ...]  # sorted
-    days: frozenset[int]
+    days: _DaysOfMonth
     months: frozenset[int]
-    weekdays: frozenset[int]  # 0 = Sunday ... 6 = Saturday
+    weekdays: _DaysOfWeek
     # Debian cron: if either day field starts with "*", a date must match both
     # day-of-month AND day-of-week; otherwise it must match either (OR).
     # croniter decides on the *expanded* fields instead (so "*/2" and "1-31"
-    # behave differently there); we never ask croniter.
+    # behave differently there).
     days_and: bool
     # Debian cron's DST rule applies to "fixed-time" expressions: minute and
     # hour fields that do not start with "*" (see the module docstring).
     fixed_time: bool
-    texts: tuple[str, str, str, str, str]
 
-    def day_matches(self, day: date) -> bool:
-        dom = day.day in self.days
-        dow = day.isoweekday() % 7 in self.weekdays
-        return (dom and dow) if self.days_and else (dom or dow)
+    def days_of_month(self, year: int, month: int) -> list[int]:
+        """The days of ``year-month`` the day fields match, ascending."""
+        monday_first, length = calendar.monthrange(year, month)  # 0 = Monday
+        first_weekday = (monday_first + 1) % 7  # 0 = Sunday, as cron counts
+        by_date = self.days.in_month(length, first_weekday)
+        by_weekday = self.weekdays.in_month(length, first_weekday)
+        return sorted(by_date & by_weekday if self.days_and else by_date | by_weekday)
 
 
 def _normalize_cron(cron: object) -> str:
     if not isinstance(cron, str):
         raise ScheduleError(
             f"cron={cron!r} must be a string such as '*/15 * * * *' (minute hour "
-            f"day-of-month month day-of-week)."
+            f"day-of-month month day-of-week).",
+            argument="cron",
         )
     normalized = " ".join(cron.split())
     if normalized.startswith("@"):
@@ -274,13 +468,15 @@ def _parse_cron(expr: str) -> _CronFields:
     if expr == "@reboot":
         raise ScheduleError(
             "cron '@reboot' has no fire times to schedule; run start-up work from "
-            "AppConfig.ready() or your process manager, or give a 5-field expression."
+            "AppConfig.ready() or your process manager, or give a 5-field expression.",
+            argument="cron",
         )
     if expr.startswith("@"):
         if expr not in _ALIASES:
             raise ScheduleError(
                 f"cron {expr!r} is not a known alias; use one of "
-                f"{', '.join(sorted(_ALIASES))}, or a 5-field expression."
+                f"{', '.join(sorted(_ALIASES))}, or a 5-field expression.",
+                argument="cron",
             )
         expr_fields = _ALIASES[expr]
     else:
@@ -295,32 +491,20 @@ def _parse_cron(expr: str) -> _CronFields:
         )
         raise ScheduleError(
             f"cron {expr!r} has {len(parts)} fields; give exactly 5: "
-            f"minute hour day-of-month month day-of-week, e.g. '30 2 * * *'{hint}."
+            f"minute hour day-of-month month day-of-week, e.g. '30 2 * * *'{hint}.",
+            argument="cron",
         )
     minute, hour, dom, month, dow = parts
-    weekdays = frozenset(d % 7 for d in _parse_field(dow, _DOW, expr))
-    fields = _CronFields(
+    weekdays = _parse_days_of_week(dow, expr)  # first: its error is the one reported
+    return _CronFields(
         minutes=tuple(sorted(_parse_field(minute, _MINUTE, expr))),
         hours=tuple(sorted(_parse_field(hour, _HOUR, expr))),
-        days=_parse_field(dom, _DOM, expr),
+        days=_parse_days_of_month(dom, expr),
         months=_parse_field(month, _MONTH, expr),
         weekdays=weekdays,
         days_and=dom.startswith("*") or dow.startswith("*"),
         fixed_time=not minute.startswith("*") and not hour.startswith("*"),
-        texts=(minute, hour, dom, month, dow),
     )
-    _check_croniter_accepts(expr_fields, expr)
-    return fields
-
-
-def _check_croniter_accepts(expr_fields: str, expr: str) -> None:
-    """Refuse anything croniter would refuse, so other tools reading the same string agree."""
-    try:
-        from croniter import croniter
-    except ImportError:  # pragma: no cover - croniter is a declared dependency
-        return
-    if not croniter.is_valid(expr_fields):
-        raise ScheduleError(f"cron {expr!r} is not a valid cron expression; {_FIELD_HELP}.")
 
 
 def is_fixed_offset(name: object) -> bool:
@@ -335,13 +519,16 @@ def resolve_zone(name: object) -> ZoneInfo:
     if not isinstance(name, str):
         raise ScheduleError(
             f"timezone={name!r} must be the name of an IANA zone, a string such as "
-            f"'Europe/Berlin' or 'UTC'."
+            f"'Europe/Berlin' or 'UTC'.",
+            argument="timezone",
         )
     if is_fixed_offset(name):
         raise ScheduleError(
             f"timezone {name!r} is a fixed UTC offset, which does not follow daylight saving "
             f"time: the job would run an hour off local time for half the year. Use a named "
-            f"IANA zone such as 'Europe/Berlin' or 'America/New_York' (or 'UTC')."
+            f"IANA zone such as 'Europe/Berlin' or 'America/New_York' (or 'UTC').",
+            argument="timezone",
+            fixed_offset=True,
         )
     try:
         return ZoneInfo(name)
@@ -349,7 +536,8 @@ def resolve_zone(name: object) -> ZoneInfo:
         raise ScheduleError(
             f"timezone {name!r} is not a known IANA zone; use a name such as 'Europe/Berlin' "
             f"or 'UTC' (zoneinfo.available_timezones() lists them; on hosts without a system "
-            f"zone database install the 'tzdata' package)."
+            f"zone database install the 'tzdata' package).",
+            argument="timezone",
         ) from None
 
 
@@ -360,28 +548,17 @@ def _to_us(delta: timedelta) -> int:
 def _require_aware(value: object, argument: str) -> datetime:
     if not isinstance(value, datetime):
         raise ScheduleError(
-            f"{argument}={value!r} must be an aware datetime, e.g. datetime.now(timezone.utc)."
+            f"{argument}={value!r} must be an aware datetime, e.g. datetime.now(timezone.utc).",
+            argument=argument,
         )
     if value.tzinfo is None or value.utcoffset() is None:
         raise ScheduleError(
             f"{argument}={value.isoformat()} is naive: it has no zone, so the instant is "
             f"ambiguous. Pass an aware datetime, e.g. datetime.now(timezone.utc) or "
-            f"django.utils.timezone.now()."
+            f"django.utils.timezone.now().",
+            argument=argument,
         )
     return value
-
-
-def _format_duration(delta: timedelta) -> str:
-    """Compact duration: 3m, 1h30m, 45s, 2d."""
-    total = int(delta.total_seconds())
-    if total <= 0:
-        return f"{delta.total_seconds():g}s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        count, total = divmod(total, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts)
 
 
 def _add_days(day: date, delta: timedelta) -> date:
@@ -391,8 +568,237 @@ def _add_days(day: date, delta: timedelta) -> date:
         return date.max
 
 
-def _plural(count: int, unit: str) -> str:
-    return f"every {unit}" if count == 1 else f"every {count} {unit}s"
+def _wall(instant: datetime, tz: tzinfo) -> datetime:
+    """The naive wall-clock time of an aware instant in ``tz``."""
+    return instant.astimezone(tz).replace(tzinfo=None)
+
+
+def _wall_offset(instant: datetime, tz: tzinfo) -> timedelta:
+    """``tz``'s UTC offset at an aware UTC instant: its wall clock minus UTC."""
+    return _wall(instant, tz) - instant.replace(tzinfo=None)
+
+
+# --------------------------------------------------------------------------- the two kinds
+
+
+class _CronRule:
+    """Fire instants of a 5-field expression on the wall clock of a zone."""
+
+    def __init__(self, expr: str, tz: ZoneInfo) -> None:
+        self.expr = expr
+        self.fields = _parse_cron(expr)
+        self.tz = tz
+        self._utc = tz.key in ("UTC", "Etc/UTC")
+        reference = datetime.combine(_REFERENCE_DATE, time())
+        if next(self.walls(reference), None) is None:
+            raise ScheduleError(
+                f"cron {expr!r} never fires: no date matches its day-of-month, month "
+                f"and day-of-week fields within {SEARCH_HORIZON_YEARS} years (like 30 "
+                f"February). Fix the day or month field.",
+                argument="cron",
+            )
+
+    @property
+    def canonical(self) -> str:
+        return f"cron={self.expr}"
+
+    def walls(self, start: datetime) -> Iterator[datetime]:
+        """Naive wall-clock datetimes matching the fields, ascending, from ``start`` (inclusive).
+
+        Pure calendar arithmetic: no zone is involved yet. Stops once no date
+        has matched for ``SEARCH_HORIZON_YEARS``.
+        """
+        fields = self.fields
+        minutes, hours, months = fields.minutes, fields.hours, fields.months
+        if start.second or start.microsecond:
+            start = start.replace(second=0, microsecond=0) + _ONE_MINUTE
+        start_day = start.date()
+        give_up = _add_days(start_day, _SEARCH_HORIZON)
+        first_hour = bisect.bisect_left(hours, start.hour)
+        first_minute = bisect.bisect_left(minutes, start.minute)
+        year, month = start.year, start.month
+        while date(year, month, 1) <= give_up:
+            if month in months:
+                for number in fields.days_of_month(year, month):
+                    day = date(year, month, number)
+                    if day < start_day:
+                        continue
+                    if day > give_up:
+                        return
+                    on_start_day = day == start_day
+                    for hour in hours[first_hour:] if on_start_day else hours:
+                        if on_start_day and hour == start.hour:
+                            minute_list = minutes[first_minute:]
+                        else:
+                            minute_list = minutes
+                        for minute in minute_list:
+                            yield datetime(year, month, number, hour, minute)
+                    give_up = _add_days(day, _SEARCH_HORIZON)
+            if month < 12:
+                month += 1
+            elif year < date.max.year:
+                year, month = year + 1, 1
+            else:
+                return
+
+    def _start_wall(self, after: datetime) -> datetime:
+        """The earliest wall time whose fire instant can be later than ``after`` (UTC).
+
+        Normally the wall time of ``after``. Just before a fall-back the clock
+        will show earlier wall times again, so start as far back as the offset
+        is about to drop.
+        """
+        offset = min(_wall_offset(after, self.tz), _wall_offset(after + 2 * _ONE_DAY, self.tz))
+        return after.replace(tzinfo=None) + offset
+
+    def instants_after(self, after: datetime) -> Iterator[datetime]:
+        """Fire instants (aware UTC) strictly after ``after`` (aware UTC), ascending."""
+        tz = self.tz
+        if self._utc:
+            for wall in self.walls(after.replace(tzinfo=None)):
+                instant = wall.replace(tzinfo=UTC)
+                if instant > after:
+                    yield instant
+            return
+
+        walls = self.walls(self._start_wall(after))
+        last = after
+        if self.fields.fixed_time:
+            # Wall-clock semantics: each matching wall time fires once, at its
+            # first occurrence; a wall time in the gap fires at the first
+            # instant after the gap. Several wall times in one gap collapse
+            # into that single instant.
+            for wall in walls:
+                first = wall.replace(tzinfo=tz).astimezone(UTC)
+                if _wall(first, tz) != wall:
+                    first = self._after_gap(wall)
+                if first > last:
+                    yield first
+                    last = first
+            return
+
+        # Instant semantics: every real instant whose wall time matches. Each
+        # wall time has 0 (gap), 1 or 2 (repeated hour) instants. The first
+        # occurrences are ascending in wall order, and so are the second
+        # occurrences; merge the two streams.
+        seconds: deque[datetime] = deque()
+        for wall in walls:
+            first = wall.replace(tzinfo=tz).astimezone(UTC)
+            second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
+            if first != second:
+                if _wall(first, tz) != wall:
+                    continue  # in the gap: this wall time never happens today
+                first, second = min(first, second), max(first, second)
+            while seconds and seconds[0] < first:
+                pending = seconds.popleft()
+                if pending > last:
+                    yield pending
+                    last = pending
+            if first > last:
+                yield first
+                last = first
+            if second != first:
+                seconds.append(second)
+        while seconds:
+            pending = seconds.popleft()
+            if pending > last:
+                yield pending
+                last = pending
+
+    def _after_gap(self, wall: datetime) -> datetime:
+        """The first real instant at or after a wall time that the clock skipped.
+
+        Steps the wall time minute by minute until it exists: that is the end
+        of the gap (03:00 for New York's 02:00-03:00 gap). A gap is at most a
+        day long (Samoa skipped 2011-12-30), so the loop is bounded.
+        """
+        tz = self.tz
+        candidate = wall
+        for _ in range(2 * 1440):
+            candidate += _ONE_MINUTE
+            instant = candidate.replace(tzinfo=tz).astimezone(UTC)
+            if _wall(instant, tz) == candidate:
+                return instant
+        raise ScheduleError(  # pragma: no cover - no zone has a gap this long
+            f"cron {self.expr!r}: wall time {wall} is in a gap longer than two days."
+        )
+
+    def collect(self, after: datetime, end: datetime, limit: int) -> list[datetime]:
+        out: list[datetime] = []
+        for instant in self.instants_after(after):
+            if instant > end or len(out) >= limit:
+                break
+            out.append(instant)
+        return out
+
+    def min_interval(self) -> timedelta:
+        """The smallest gap among one year of fire times, and around that year's offset changes."""
+        tz = self.tz
+        start = datetime.combine(_REFERENCE_DATE, time(), tzinfo=tz).astimezone(UTC)
+        year_end = start + timedelta(days=366)
+        windows = [self.collect(start - _ONE_MINUTE, year_end, _MIN_INTERVAL_MAX_FIRES)]
+        # Where the UTC offset changes, the gaps around the change are the
+        # unusual ones: sample a window around each change in the year, so a
+        # frequent schedule (which hits the fire-time cap in January) still
+        # sees both transitions.
+        previous = _wall_offset(start, tz)
+        probe = start
+        while probe < year_end:
+            probe += _ONE_DAY
+            current = _wall_offset(probe, tz)
+            if current != previous:
+                windows.append(self.collect(probe - 3 * _ONE_DAY, probe + 2 * _ONE_DAY, 4 * 1440))
+                previous = current
+        gaps = [
+            later - earlier for window in windows for earlier, later in itertools.pairwise(window)
+        ]
+        if gaps:
+            return min(gaps)
+        # Fires at most once a year (e.g. "0 0 29 2 *"): measure the first gap.
+        first = next(self.instants_after(start), None)
+        second = None if first is None else next(self.instants_after(first), None)
+        return _SEARCH_HORIZON if first is None or second is None else second - first
+
+
+class _IntervalRule:
+    """Fire instants at whole multiples of an interval since the Unix epoch."""
+
+    def __init__(self, every: object) -> None:
+        if not isinstance(every, timedelta):
+            raise ScheduleError(
+                f"every={every!r} must be a datetime.timedelta, e.g. every=timedelta(minutes=5).",
+                argument="every",
+            )
+        if every < timedelta(seconds=1):
+            raise ScheduleError(
+                f"every={every!r} must be a positive interval of at least 1 second, "
+                f"e.g. every=timedelta(minutes=5).",
+                argument="every",
+            )
+        if every % timedelta(seconds=1):
+            raise ScheduleError(
+                f"every={every!r} must be a whole number of seconds (fire times are "
+                f"whole seconds since the epoch); round it, e.g. "
+                f"every=timedelta(seconds={int(every.total_seconds())}).",
+                argument="every",
+            )
+        self.every = every
+        self._every_us = _to_us(every)
+
+    @property
+    def canonical(self) -> str:
+        return f"every_us={self._every_us}"
+
+    def instants_after(self, after: datetime) -> Iterator[datetime]:
+        """Fire instants (aware UTC) strictly after ``after`` (aware UTC), ascending."""
+        every_us = self._every_us
+        k = _to_us(after - EPOCH) // every_us + 1
+        while True:
+            yield EPOCH + timedelta(microseconds=k * every_us)
+            k += 1
+
+    def min_interval(self) -> timedelta:
+        return self.every
 
 
 # --------------------------------------------------------------------------- Schedule
@@ -411,8 +817,9 @@ class Schedule:
 
     Everything is validated here, eagerly: a bad expression, zone or interval
     raises :class:`~django_fencedjobs.exceptions.ScheduleError` naming the
-    value and the fix. Instances are immutable values: equal when built from
-    equal arguments, hashable.
+    value and the fix, with the argument in its ``argument`` attribute.
+    Instances are immutable values: equal when built from equal arguments,
+    hashable.
 
     Attributes: ``cron`` (whitespace-normalized; aliases lower-cased) or
     ``every``; ``timezone`` (the zone's name) and ``tz`` (its ``ZoneInfo``);
@@ -439,70 +846,49 @@ class Schedule:
         if cron is None and every is None:
             raise ScheduleError(
                 "a schedule needs a 5-field cron expression (e.g. '*/15 * * * *') or "
-                "every=timedelta(...); got neither."
+                "every=timedelta(...); got neither.",
+                argument="cron",
             )
         if cron is not None and every is not None:
             raise ScheduleError(
-                f"give exactly one of cron or every, not both: cron={cron!r}, every={every!r}."
+                f"give exactly one of cron or every, not both: cron={cron!r}, every={every!r}.",
+                argument="cron",
             )
         self.tz = resolve_zone(timezone)
         self.timezone = timezone
 
-        self._fields: _CronFields | None = None
-        self._every_us = 0
+        self._rule: _CronRule | _IntervalRule
         if cron is not None:
-            self.cron = _normalize_cron(cron)
-            self.every = None
-            self._fields = _parse_cron(self.cron)
-            default_key = self.cron
+            cron_rule = _CronRule(_normalize_cron(cron), self.tz)
+            self._rule = cron_rule
+            self.cron, self.every = cron_rule.expr, None
+            default_key = cron_rule.expr
         else:
-            if not isinstance(every, timedelta):
-                raise ScheduleError(
-                    f"every={every!r} must be a datetime.timedelta, e.g. "
-                    f"every=timedelta(minutes=5)."
-                )
-            if every < timedelta(seconds=1):
-                raise ScheduleError(
-                    f"every={every!r} must be a positive interval of at least 1 second, "
-                    f"e.g. every=timedelta(minutes=5)."
-                )
-            if every % timedelta(seconds=1):
-                raise ScheduleError(
-                    f"every={every!r} must be a whole number of seconds (fire times are "
-                    f"whole seconds since the epoch); round it, e.g. "
-                    f"every=timedelta(seconds={int(every.total_seconds())})."
-                )
-            self.cron = None
-            self.every = every
-            self._every_us = _to_us(every)
-            default_key = f"every={int(every.total_seconds())}s"
+            interval_rule = _IntervalRule(every)
+            self._rule = interval_rule
+            self.cron, self.every = None, interval_rule.every
+            default_key = f"every={int(interval_rule.every.total_seconds())}s"
 
         if not isinstance(jitter, timedelta):
             raise ScheduleError(
                 f"jitter={jitter!r} must be a datetime.timedelta, e.g. "
-                f"jitter=timedelta(minutes=3), or timedelta(0) for none."
+                f"jitter=timedelta(minutes=3), or timedelta(0) for none.",
+                argument="jitter",
             )
         if jitter < timedelta(0):
             raise ScheduleError(
                 f"jitter={jitter!r} is negative; give timedelta(0) for no jitter or a "
-                f"positive timedelta such as timedelta(minutes=3)."
+                f"positive timedelta such as timedelta(minutes=3).",
+                argument="jitter",
             )
         self.jitter = jitter
         if key is not None and not isinstance(key, str):
-            raise ScheduleError(f"key={key!r} must be a string (the job's name) or None.")
+            raise ScheduleError(
+                f"key={key!r} must be a string (the job's name) or None.", argument="key"
+            )
         self._key_given = key is not None
         self.key = key if key is not None else default_key
         self.offset = timedelta(seconds=self._jitter_seconds(self.key, jitter))
-        self._offset_us = _to_us(self.offset)
-
-        if self._fields is not None:
-            reference = datetime.combine(_REFERENCE_DATE, time())
-            if next(self._walls(reference), None) is None:
-                raise ScheduleError(
-                    f"cron {self.cron!r} never fires: no date matches its day-of-month, month "
-                    f"and day-of-week fields within {SEARCH_HORIZON_YEARS} years (like 30 "
-                    f"February). Fix the day or month field."
-                )
 
     # ------------------------------------------------------------------ jitter
 
@@ -535,7 +921,9 @@ class Schedule:
         for fire in self.iter_after(after):
             return fire
         raise ScheduleError(
-            f"{self!r} does not fire in the {SEARCH_HORIZON_YEARS} years after {after.isoformat()}."
+            f"{self!r} does not fire in the {SEARCH_HORIZON_YEARS} years after "
+            f"{after.isoformat()}.",
+            argument="after",
         )
 
     def fire_times(
@@ -549,7 +937,7 @@ class Schedule:
         _require_aware(start, "start")
         _require_aware(end, "end")
         if limit is not None and limit < 0:
-            raise ScheduleError(f"limit={limit!r} must be None or a number >= 0.")
+            raise ScheduleError(f"limit={limit!r} must be None or a number >= 0.", argument="limit")
         result: list[datetime] = []
         if end <= start or limit == 0:
             return result
@@ -569,52 +957,13 @@ class Schedule:
     def _iter_after(self, after: datetime) -> Iterator[datetime]:
         offset = self.offset
         # A fire time is base + offset; it is after `after` iff base > after - offset.
-        base_after = after - offset
-        if self._fields is None:
-            every_us = self._every_us
-            k = _to_us(base_after - EPOCH) // every_us + 1
-            while True:
-                yield EPOCH + timedelta(microseconds=k * every_us) + offset
-                k += 1
-        for base in self._cron_instants(base_after):
+        for base in self._rule.instants_after(after - offset):
             yield base + offset
 
     @functools.cached_property
     def _min_interval(self) -> timedelta:
-        if self.every is not None:
-            return self.every
         # Jitter shifts every fire time by the same offset: gaps are unchanged.
-        tz = self.tz
-        start = datetime.combine(_REFERENCE_DATE, time(), tzinfo=tz).astimezone(UTC)
-        year_end = start + timedelta(days=366)
-        windows: list[list[datetime]] = [
-            self._collect(start - _ONE_MINUTE, year_end, _MIN_INTERVAL_MAX_FIRES)
-        ]
-        # Where the UTC offset changes, the gaps around the change are the
-        # unusual ones: sample a window around each change in the year, so a
-        # frequent schedule (which hits the fire-time cap in January) still
-        # sees both transitions.
-        day = timedelta(days=1)
-        previous = start.astimezone(tz).utcoffset()
-        probe = start
-        while probe < year_end:
-            probe += day
-            current = probe.astimezone(tz).utcoffset()
-            if current != previous:
-                windows.append(self._collect(probe - 3 * day, probe + 2 * day, 4 * 1440))
-                previous = current
-        gaps = [
-            later - earlier for window in windows for earlier, later in itertools.pairwise(window)
-        ]
-        if gaps:
-            return min(gaps)
-        # Fires at most once a year (e.g. "0 0 29 2 *"): measure the first gap.
-        first = self._first_base_after(start)
-        try:
-            second = self._first_base_after(first)
-        except ScheduleError:
-            return _SEARCH_HORIZON
-        return second - first
+        return self._rule.min_interval()
 
     def min_interval(self) -> timedelta:
         """The shortest gap between consecutive fire times (for configuration checks).
@@ -646,21 +995,13 @@ class Schedule:
     @functools.cached_property
     def _fingerprint(self) -> str:
         # Cached: every tick compares it for every job.
-        what = f"cron={self.cron}" if self.cron is not None else f"every_us={self._every_us}"
-        canonical = f"v1|{what}|tz={self.timezone}|jitter_us={_to_us(self.jitter)}"
+        canonical = f"v1|{self._rule.canonical}|tz={self.timezone}|jitter_us={_to_us(self.jitter)}"
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
     def describe(self) -> str:
-        """Human words: ``"at 09:00 on Mon-Fri (Europe/Berlin), jitter 3m"``."""
-        if self.every is not None:
-            words = self._describe_every(self.every)
-        else:
-            assert self._fields is not None
-            words = self._describe_cron(self._fields) or f"cron {self.cron!r}"
-        words += f" ({self.timezone})"
-        if self.jitter > timedelta(0):
-            words += f", jitter {_format_duration(self.jitter)}"
-        return words
+        """Human words: ``"at 09:00 on Mon-Fri (Europe/Berlin), jitter 3m"``
+        (see :func:`django_fencedjobs.listing.describe_schedule`)."""
+        return describe_schedule(self)
 
     # ------------------------------------------------------------------ value semantics
 
@@ -684,195 +1025,3 @@ class Schedule:
         if self._key_given:
             args.append(f"key={self.key!r}")
         return f"Schedule({', '.join(args)})"
-
-    # ------------------------------------------------------------------ cron machinery
-
-    def _first_base_after(self, after: datetime) -> datetime:
-        for base in self._cron_instants(after):
-            return base
-        raise ScheduleError(f"{self!r} does not fire after {after.isoformat()}.")
-
-    def _collect(self, after: datetime, end: datetime, limit: int) -> list[datetime]:
-        out: list[datetime] = []
-        for base in self._cron_instants(after):
-            if base > end or len(out) >= limit:
-                break
-            out.append(base)
-        return out
-
-    def _walls(self, start: datetime) -> Iterator[datetime]:
-        """Naive wall-clock datetimes matching the fields, ascending, from ``start`` (inclusive).
-
-        Pure calendar arithmetic: no zone is involved yet. Stops once no date
-        has matched for ``SEARCH_HORIZON_YEARS``.
-        """
-        fields = self._fields
-        assert fields is not None
-        minutes, hours = fields.minutes, fields.hours
-        months, day_matches = fields.months, fields.day_matches
-        if start.second or start.microsecond:
-            start = start.replace(second=0, microsecond=0) + _ONE_MINUTE
-        day = start.date()
-        give_up = _add_days(day, _SEARCH_HORIZON)
-        first_hour = bisect.bisect_left(hours, start.hour)
-        first_minute = bisect.bisect_left(minutes, start.minute)
-        on_start_day = True
-        one_day = timedelta(days=1)
-        while day <= give_up:
-            if day.month not in months:
-                # Jump to the first of the next month.
-                last = calendar.monthrange(day.year, day.month)[1]
-                if day.year >= 9999 and day.month == 12:
-                    return
-                day = day.replace(day=last) + one_day
-                on_start_day = False
-                continue
-            if day_matches(day):
-                for hour in hours[first_hour:] if on_start_day else hours:
-                    if on_start_day and hour == start.hour:
-                        minute_list = minutes[first_minute:]
-                    else:
-                        minute_list = minutes
-                    for minute in minute_list:
-                        yield datetime(day.year, day.month, day.day, hour, minute)
-                give_up = _add_days(day, _SEARCH_HORIZON)
-            if day >= date.max - one_day:
-                return
-            day += one_day
-            on_start_day = False
-
-    def _start_wall(self, after: datetime) -> datetime:
-        """The earliest wall time whose fire instant can be later than ``after`` (UTC).
-
-        Normally the wall time of ``after``. Just before a fall-back the clock
-        will show earlier wall times again, so start as far back as the offset
-        is about to drop.
-        """
-        tz = self.tz
-        offset_now = after.astimezone(tz).utcoffset()
-        offset_soon = (after + timedelta(days=2)).astimezone(tz).utcoffset()
-        assert offset_now is not None and offset_soon is not None
-        return (after + min(offset_now, offset_soon)).replace(tzinfo=None)
-
-    def _cron_instants(self, after: datetime) -> Iterator[datetime]:
-        """Unjittered fire instants (aware UTC) strictly after ``after`` (aware UTC), ascending."""
-        fields = self._fields
-        assert fields is not None
-        tz: tzinfo = self.tz
-        if self.timezone in ("UTC", "Etc/UTC"):
-            for wall in self._walls(after.replace(tzinfo=None)):
-                instant = wall.replace(tzinfo=UTC)
-                if instant > after:
-                    yield instant
-            return
-
-        walls = self._walls(self._start_wall(after))
-        last = after
-        if fields.fixed_time:
-            # Wall-clock semantics: each matching wall time fires once, at its
-            # first occurrence; a wall time in the gap fires at the first
-            # instant after the gap. Several wall times in one gap collapse
-            # into that single instant.
-            for wall in walls:
-                first = wall.replace(tzinfo=tz).astimezone(UTC)
-                if first.astimezone(tz).replace(tzinfo=None) != wall:
-                    first = self._after_gap(wall)
-                if first > last:
-                    yield first
-                    last = first
-            return
-
-        # Instant semantics: every real instant whose wall time matches. Each
-        # wall time has 0 (gap), 1 or 2 (repeated hour) instants. The first
-        # occurrences are ascending in wall order, and so are the second
-        # occurrences; merge the two streams.
-        seconds: deque[datetime] = deque()
-        for wall in walls:
-            first = wall.replace(tzinfo=tz).astimezone(UTC)
-            second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
-            if first != second:
-                if first.astimezone(tz).replace(tzinfo=None) != wall:
-                    continue  # in the gap: this wall time never happens today
-                first, second = min(first, second), max(first, second)
-            while seconds and seconds[0] < first:
-                pending = seconds.popleft()
-                if pending > last:
-                    yield pending
-                    last = pending
-            if first > last:
-                yield first
-                last = first
-            if second != first:
-                seconds.append(second)
-        while seconds:
-            pending = seconds.popleft()
-            if pending > last:
-                yield pending
-                last = pending
-
-    def _after_gap(self, wall: datetime) -> datetime:
-        """The first real instant at or after a wall time that the clock skipped.
-
-        Steps the wall time minute by minute until it exists: that is the end
-        of the gap (03:00 for New York's 02:00-03:00 gap). A gap is at most a
-        day long (Samoa skipped 2011-12-30), so the loop is bounded.
-        """
-        tz = self.tz
-        candidate = wall
-        for _ in range(2 * 1440):
-            candidate += _ONE_MINUTE
-            instant = candidate.replace(tzinfo=tz).astimezone(UTC)
-            if instant.astimezone(tz).replace(tzinfo=None) == candidate:
-                return instant
-        raise ScheduleError(  # pragma: no cover - no zone has a gap this long
-            f"{self!r}: wall time {wall} is in a gap longer than two days."
-        )
-
-    # ------------------------------------------------------------------ describe
-
-    @staticmethod
-    def _describe_every(every: timedelta) -> str:
-        seconds = int(every.total_seconds())
-        for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-            if seconds % size == 0:
-                return _plural(seconds // size, unit)
-        if seconds > 60:
-            return f"every {_format_duration(every)}"
-        return _plural(seconds, "second")
-
-    @staticmethod
-    def _describe_cron(fields: _CronFields) -> str | None:
-        minute, hour, dom, month, dow = fields.texts
-        every_day = dom == "*" and month == "*" and dow == "*"
-        step = re.fullmatch(r"\*/(\d+)", minute)
-        if every_day and hour == "*":
-            if minute == "*":
-                return "every minute"
-            if step and 60 % int(step.group(1)) == 0:
-                return _plural(int(step.group(1)), "minute")
-            if minute.isdigit():
-                return f"every hour at :{int(minute):02d}"
-            return None
-        hour_step = re.fullmatch(r"\*/(\d+)", hour)
-        if every_day and hour_step and minute.isdigit() and 24 % int(hour_step.group(1)) == 0:
-            return f"{_plural(int(hour_step.group(1)), 'hour')} at :{int(minute):02d}"
-        if not (re.fullmatch(r"\d+(,\d+)*", minute) and re.fullmatch(r"\d+(,\d+)*", hour)):
-            return None
-        times = [f"{h:02d}:{m:02d}" for h in fields.hours for m in fields.minutes]
-        if len(times) > 4:
-            return None
-        at = "at " + ", ".join(times)
-        if every_day:
-            return f"{at} every day"
-        if dom == "*" and month == "*" and re.fullmatch(r"[\w-]+(,[\w-]+)*", dow):
-            names = re.sub(
-                r"\d",
-                lambda match: _DOW_SHORT[int(match.group(0))],
-                dow,
-            )
-            names = re.sub(r"[A-Za-z]{3}", lambda match: match.group(0).title(), names)
-            return f"{at} on {names}"
-        if dow == "*" and month == "*" and re.fullmatch(r"\d+(,\d+)*", dom):
-            days = "day" if dom.isdigit() else "days"
-            return f"{at} on {days} {dom} of the month"
-        return None

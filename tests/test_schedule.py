@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_fencedjobs.exceptions import ScheduleError
-from django_fencedjobs.schedule import Schedule
+from django_fencedjobs.schedule import Schedule, _CronRule
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,9 +57,6 @@ def test_neither_cron_nor_every_is_refused() -> None:
         ("1,,2 * * * *", "empty"),
         ("x * * * *", "'x'"),
         ("0 0 * foo *", "'foo' is not a number"),
-        ("0 0 L * *", "L (last)"),
-        ("0 0 15W * *", "W (nearest weekday)"),
-        ("0 0 * * 1#2", "# (nth weekday)"),
         ("0 0 ? * *", "?"),
         ("H * * * *", "H (hashed)"),
         ("@reboot", "@reboot"),
@@ -86,6 +83,12 @@ def test_rare_but_real_cron_is_accepted() -> None:
     assert leap.next_after(z("2025-01-01 00:00:00")) == z("2028-02-29 00:00:00")
     # 2100 is not a leap year: eight years between runs, inside the horizon.
     assert leap.next_after(z("2096-03-01 00:00:00")) == z("2104-02-29 00:00:00")
+
+
+def test_a_date_on_a_given_weekday_may_be_eleven_years_apart_and_is_still_found() -> None:
+    # 1 January on a Sunday: 2023, then 2034.
+    schedule = Schedule("0 0 1 1 */7")
+    assert schedule.next_after(z("2023-01-02 00:00:00")) == z("2034-01-01 00:00:00")
 
 
 def test_cron_must_be_a_string() -> None:
@@ -187,6 +190,222 @@ def test_naive_datetimes_are_refused_everywhere() -> None:
         schedule.iter_after(naive)
     with pytest.raises(ScheduleError, match="naive"):
         Schedule(every=timedelta(minutes=1)).next_after(naive)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "argument", "fixed_offset"),
+    [
+        ({"cron": "61 * * * *"}, "cron", False),
+        ({"cron": "0 0 * * 1#6"}, "cron", False),
+        ({"cron": "0 0 30 2 *"}, "cron", False),
+        ({}, "cron", False),
+        ({"cron": "* * * * *", "every": timedelta(minutes=1)}, "cron", False),
+        ({"every": timedelta(0)}, "every", False),
+        ({"every": 300}, "every", False),
+        ({"cron": "* * * * *", "timezone": "Mars/Olympus_Mons"}, "timezone", False),
+        ({"cron": "* * * * *", "timezone": 3}, "timezone", False),
+        ({"cron": "* * * * *", "timezone": "UTC+2"}, "timezone", True),
+        ({"every": timedelta(minutes=1), "timezone": "EST"}, "timezone", True),
+        ({"cron": "* * * * *", "jitter": timedelta(minutes=-1)}, "jitter", False),
+        ({"cron": "* * * * *", "key": 5}, "key", False),
+    ],
+)
+def test_schedule_error_names_the_argument_that_failed(
+    arguments: dict[str, object], argument: str, fixed_offset: bool
+) -> None:
+    with pytest.raises(ScheduleError) as caught:
+        Schedule(**arguments)  # type: ignore[arg-type]
+    assert caught.value.argument == argument
+    assert caught.value.fixed_offset is fixed_offset
+
+
+def test_schedule_error_of_a_method_names_its_argument() -> None:
+    schedule = Schedule("* * * * *")
+    naive = datetime(2026, 1, 1, 12, 0)
+    aware = naive.replace(tzinfo=UTC)
+    for call, argument in (
+        (lambda: schedule.next_after(naive), "after"),
+        (lambda: schedule.fire_times(naive, aware), "start"),
+        (lambda: schedule.fire_times(aware, naive), "end"),
+        (lambda: schedule.fire_times(aware, aware, limit=-1), "limit"),
+    ):
+        with pytest.raises(ScheduleError) as caught:
+            call()
+        assert caught.value.argument == argument
+    assert ScheduleError("anything").argument is None
+    assert ScheduleError().fixed_offset is False
+
+
+# --------------------------------------------------------------------------- L, W and #
+
+
+def dates(cron: str, year: int) -> list[str]:
+    """The dates ("MM-DD") on which ``cron`` fires in ``year``, in UTC."""
+    start = datetime(year, 1, 1, tzinfo=UTC) - timedelta(microseconds=1)
+    end = datetime(year + 1, 1, 1, tzinfo=UTC) - timedelta(microseconds=1)
+    return [f"{t:%m-%d}" for t in Schedule(cron).fire_times(start, end)]
+
+
+def test_l_is_the_last_day_of_every_month_february_included() -> None:
+    assert dates("0 0 L * *", 2026) == [
+        "01-31", "02-28", "03-31", "04-30", "05-31", "06-30",
+        "07-31", "08-31", "09-30", "10-31", "11-30", "12-31",
+    ]  # fmt: skip
+    assert dates("0 0 L 2 *", 2028) == ["02-29"]
+    assert dates("0 0 L 2 *", 2100) == ["02-28"]  # not a leap year
+
+
+def test_lw_is_the_last_weekday_moving_back_from_a_weekend() -> None:
+    # 2026: Jan 31 and Oct 31 are Saturdays, May 31 a Sunday, Feb 28 a Saturday.
+    assert dates("0 18 LW * *", 2026) == [
+        "01-30", "02-27", "03-31", "04-30", "05-29", "06-30",
+        "07-31", "08-31", "09-30", "10-30", "11-30", "12-31",
+    ]  # fmt: skip
+
+
+def test_15w_is_the_weekday_nearest_the_15th() -> None:
+    # 2026: the 15th is a Sunday in February, March and November (so Monday the
+    # 16th) and a Saturday in August (so Friday the 14th).
+    assert dates("0 9 15W * *", 2026) == [
+        "01-15", "02-16", "03-16", "04-15", "05-15", "06-15",
+        "07-15", "08-14", "09-15", "10-15", "11-16", "12-15",
+    ]  # fmt: skip
+
+
+def test_1w_never_moves_into_the_previous_month() -> None:
+    # 1 August 2026 is a Saturday: the nearest weekday in August is Monday the 3rd
+    # (Friday 31 July is nearer, but in another month). Sundays the 1st go to the 2nd.
+    assert dates("0 9 1W * *", 2026) == [
+        "01-01", "02-02", "03-02", "04-01", "05-01", "06-01",
+        "07-01", "08-03", "09-01", "10-01", "11-02", "12-01",
+    ]  # fmt: skip
+
+
+def test_31w_never_moves_into_the_next_month_and_skips_shorter_months() -> None:
+    # 31 May 2026 is a Sunday: Friday the 29th, not Monday 1 June. A month
+    # without a 31st has no run, as for plain "31".
+    assert dates("0 9 31W * *", 2026) == [
+        "01-30", "03-31", "05-29", "07-31", "08-31", "10-30", "12-31",
+    ]  # fmt: skip
+
+
+def test_nth_weekday_of_the_month() -> None:
+    assert dates("0 9 * 1-4 1#2", 2026) == ["01-12", "02-09", "03-09", "04-13"]
+    assert dates("0 9 * 1-4 MON#1", 2026) == ["01-05", "02-02", "03-02", "04-06"]
+
+
+def test_a_fifth_weekday_fires_only_in_months_that_have_one() -> None:
+    # 2026 has five Fridays in January, May, July and October only.
+    assert dates("0 0 * * 5#5", 2026) == ["01-30", "05-29", "07-31", "10-30"]
+
+
+def test_dl_is_the_last_such_weekday_of_the_month() -> None:
+    assert dates("0 17 * * 5L", 2026) == [
+        "01-30", "02-27", "03-27", "04-24", "05-29", "06-26",
+        "07-31", "08-28", "09-25", "10-30", "11-27", "12-25",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cron", "same_as"),
+    [
+        ("0 0 * * 7#1", "0 0 * * 0#1"),
+        ("0 0 * * sun#1", "0 0 * * 0#1"),
+        ("0 0 * * 7L", "0 0 * * 0L"),
+        ("0 0 * * SUNL", "0 0 * * 0L"),
+        ("0 0 * * fril", "0 0 * * 5L"),
+        ("0 0 l * *", "0 0 L * *"),
+        ("0 0 lw * *", "0 0 LW * *"),
+        ("0 0 15w * *", "0 0 15W * *"),
+    ],
+)
+def test_l_w_and_hash_take_names_sunday_as_seven_and_any_case(cron: str, same_as: str) -> None:
+    assert dates(cron, 2026) == dates(same_as, 2026)
+    assert len(dates(cron, 2026)) == 12
+
+
+def test_l_w_and_hash_combine_in_lists() -> None:
+    assert dates("0 0 1,L 1-3 *", 2026) == ["01-01", "01-31", "02-01", "02-28", "03-01", "03-31"]
+    assert dates("0 0 1W,15W 2-3 *", 2026) == ["02-02", "02-16", "03-02", "03-16"]
+    assert dates("0 0 LW,1 1-2 *", 2026) == ["01-01", "01-30", "02-01", "02-27"]
+    assert dates("0 0 * 1 1#1,5L", 2026) == ["01-05", "01-30"]
+    # A plain day and an nth day in one list: any Wednesday, or the second Monday.
+    assert dates("0 0 * 1 1#2,3", 2026) == ["01-07", "01-12", "01-14", "01-21", "01-28"]
+
+
+def test_day_fields_with_l_w_and_hash_combine_as_for_plain_values() -> None:
+    # Both restricted: the last day OR any Friday.
+    assert dates("0 0 L 1 5", 2026) == ["01-02", "01-09", "01-16", "01-23", "01-30", "01-31"]
+    # "*/2" starts with a star: the last Friday AND an odd date.
+    assert dates("0 0 */2 * 5L", 2026) == [
+        "02-27", "03-27", "05-29", "07-31", "09-25", "11-27", "12-25",
+    ]  # fmt: skip
+    assert dates("0 0 * 1 5L", 2026) == ["01-30"]
+
+
+def test_the_fifth_monday_of_february_is_rare_but_real() -> None:
+    # 29 February on a Monday: 2044, 2072, then not until 2112 (2100 is not a
+    # leap year). The search horizon covers that 40-year gap.
+    schedule = Schedule("0 0 * 2 1#5")
+    assert schedule.next_after(z("2025-01-01 00:00:00")) == z("2044-02-29 00:00:00")
+    assert schedule.next_after(z("2072-02-29 00:00:00")) == z("2112-02-29 00:00:00")
+    assert schedule.min_interval() == z("2072-02-29 00:00:00") - z("2044-02-29 00:00:00")
+
+
+@pytest.mark.parametrize(
+    "cron",
+    [
+        "0 0 30W 2 *",  # February has no 30th, so no weekday nearest it
+        "0 0 */31 * 0#5",  # the 1st is never the fifth Sunday
+        "0 0 */31 2 1L",  # nor the last Monday of February
+    ],
+)
+def test_l_w_and_hash_that_never_fire_are_refused(cron: str) -> None:
+    with pytest.raises(ScheduleError, match="never fires"):
+        Schedule(cron)
+
+
+@pytest.mark.parametrize(
+    ("cron", "fragments"),
+    [
+        ("L * * * *", ["minute field 'L'", "only in the day-of-month field"]),
+        ("0 L * * *", ["hour field 'L'", "only in the day-of-month field", "day-of-week"]),
+        ("0 0 * L *", ["month field 'L'", "only in the day-of-month field"]),
+        ("0 15W * * *", ["hour field '15W'", "only in the day-of-month field"]),
+        ("0 0 * 1#2 *", ["month field '1#2'", "only in the day-of-week field"]),
+        ("0 0 1#2 * *", ["day-of-month field '1#2'", "only in the day-of-week field"]),
+        ("0 0 * * 1W", ["day-of-week field '1W'", "only in the day-of-month field"]),
+        ("0 0 1-15W * *", ["day-of-month field '1-15W'", "a single day", "15W"]),
+        ("0 0 L/2 * *", ["day-of-month field 'L/2'", "a single day"]),
+        ("0 0 */2W * *", ["day-of-month field '*/2W'", "a single day"]),
+        ("0 0 L-3 * *", ["day-of-month field 'L-3'", "a single day"]),
+        ("0 0 W * *", ["day-of-month field 'W'", "a single day"]),
+        ("0 0 WL * *", ["day-of-month field 'WL'", "a single day"]),
+        ("0 0 0W * *", ["day-of-month field '0W'", "0 is outside 1-31"]),
+        ("0 0 32W * *", ["day-of-month field '32W'", "32 is outside 1-31"]),
+        ("0 0 * * L", ["day-of-week field 'L'", "a single day", "5L"]),
+        ("0 0 * * 1-5#2", ["day-of-week field '1-5#2'", "a single day", "1#2"]),
+        ("0 0 * * 1-5L", ["day-of-week field '1-5L'", "a single day"]),
+        ("0 0 * * 5L/2", ["day-of-week field '5L/2'", "a single day"]),
+        ("0 0 * * #2", ["day-of-week field '#2'", "a single day"]),
+        ("0 0 * * 1#2#3", ["day-of-week field '1#2#3'"]),
+        ("0 0 * * 1#6", ["day-of-week field '1#6'", "1 to 5"]),
+        ("0 0 * * 1#0", ["day-of-week field '1#0'", "1 to 5"]),
+        ("0 0 * * 1#x", ["day-of-week field '1#x'", "1 to 5"]),
+        ("0 0 * * 8#1", ["day-of-week field '8#1'", "8 is outside 0-7"]),
+        ("0 0 * * 8L", ["day-of-week field '8L'", "8 is outside 0-7"]),
+    ],
+)
+def test_a_bad_use_of_l_w_or_hash_names_the_field_and_what_is_allowed(
+    cron: str, fragments: list[str]
+) -> None:
+    with pytest.raises(ScheduleError) as caught:
+        Schedule(cron)
+    message = str(caught.value)
+    assert repr(cron) in message
+    for fragment in fragments:
+        assert fragment in message
+    assert caught.value.argument == "cron"
 
 
 # --------------------------------------------------------------------------- normalization
@@ -468,6 +687,8 @@ def test_every_ignores_the_zone_for_fire_times() -> None:
         (Schedule("0,45 * * * *"), timedelta(minutes=15)),
         (Schedule("0 9 * * 1-5", timezone="Europe/Berlin"), timedelta(days=1)),
         (Schedule("0 9 1 * *"), timedelta(days=28)),
+        (Schedule("0 0 L * *"), timedelta(days=28)),  # 31 January to 28 February
+        (Schedule("0 0 * * 5L"), timedelta(days=28)),
         # 2028-02-29 to 2032-02-29: fewer than two runs in the sampled year.
         (Schedule("0 0 29 2 *"), timedelta(days=1461)),
         (Schedule("* * * * *", timezone="America/New_York"), timedelta(minutes=1)),
@@ -484,7 +705,7 @@ def test_min_interval_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
     def must_not_recompute(*args: object) -> list[datetime]:
         raise AssertionError("min_interval() walked the schedule again")
 
-    monkeypatch.setattr(Schedule, "_collect", must_not_recompute)
+    monkeypatch.setattr(_CronRule, "collect", must_not_recompute)
     assert schedule.min_interval() == first
 
 
@@ -566,6 +787,25 @@ def _pinned_fingerprint() -> str:
             Schedule("0 9 * * 1-5", timezone="Europe/Berlin", jitter=timedelta(minutes=3)),
             "at 09:00 on Mon-Fri (Europe/Berlin), jitter 3m",
         ),
+        (Schedule("0 0 L * *"), "at 00:00 on the last day of the month (UTC)"),
+        (Schedule("0 18 LW * *"), "at 18:00 on the last weekday of the month (UTC)"),
+        (Schedule("0 9 15W * *"), "at 09:00 on the weekday nearest the 15th of the month (UTC)"),
+        (
+            Schedule("0 9 1W,22W * *"),
+            "at 09:00 on the weekday nearest the 1st and the weekday nearest the 22nd of the "
+            "month (UTC)",
+        ),
+        (Schedule("0 9 1,L * *"), "at 09:00 on day 1 and the last day of the month (UTC)"),
+        (Schedule("0 9 * * 1#2"), "at 09:00 on the second Monday of the month (UTC)"),
+        (Schedule("0 9 * * sun#1"), "at 09:00 on the first Sunday of the month (UTC)"),
+        (Schedule("0 9 * * 7#3"), "at 09:00 on the third Sunday of the month (UTC)"),
+        (Schedule("0 17 * * 5L"), "at 17:00 on the last Friday of the month (UTC)"),
+        (
+            Schedule("0 9 * * 1#1,3#5"),
+            "at 09:00 on the first Monday and the fifth Wednesday of the month (UTC)",
+        ),
+        (Schedule("0 9 * * 1#2,3"), "cron '0 9 * * 1#2,3' (UTC)"),
+        (Schedule("0 9 L * 5"), "cron '0 9 L * 5' (UTC)"),
         (Schedule(every=timedelta(minutes=15)), "every 15 minutes (UTC)"),
         (Schedule(every=timedelta(hours=1)), "every hour (UTC)"),
         (Schedule(every=timedelta(days=2)), "every 2 days (UTC)"),
@@ -580,9 +820,10 @@ def test_describe_reads_as_words(schedule: Schedule, words: str) -> None:
     assert schedule.describe() == words
 
 
-def test_schedule_module_does_not_import_django() -> None:
+def test_schedule_module_and_describe_do_not_import_django() -> None:
     code = (
-        "import sys; import django_fencedjobs.schedule; "
+        "import sys; from django_fencedjobs.schedule import Schedule; "
+        "Schedule('0 9 * * 5L', timezone='Europe/Berlin').describe(); "
         "print(any(m == 'django' or m.startswith('django.') for m in sys.modules))"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))

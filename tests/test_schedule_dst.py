@@ -355,6 +355,44 @@ def test_stepped_hour_finds_the_half_shifted_hour_on_lord_howe() -> None:
     assert local(got, LORD_HOWE) == ["04-05 00:13+1100", "04-05 02:13+1030", "04-05 04:13+1030"]
 
 
+# --------------------------------------------------------------------------- L and #
+# European clocks change on the last Sunday of March and October (0L), American
+# ones on the second Sunday of March (0#2) and the first of November (0#1): a
+# job on such a day meets the transition, with the same rule as any other.
+
+
+def test_last_sunday_at_a_fixed_time_follows_the_fixed_time_rule_in_london() -> None:
+    spring = fires("30 1 * 3 0L", LONDON, "2026-01-01 00:00", "2028-01-01 00:00")
+    # 01:30 does not exist on either day: 02:00 BST, the end of the gap.
+    assert spring == [z("2026-03-29 01:00"), z("2027-03-28 01:00")], local(spring, LONDON)
+    fall = fires("30 1 * 10 0L", LONDON, "2026-01-01 00:00", "2028-01-01 00:00")
+    # 01:30 happens twice: once, at the first (BST).
+    assert fall == [z("2026-10-25 00:30"), z("2027-10-31 00:30")], local(fall, LONDON)
+
+
+def test_last_sunday_with_wildcards_runs_every_real_instant_in_london() -> None:
+    spring = fires("0 * * 3 SUNL", LONDON, "2026-03-28 23:30", "2026-03-29 02:30")
+    assert local(spring, LONDON) == ["03-29 00:00+0000", "03-29 02:00+0100", "03-29 03:00+0100"]
+    fall = fires("*/30 1 * 10 7L", LONDON, "2026-10-24 12:00", "2026-10-26 00:00")
+    assert local(fall, LONDON) == [
+        "10-25 01:00+0100",
+        "10-25 01:30+0100",
+        "10-25 01:00+0000",
+        "10-25 01:30+0000",
+    ]
+
+
+def test_nth_sunday_at_a_fixed_time_follows_the_fixed_time_rule_in_new_york() -> None:
+    spring = fires("30 2 * 3 0#2", NY, "2026-01-01 00:00", "2027-01-01 00:00")
+    # Sun 8 March: 02:30 does not exist, so 03:00 EDT.
+    assert spring == [z("2026-03-08 07:00")], local(spring, NY)
+    fall = fires("30 1 * 11 sun#1", NY, "2026-01-01 00:00", "2027-01-01 00:00")
+    # Sun 1 November: 01:30 EDT only, not again at 01:30 EST.
+    assert fall == [z("2026-11-01 05:30")], local(fall, NY)
+    stepped = fires("0 */2 * 3 0#2", NY, "2026-01-01 00:00", "2027-01-01 00:00")
+    assert local(stepped, NY)[:3] == ["03-08 00:00-0500", "03-08 04:00-0400", "03-08 06:00-0400"]
+
+
 # --------------------------------------------------------------------------- other zones
 
 

@@ -2,13 +2,18 @@
 
 cronsim (a dev dependency) implements Debian cron's matching and DST rule
 independently; Schedule must produce the same fire times for any standard
-5-field expression in any zone. Bounded so the file runs in seconds: each test
-has at most 100 examples and compares at most a few hundred fire times.
-For a deeper run set SCHEDULE_PROPERTY_EXAMPLES, e.g. to 2000.
+5-field expression in any zone, and for the calendar extensions cronsim reads
+too: L and LW in the day-of-month field, dL and d#n in the day-of-week field.
+cronsim has no nW (nearest weekday): that one is checked exhaustively against
+its definition ("the closest Monday-to-Friday date of the same month").
+Bounded so the file runs in seconds: each test has at most 100 examples and
+compares at most a few hundred fire times. For a deeper run set
+SCHEDULE_PROPERTY_EXAMPLES, e.g. to 2000.
 """
 
 from __future__ import annotations
 
+import calendar
 import functools
 import itertools
 import os
@@ -60,9 +65,14 @@ DOW_NAMES = "SUN MON TUE WED THU FRI SAT".split()
 
 
 def field(
-    low: int, high: int, names: list[str] | None = None, name_base: int = 0
+    low: int,
+    high: int,
+    names: list[str] | None = None,
+    name_base: int = 0,
+    extra: st.SearchStrategy[str] | None = None,
 ) -> st.SearchStrategy[str]:
-    """One cron field: *, numbers, ranges, steps and lists of them.
+    """One cron field: *, numbers, ranges, steps and lists of them, and ``extra``
+    terms (L, LW, 5L, 1#2 ...) alone or in lists.
 
     Ranges with a step always have low < high: cronsim reads "5-5/2" as
     "5/2" (5 to the maximum), Debian cron and Schedule as just 5.
@@ -82,17 +92,31 @@ def field(
         st.tuples(pair, step).map(lambda t: f"{t[0][0]}-{t[0][1]}/{t[1]}"),
         st.tuples(st.integers(low, high), step).map(lambda t: f"{t[0]}/{t[1]}"),
     )
-    term = st.one_of(number, range_, stepped)
+    plain = [number, range_, stepped]
+    extras = [] if extra is None else [extra]
+    term = st.one_of(*plain, *extras)
     listed = st.lists(term, min_size=2, max_size=3).map(",".join)
-    return st.one_of(st.just("*"), number, range_, stepped, listed)
+    return st.one_of(st.just("*"), *plain, *extras, listed)
 
+
+# Day of month: L (the last day), LW (the last weekday), in either case.
+LAST_DAYS = st.sampled_from(["L", "LW", "l", "lw"])
+# Day of week: d#n (the n-th weekday d, d a number or a name) and dL (the last
+# weekday d; cronsim takes a number there).
+WEEKDAY = st.integers(0, 7).flatmap(
+    lambda n: st.sampled_from([str(n), DOW_NAMES[n % 7], DOW_NAMES[n % 7].lower()])
+)
+NTH_OR_LAST_WEEKDAYS = st.one_of(
+    st.tuples(WEEKDAY, st.integers(1, 5)).map(lambda t: f"{t[0]}#{t[1]}"),
+    st.integers(0, 7).map(lambda n: f"{n}L"),
+)
 
 CRON = st.tuples(
     field(0, 59),
     field(0, 23),
-    field(1, 31),
+    field(1, 31, extra=LAST_DAYS),
     field(1, 12, MONTH_NAMES, name_base=1),
-    field(0, 7, DOW_NAMES),
+    field(0, 7, DOW_NAMES, extra=NTH_OR_LAST_WEEKDAYS),
 ).map(" ".join)
 
 
@@ -346,6 +370,69 @@ def test_next_after_is_strictly_after_and_agrees_with_fire_times(
     following = schedule.next_after(fire)
     assert following > fire
     assert following - fire >= schedule.min_interval()
+
+
+def nearest_weekday_by_definition(year: int, month: int, day: int) -> date | None:
+    """The Monday-to-Friday date of ``year-month`` closest to ``day``; None when the
+    month has no such day. Written from the definition, not from the rule for
+    Saturdays and Sundays that Schedule uses."""
+    length = calendar.monthrange(year, month)[1]
+    if day > length:
+        return None
+    weekdays = [
+        date(year, month, d) for d in range(1, length + 1) if date(year, month, d).weekday() < 5
+    ]
+    return min(weekdays, key=lambda candidate: abs(candidate.day - day))
+
+
+def test_nearest_weekday_is_the_closest_weekday_of_the_same_month_for_every_day() -> None:
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    end = datetime(2032, 1, 1, tzinfo=UTC)  # two leap years, every month shape
+    for day in range(1, 32):
+        got = [t.date() for t in Schedule(f"0 12 {day}W * *").fire_times(start, end)]
+        expected = [
+            found
+            for year in range(2024, 2032)
+            for month in range(1, 13)
+            if (found := nearest_weekday_by_definition(year, month, day)) is not None
+        ]
+        assert got == expected, day
+
+
+@PROPERTY_SETTINGS
+@given(
+    days=st.lists(st.integers(1, 31), min_size=1, max_size=3, unique=True),
+    zone_start=zone_and_start(),
+    hour=st.integers(0, 23),
+    minute=st.integers(0, 59),
+)
+def test_nearest_weekday_lists_in_any_zone_are_the_union_on_the_wall_clock(
+    days: list[int], zone_start: tuple[str, datetime], hour: int, minute: int
+) -> None:
+    """A list of nW terms fires on the union of their dates, at the wall time, with the
+    fixed-time rule: the same fire times as the plain day list of those dates."""
+    zone, start = zone_start
+    expr = f"{minute} {hour} {','.join(f'{d}W' for d in days)} * *"
+    try:
+        schedule = Schedule(expr, timezone=zone)
+    except ScheduleError:
+        assume(False)
+        return
+    tz = ZoneInfo(zone)
+    fires = schedule.fire_times(start, start + timedelta(days=120))
+    local_dates = [t.astimezone(tz).date() for t in fires]
+    assert local_dates == sorted(set(local_dates))
+    # Every date strictly inside the window is decided by the wall clock alone.
+    first, last = start.astimezone(tz).date(), (start + timedelta(days=120)).astimezone(tz).date()
+    months = sorted(
+        {(first + timedelta(days=n)).timetuple()[:2] for n in range((last - first).days)}
+    )
+    found = {nearest_weekday_by_definition(year, month, d) for year, month in months for d in days}
+    expected = sorted(d for d in found if d is not None and first < d < last)
+    assert [d for d in local_dates if first < d < last] == expected, expr
+    for fire in fires:
+        plain = Schedule(f"{minute} {hour} {fire.astimezone(tz).day} * *", timezone=zone)
+        assert plain.next_after(fire - timedelta(days=1)) == fire, (expr, fire)
 
 
 def test_property_strategies_reach_the_interesting_cases() -> None:
