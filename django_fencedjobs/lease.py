@@ -264,10 +264,23 @@ def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
       UPDATE takes the database's write lock, which is held until this transaction ends,
       so no acquisition can commit in between.
 
-    One round trip through the connection's cursor, no model instantiation: this runs in
-    every fenced transaction, and its cost is the fence's whole price.
+    No model instantiation: this runs in every fenced transaction, and its cost is the
+    fence's whole price. On PostgreSQL it costs no round trip of its own either when it is
+    the first statement of its transaction (as it is in a fenced block of its own): psycopg
+    sends a transaction's ``BEGIN`` as a round trip of its own before the first statement,
+    so here ``BEGIN`` and the check go together instead (:func:`_begin_with`), and a fenced
+    one-row transaction takes as many round trips as a plain one. The lock is the same.
     """
+    begin = _begin_with(connection)
     with connection.cursor() as cursor:
+        if begin:
+            cursor.execute(
+                f"{begin}; SELECT 1 FROM {_table(connection)}"
+                " WHERE name = %s AND fence = %s FOR UPDATE",
+                [name, fence],
+            )
+            cursor.nextset()  # past BEGIN's result, to the check's
+            return cursor.fetchone() is not None
         if connection.features.has_select_for_update:
             cursor.execute(
                 f"SELECT 1 FROM {_table(connection)} WHERE name = %s AND fence = %s FOR UPDATE",
@@ -279,6 +292,45 @@ def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
             [name, fence],
         )
         return cursor.rowcount == 1
+
+
+def _begin_with(connection: BaseDatabaseWrapper) -> str:
+    """PostgreSQL, inside ``transaction.atomic`` before its first statement: the ``BEGIN``
+    to send with that statement, after telling psycopg not to send its own; else "".
+
+    Django opened the transaction by turning psycopg's autocommit off, and psycopg would
+    send ``BEGIN`` by itself, and wait for its answer, before the first statement. With
+    autocommit back on psycopg sends nothing of its own, the explicit ``BEGIN`` opens the
+    transaction on the server, and everything up to Django's ``COMMIT`` or ``ROLLBACK`` (which
+    psycopg sends whatever its autocommit says) is in it. Django turns autocommit on again
+    when the block ends, as usual. Only with Django's default ``AUTOCOMMIT`` (Django then
+    owns every transaction boundary), client-side binding (Django's default: the two
+    statements go as one query) and READ COMMITTED (``fencedjobs.E015``).
+    """
+    settings = connection.settings_dict
+    if (
+        connection.vendor != "postgresql"
+        or not settings.get("AUTOCOMMIT")
+        # Server-side binding sends each statement on its own, as a prepared statement.
+        or (settings.get("OPTIONS") or {}).get("server_side_binding")
+    ):
+        return ""
+    from psycopg import IsolationLevel
+    from psycopg.pq import TransactionStatus
+
+    raw = connection.connection
+    if (
+        raw is None
+        or raw.autocommit
+        or not connection.in_atomic_block
+        or raw.info.transaction_status != TransactionStatus.IDLE
+        or raw.isolation_level not in (None, IsolationLevel.READ_COMMITTED)
+        or raw.read_only is not None
+        or raw.deferrable is not None
+    ):
+        return ""
+    raw.autocommit = True
+    return "BEGIN"
 
 
 def fence_held(connection: BaseDatabaseWrapper, name: str, fence: int) -> RawSQL | None:

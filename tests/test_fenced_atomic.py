@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
 
 from django_fencedjobs import FenceLost, NotInRun, Run, WatermarkError, fenced_atomic, job
@@ -271,3 +271,52 @@ def test_advisory_exclusion_refuses_a_second_concurrent_transaction(inside_run, 
     record = inside_run(body, exclusion="advisory")
     assert record.outcome == Outcome.SUCCEEDED, record.error
     assert list(Write.objects.values_list("seq", flat=True)) == [2]
+
+
+@pytest.mark.postgres_only
+def test_a_fenced_one_row_transaction_takes_as_many_round_trips_as_a_plain_one(jobs):
+    """The fence check goes with the transaction's BEGIN: counted in the wire protocol, a
+    round trip ends with the server's ReadyForQuery."""
+    import tempfile
+
+    from django.db import transaction
+
+    from django_fencedjobs import lease, runner
+
+    @job("*/5 * * * *", name="t.round_trips")
+    def round_trips(run):
+        pass
+
+    runner.sync([round_trips.job], fake_clock())
+    fence = JobLease.objects.get(name="t.round_trips").fence
+
+    def round_trips_of(block) -> int:
+        connection.ensure_connection()
+        raw = connection.connection
+        with tempfile.TemporaryFile("w+") as trace:
+            raw.pgconn.trace(trace.fileno())
+            try:
+                block()
+            finally:
+                raw.pgconn.untrace()
+            trace.seek(0)
+            return sum("\tReadyForQuery" in line for line in trace.read().splitlines())
+
+    def plain() -> None:
+        with transaction.atomic():
+            Write.objects.create(job="t.round_trips", fence=fence, seq=1)
+
+    def fenced() -> None:
+        with transaction.atomic():
+            assert lease.lock_fence(connection, "t.round_trips", fence)
+            Write.objects.create(job="t.round_trips", fence=fence, seq=2)
+
+    assert round_trips_of(fenced) == round_trips_of(plain) == 3
+    assert Write.objects.filter(job="t.round_trips").count() == 2
+    # The transaction was one: a write after a failed check in the same block rolls back.
+    with pytest.raises(ZeroDivisionError), transaction.atomic():
+        assert lease.lock_fence(connection, "t.round_trips", fence)
+        Write.objects.create(job="t.round_trips", fence=fence, seq=3)
+        1 / 0  # noqa: B018
+    assert Write.objects.filter(job="t.round_trips").count() == 2
+    assert connection.get_autocommit() and connection.connection.autocommit
