@@ -272,15 +272,18 @@ def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
     one-row transaction takes as many round trips as a plain one. The lock is the same.
     """
     begin = _begin_with(connection)
-    with connection.cursor() as cursor:
-        if begin:
-            cursor.execute(
+    if begin:
+        # psycopg's own cursor: Django's wrapper (query logging, execute wrappers) would
+        # cost as much as the round trip saved.
+        with connection.wrap_database_errors, connection.connection.cursor() as raw:
+            raw.execute(
                 f"{begin}; SELECT 1 FROM {_table(connection)}"
                 " WHERE name = %s AND fence = %s FOR UPDATE",
                 [name, fence],
             )
-            cursor.nextset()  # past BEGIN's result, to the check's
-            return cursor.fetchone() is not None
+            raw.nextset()  # past BEGIN's result, to the check's
+            return raw.fetchone() is not None
+    with connection.cursor() as cursor:
         if connection.features.has_select_for_update:
             cursor.execute(
                 f"SELECT 1 FROM {_table(connection)} WHERE name = %s AND fence = %s FOR UPDATE",
