@@ -69,7 +69,7 @@ import itertools
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -441,14 +441,24 @@ class _CronFields:
     # Debian cron's DST rule applies to "fixed-time" expressions: minute and
     # hour fields that do not start with "*" (see the module docstring).
     fixed_time: bool
+    # The matching days of a month depend only on its length and the weekday of
+    # its 1st: at most 4 x 7 shapes, each computed once.
+    _by_shape: dict[tuple[int, int], tuple[int, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
-    def days_of_month(self, year: int, month: int) -> list[int]:
+    def days_of_month(self, year: int, month: int) -> tuple[int, ...]:
         """The days of ``year-month`` the day fields match, ascending."""
         monday_first, length = calendar.monthrange(year, month)  # 0 = Monday
         first_weekday = (monday_first + 1) % 7  # 0 = Sunday, as cron counts
-        by_date = self.days.in_month(length, first_weekday)
-        by_weekday = self.weekdays.in_month(length, first_weekday)
-        return sorted(by_date & by_weekday if self.days_and else by_date | by_weekday)
+        shape = (length, first_weekday)
+        days = self._by_shape.get(shape)
+        if days is None:
+            by_date = self.days.in_month(length, first_weekday)
+            by_weekday = self.weekdays.in_month(length, first_weekday)
+            matched = by_date & by_weekday if self.days_and else by_date | by_weekday
+            days = self._by_shape[shape] = tuple(sorted(matched))
+        return days
 
 
 def _normalize_cron(cron: object) -> str:
