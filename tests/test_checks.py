@@ -106,6 +106,32 @@ def test_a_healthy_jobs_module_passes_silently():
     assert "fencedjobs." not in result.stdout + result.stderr
 
 
+# -- SQLite without transaction_mode IMMEDIATE (issue 12, item 7) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "warned"),
+    [
+        ("{}", True),
+        ('{"transaction_mode": "DEFERRED", "timeout": 20}', True),
+        ('{"transaction_mode": "IMMEDIATE", "timeout": 20}', False),
+        ('{"transaction_mode": "immediate"}', False),
+        ('{"transaction_mode": "EXCLUSIVE"}', False),
+    ],
+    ids=["no-options", "deferred", "immediate", "lower-case", "exclusive"],
+)
+def test_sqlite_without_transaction_mode_immediate_is_warning_w002(tmp_path, options, warned):
+    result = manage_check(
+        "healthy",
+        FENCEDJOBS_CHECK_SQLITE=str(tmp_path / "db.sqlite3"),
+        FENCEDJOBS_CHECK_SQLITE_OPTIONS=options,
+    )
+    assert result.returncode == 0, result.stderr
+    assert ("fencedjobs.W002" in result.stderr) is warned, result.stderr
+    if warned:
+        assert '"OPTIONS": {"transaction_mode": "IMMEDIATE"' in result.stderr
+
+
 # -- handlers that cannot run as written (issue 9, item 8) -----------------------------------
 
 
@@ -277,6 +303,7 @@ def test_an_isolation_level_stricter_than_read_committed_is_an_error():
 
 
 @pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
 def test_runjobs_refuses_a_server_whose_default_isolation_is_stricter(child_env):
     """Set on the server side (here for the session, as a role or database default would):
     no setting shows it, so runjobs asks the server and says so in one line."""
