@@ -546,8 +546,8 @@ def _liveness(data: dict[str, Any], seen: Outcomes, found: Findings) -> None:
             "L4 runners",
             f"loop runner {label} exited by itself (exit {code}): {tail.splitlines()[-1:]}",
         )
-    for label, code, tail in seen.bad_stops:
-        what = f"exit {code}" if code is not None else f"still running after {TERM_WAIT:.0f}s"
+    for label, stopped, tail in seen.bad_stops:
+        what = f"exit {stopped}" if stopped is not None else f"still running after {TERM_WAIT:.0f}s"
         found.add("liveness", "L4 runners", f"{label} on SIGTERM: {what}: {tail[-300:]}")
 
 

@@ -134,6 +134,12 @@ class Outcomes:
     #: Where the windows jobs start (``SOAK_ORIGIN``).
     origin: datetime | None = None
     pg_restart_seconds: list[float] = field(default_factory=list)
+    server_version: str = ""
+    #: From the runners' logs: Python tracebacks, and exceptions Python could only report
+    #: ("Exception ignored in: <where>"), by where.
+    tracebacks: int = 0
+    ignored: Counter[str] = field(default_factory=Counter)
+    wall_seconds: float = 0.0
 
 
 class Driver:
@@ -252,8 +258,8 @@ class Driver:
                 self.seen.bad_stops.append((runner.label, code, tail))
         if self._shutting_down:
             return
-        for role, runner in self.loops.items():
-            if (runner is None or not runner.alive) and role not in self._restart_at:
+        for role, loop in self.loops.items():
+            if (loop is None or not loop.alive) and role not in self._restart_at:
                 delay = 0.0 if self._calm else next(self._restart_delays, 1.0)
                 self._restart_at[role] = time.monotonic() + delay
 
@@ -466,8 +472,18 @@ class Driver:
         JobTick.objects.bulk_create([JobTick(job=name) for name in SPECS], ignore_conflicts=True)
         self.produce(INITIAL_ITEMS)
         self.seen.started_at = self.db_now()
+        self.seen.server_version = self.db(
+            lambda cursor: _fetch(cursor, "SELECT version()", [])[0][0], ""
+        ).split(" on ")[0]
 
     def run(self) -> Outcomes:
+        began = time.monotonic()
+        try:
+            return self._run()
+        finally:
+            self.seen.wall_seconds = time.monotonic() - began
+
+    def _run(self) -> Outcomes:
         self.setup()
         events: list[Any] = []
         start = time.monotonic()
@@ -518,7 +534,16 @@ class Driver:
         self.seen.quiet_end = self.db_now()
         self.shutdown()
         self.final_passes()
+        self.read_logs()
         return self.seen
+
+    def read_logs(self) -> None:
+        for path in sorted((self.dir / "logs").glob("*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith("Traceback (most recent call last)"):
+                    self.seen.tracebacks += 1
+                elif line.startswith("Exception ignored in: "):
+                    self.seen.ignored[line.removeprefix("Exception ignored in: ")] += 1
 
     def calm_down(self) -> None:
         """The end of the faults: SIGCONT whatever is stopped, loops up at once, calm."""

@@ -22,8 +22,8 @@ Fault kinds:
 ``kill``
     SIGKILL a running runner (the driver restarts the loops); aimed like ``stop``.
 ``term``
-    SIGTERM a loop runner: it finishes its batch, records the run interrupted, exits 0
-    (and the driver restarts it).
+    SIGTERM a runner: it finishes its batch, records the run interrupted, exits 0 (and
+    the driver restarts a loop); aimed like ``stop``.
 ``pg_restart``
     ``pg_ctl restart -m fast`` of the server: every connection is cut.
 """
@@ -64,7 +64,8 @@ class Fault:
     hold: float = 0.0
     #: ``stop``/``stop_inside``: ``cont`` or ``kill``.
     release: str = ""
-    #: ``stop``/``kill``: ``run`` to hit a runner inside a handler, else "" (a random moment).
+    #: ``stop``/``kill``/``term``: ``run`` to hit a runner inside a handler, else "" (a
+    #: random moment).
     aim: str = ""
 
     def describe(self) -> str:
@@ -117,7 +118,7 @@ def _fault(rng: random.Random, at: float, kind: str) -> Fault:
         # Half within a lease (1 to 3 s), half well past it: takeovers.
         hold = rng.uniform(0.2, 1.5) if rng.random() < 0.5 else rng.uniform(1.5, 8.0)
         release = "kill" if rng.random() < 0.2 else "cont"
-    if kind in ("stop", "kill") and rng.random() < 0.5:
+    if kind in ("stop", "kill", "term") and rng.random() < 0.5:
         aim = "run"
     return Fault(_round(at), kind, target, _round(hold), release, aim)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,8 +37,24 @@ def injected(seen: Outcomes) -> dict[str, int]:
     }
 
 
+def environment(seen: Outcomes) -> dict[str, str]:
+    import django
+    import psycopg
+
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return {
+        "machine": f"{os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+        f"load average at the end {load}",
+        "versions": f"{seen.server_version or 'PostgreSQL ?'} (throwaway: fsync off); "
+        f"Python {platform.python_version()}, Django {django.get_version()}, "
+        f"psycopg {psycopg.__version__}",
+        "wall time": f"{seen.wall_seconds / 60:.1f} min",
+    }
+
+
 def summary(plan: Plan, seen: Outcomes, found: Findings, command: str) -> dict[str, Any]:
     return {
+        "environment": environment(seen),
         "seed": plan.seed,
         "plan": plan.digest,
         "seconds": plan.seconds,
@@ -52,6 +69,8 @@ def summary(plan: Plan, seen: Outcomes, found: Findings, command: str) -> dict[s
         "cron_skipped": seen.cron_skipped,
         "exits": dict(sorted(seen.exits.items())),
         "final_passes": seen.final_passes,
+        "tracebacks": seen.tracebacks,
+        "ignored": dict(sorted(seen.ignored.items())),
         "producer_failures": seen.producer_failures,
         "pg_restart_seconds": [round(s, 2) for s in seen.pg_restart_seconds],
         "figures": found.figures,
@@ -73,6 +92,7 @@ def text(report: dict[str, Any]) -> str:
     lines = [
         f"seed {report['seed']} (plan {report['plan']}): {report['seconds']:.0f}s of faults, "
         f"{report['quiet']:.0f}s quiet",
+        "; ".join(report["environment"].values()),
         f"faults injected: {_counts(report['injected'])}",
         f"  SIGSTOPs landed: {_counts(report['landed'])}; aimed inside a transaction: "
         f"{report['faults'].get('SIGSTOP aimed inside a transaction', 0)}; SIGKILLs of a "
@@ -81,6 +101,8 @@ def text(report: dict[str, Any]) -> str:
         f"runners: {report['restarts']} loop restarts, {report['cron_started']} cron "
         f"`runjobs --once` ({report['cron_skipped']} skipped: 3 still running), "
         f"{report['final_passes']} final pass(es); exits: {_counts(report['exits'])}",
+        f"runner logs: {report['tracebacks']} tracebacks; exceptions Python could only "
+        f'report ("Exception ignored in"): {_counts(report["ignored"])}',
         f"runs: {fig['runs']}: {_counts(fig['outcomes'])}",
         f"fences: {fig['fence_changes']} changes: {fig['acquisitions']} acquisitions, of which "
         f"{fig['takeovers']} takeovers (from a holder that had not ended its run), "
@@ -123,7 +145,7 @@ def markdown(report: dict[str, Any]) -> str:
         ("seed", f"`{report['seed']}` (plan `{report['plan']}`)"),
         ("command", f"`{report['command']}`"),
         ("duration", f"{report['seconds']:.0f} s of faults, then {report['quiet']:.0f} s quiet"),
-        ("machine", f"{platform.machine()}, Python {platform.python_version()}"),
+        *report["environment"].items(),
     ]
     rows += [(f"faults: {k}", str(n)) for k, n in report["injected"].items()]
     rows += [
@@ -131,6 +153,8 @@ def markdown(report: dict[str, Any]) -> str:
         ("SIGKILLs of a stopped process", str(report["faults"].get("SIGKILL (stopped)", 0))),
         ("loop restarts", str(report["restarts"])),
         ("cron `runjobs --once` started", str(report["cron_started"])),
+        ("tracebacks in the runners' logs", str(report["tracebacks"])),
+        ('"Exception ignored in" (by where)', _counts(report["ignored"])),
         ("runs", str(fig["runs"])),
     ]
     rows += [(f"runs: {k}", str(n)) for k, n in fig["outcomes"].items()]
