@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any, Literal, TypeVar, overload
 
 from django_fencedjobs.exceptions import JobDefinitionError, ScheduleError, UnknownJob
-from django_fencedjobs.schedule import Schedule, is_fixed_offset, resolve_zone
+from django_fencedjobs.schedule import Schedule
 
 #: A job's handler: called with the run's :class:`~django_fencedjobs.run.Run` (the run
 #: module depends on this one, not the other way round, so the type is not named here).
@@ -336,15 +336,11 @@ def _lazy_kind(func: object) -> tuple[str, str] | None:
     return None
 
 
-def _schedule_check_id(timezone: object) -> str:
-    """The check that reports a :class:`ScheduleError` of a job in ``timezone``."""
-    if is_fixed_offset(timezone):
+def _schedule_check_id(error: ScheduleError) -> str:
+    """The check that reports a :class:`ScheduleError`: the error says which argument."""
+    if error.fixed_offset:
         return E_FIXED_OFFSET
-    try:
-        resolve_zone(timezone)
-    except ScheduleError:
-        return E_ZONE
-    return E_CRON
+    return E_ZONE if error.argument == "timezone" else E_CRON
 
 
 @overload
@@ -457,8 +453,12 @@ def _declare(
             )
         except ScheduleError as exc:
             problem = (
-                _schedule_check_id(fields["timezone"]),
-                ScheduleError(f"job {job_name!r}: {exc}"),
+                _schedule_check_id(exc),
+                ScheduleError(
+                    f"job {job_name!r}: {exc}",
+                    argument=exc.argument,
+                    fixed_offset=exc.fixed_offset,
+                ),
             )
     if problem is None:
         problem = _handler_problem(job_name, func)
