@@ -85,6 +85,8 @@ class Runner:
     stopped: bool = False
     #: How the driver ended it, if it did: "kill" or "term".
     ended_by: str = ""
+    #: At the SIGTERM: had it connected to the database (so its handlers were in place)?
+    started_up: bool = True
     reaped: bool = False
 
     @property
@@ -245,8 +247,10 @@ class Driver:
                 continue
             tail = runner.tail()
             refused = code == 1 and "database unavailable" in tail
+            early = code == -signal.SIGTERM and not runner.started_up
             if runner.ended_by == "term":
                 kind = "SIGTERM, exit 0" if code == 0 else f"SIGTERM, exit {code}"
+                kind += " (during start-up)" if early else ""
             elif refused:
                 kind = "exit 1: database unavailable"
             else:
@@ -254,7 +258,7 @@ class Driver:
             self.seen.exits[f"{'loop' if runner.role in 'AB' else 'once'}: {kind}"] += 1
             if runner.role in ("A", "B") and not runner.ended_by and not refused:
                 self.seen.loop_deaths.append((runner.label, code, tail))
-            if runner.ended_by == "term" and code != 0 and runner.role in ("A", "B"):
+            if runner.ended_by == "term" and code != 0 and not early and runner.role in "AB":
                 self.seen.bad_stops.append((runner.label, code, tail))
         if self._shutting_down:
             return
@@ -318,10 +322,11 @@ class Driver:
         runner.proc.wait(10)
         runner.stopped = False
 
-    def where_stopped(self, runner: Runner) -> str:
-        """Where the SIGSTOP caught the process, from its sessions in pg_stat_activity."""
+    def sessions(self, runner: Runner) -> list[str] | None:
+        """The states of the process's sessions in pg_stat_activity; None if the server
+        does not answer."""
         name = f"soak:{runner.label}:{runner.pid}"
-        states = self.db(
+        return self.db(
             lambda cursor: [
                 row[0]
                 for row in _fetch(
@@ -332,6 +337,10 @@ class Driver:
             ],
             default=None,
         )
+
+    def where_stopped(self, runner: Runner) -> str:
+        """Where the SIGSTOP caught the process, from its sessions in pg_stat_activity."""
+        states = self.sessions(runner)
         if states is None:
             return "unknown (database down)"
         if any(state.startswith("idle in transaction") for state in states):
@@ -379,8 +388,16 @@ class Driver:
             self._releases.pop(runner.pid, None)
             self.kill(runner)
         elif fault.kind == "term":
+            self.terminate(runner)
             self.seen.faults["SIGTERM"] += 1
-            runner.ended_by = "term"
+
+    def terminate(self, runner: Runner) -> None:
+        """SIGTERM, noting whether the process had got as far as connecting: before that it
+        may not have installed its signal handlers, and dies of the signal (-15) by
+        Python's default, which is not the app's doing."""
+        runner.ended_by = "term"
+        runner.started_up = bool(self.sessions(runner))
+        with contextlib.suppress(ProcessLookupError):
             os.kill(runner.pid, signal.SIGTERM)
 
     def poll_aimed(self, events: list[Any]) -> None:
@@ -569,9 +586,7 @@ class Driver:
         self.reap()
         alive = [r for r in self.runners if r.alive]
         for runner in alive:
-            runner.ended_by = "term"
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(runner.pid, signal.SIGTERM)
+            self.terminate(runner)
         for runner in alive:
             try:
                 runner.proc.wait(TERM_WAIT)
