@@ -22,6 +22,7 @@ fencedjobs.E013    an argument of ``@job`` has the wrong type or is out of range
 fencedjobs.E014    a ``FENCEDJOBS`` value has the wrong type or is out of range
 fencedjobs.E015    the lease database's ``isolation_level`` is stricter than READ COMMITTED
 fencedjobs.W001    a schedule fires at minute 0 with no jitter (top-of-the-hour stampede)
+fencedjobs.W002    the lease database is SQLite without ``"transaction_mode": "IMMEDIATE"``
 =================  ==============================================================
 
 E001 to E008 and E011 to E013 are about one job, which is *invalid* (see :mod:`registry`):
@@ -255,6 +256,38 @@ def check_isolation(
             "fail with serialization errors against its own lease renewals.",
             "Leave 'isolation_level' out (PostgreSQL's default, READ COMMITTED), or give the "
             "code that needs a stricter level a database alias of its own.",
+        )
+    ]
+
+
+@checks.register("fencedjobs")
+def check_sqlite_transaction_mode(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """On SQLite the lease database must begin its transactions with the write lock
+    (``"transaction_mode": "IMMEDIATE"``). SQLite's default (DEFERRED) takes it at the first
+    write: a transaction that reads before it writes then fails at once with "database is
+    locked" whenever another one holds the lock (a second worker, a second runner, the
+    admin), instead of waiting its turn."""
+    from django_fencedjobs.models import JobLease
+
+    alias = router.db_for_write(JobLease)
+    connection = connections[alias]
+    if connection.vendor != "sqlite":
+        return []
+    mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+    if isinstance(mode, str) and mode.upper() in ("IMMEDIATE", "EXCLUSIVE"):
+        return []
+    return [
+        checks.Warning(
+            f"DATABASES[{alias!r}] is SQLite "
+            + (f"with transaction_mode {mode!r}" if mode else "without a transaction_mode")
+            + ": "
+            "runs that overlap (workers, runners, the admin) can fail with 'database is locked' "
+            "instead of waiting for SQLite's one write lock.",
+            hint=f'Add "OPTIONS": {{"transaction_mode": "IMMEDIATE", "timeout": 20}} to '
+            f"DATABASES[{alias!r}] (see docs/configuration.md).",
+            id="fencedjobs.W002",
         )
     ]
 
