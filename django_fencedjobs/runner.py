@@ -33,6 +33,7 @@ from django_fencedjobs import clock, lease, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import FenceLost, JobTimeout
 from django_fencedjobs.fencing import reset_current_run, set_current_run
+from django_fencedjobs.health import error_excerpt
 from django_fencedjobs.models import JobLease, JobRun, Outcome, Watermark
 from django_fencedjobs.registry import Job, registry
 from django_fencedjobs.run import Run, watermark_text
@@ -125,6 +126,11 @@ def run_job(job: Job, row: lease.LeaseRow, *, on_abandon: Any = None) -> JobRun 
                 row, owner=owner, now=now, ttl=job.lease_ttl, next_run_at=next_run_at
             )
             if fence is None:
+                logger.debug(
+                    "%s: another runner took this slot first, or holds the row; passed over",
+                    job.name,
+                    extra={"event": "passed_over", "job": job.name},
+                )
                 return None
             lease.mark_abandoned(job.name, fence, now)
             watermarks = {
@@ -355,15 +361,19 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = lease.LOCK_W
     record.refresh_from_db(using=lease.lease_db())
     duration = record.duration
     log = logger.info if outcome == Outcome.SUCCEEDED else logger.error
+    why = error_excerpt(error)  # the exception's last line, for a failure
     log(
-        "run finished: %s %s (%d items, %d batches%s, %.3fs)",
+        "run finished: %s %s (%d items, %d batches%s, %.3fs)%s",
         job.name,
         record.outcome,
         record.items,
         record.batches,
         ", capped at max_batches with work left" if record.capped else "",
         duration or 0.0,
-        extra=_log_fields(record, event="run_finished", duration=duration),
+        f": {why}" if why else "",
+        extra=_log_fields(
+            record, event="run_finished", duration=duration, capped=record.capped, error=why
+        ),
     )
     signals.send(signals.run_finished, job=job, record=record)
     return True

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django_fencedjobs import clock, lease, runner
+from django_fencedjobs import manual
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobRun
 from django_fencedjobs.registry import Job, registry
@@ -31,21 +31,11 @@ def run_job_now(job: str | Job | Callable[..., Any]) -> JobRun:
     """Make ``job`` due now and run it once; returns its recorded run.
 
     ``job`` is a name, a :class:`Job`, or the decorated function. Raises
-    :class:`FencedJobsError` when another run holds the job's lease.
+    :class:`FencedJobsError` when the job is paused or another run holds its lease (a
+    ``runjobs`` process using this database, or an earlier run that has not finished).
+    The same path as ``manage.py runjobs --now NAME``.
     """
-    declared = _resolve(job)
-    now = clock.now()
-    runner.sync([declared], now)
-    lease.make_due(declared.name, now)
-    row = lease.read([declared.name])[declared.name]
-    record = runner.run_job(declared, row)
-    if record is None:
-        raise FencedJobsError(
-            f"job {declared.name!r} could not be run now: another run holds its lease (a "
-            "runjobs process using this database, or an earlier run that has not finished); "
-            f"stop it, or wait for the lease to expire ({declared.lease_ttl})"
-        )
-    return record
+    return manual.run_now(_resolve(job))
 
 
 def _resolve(job: str | Job | Callable[..., Any]) -> Job:

@@ -1,4 +1,5 @@
-"""``manage.py runjobs``: run due jobs once (for cron) or in a loop (for a supervisor)."""
+"""``manage.py runjobs``: run due jobs once (for cron) or in a loop (for a supervisor), or
+one job now (``--now NAME``); what it prints is :mod:`django_fencedjobs.console`'s."""
 
 from __future__ import annotations
 
@@ -12,16 +13,25 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_fencedjobs import checks, lease, loop, preflight
-from django_fencedjobs.exceptions import UnknownJob
+from django_fencedjobs import checks, console, lease, loop, manual, preflight
+from django_fencedjobs.exceptions import FencedJobsError, UnknownJob
+from django_fencedjobs.health import error_excerpt
 from django_fencedjobs.listing import describe_jobs
+from django_fencedjobs.models import Outcome
+from django_fencedjobs.registry import Job
+
+#: ``--now``: the run was recorded, and did not succeed. Not 2, which is argparse's exit
+#: status for a usage error.
+RUN_DID_NOT_SUCCEED = 3
 
 
 class Command(BaseCommand):
     help = (
         "Run due scheduled jobs: once (--once, for cron) or in a loop until SIGTERM/SIGINT "
-        "(for supervisor, systemd or a Kubernetes Deployment). Invalid jobs are skipped, "
-        "one line each on stderr."
+        "(for supervisor, systemd or a Kubernetes Deployment); or one job now (--now NAME). "
+        "Says on stderr what it starts and how each run ends (-v 0: errors only; -v 2: each "
+        "pass too), unless LOGGING configures the django_fencedjobs logger. Invalid jobs are "
+        "skipped, one line each on stderr."
     )
     # The system checks run in handle(), after the invalid jobs are reported one line each:
     # an invalid job does not stop the others.
@@ -36,6 +46,13 @@ class Command(BaseCommand):
             action="store_true",
             dest="list_jobs",
             help="List the jobs with their schedules and next three fire times, then exit.",
+        )
+        mode.add_argument(
+            "--now",
+            metavar="NAME",
+            help="Run this job once, now, through its lease, recorded like any run; exit 0 "
+            "when it succeeded, 3 when it did not, 1 when it could not start (unknown, "
+            "invalid or paused job, or its lease held by another run).",
         )
         parser.add_argument(
             "--workers",
@@ -56,10 +73,15 @@ class Command(BaseCommand):
         *args: Any,
         once: bool,
         list_jobs: bool,
+        now: str | None,
         jobs: list[str] | None,
         workers: int | None,
         **options: Any,
     ) -> None:
+        if now is not None:
+            if jobs:
+                raise CommandError("--now NAME names its job: leave --job out")
+            jobs = [now]
         try:
             preflight.check_settings()
         except ImproperlyConfigured as exc:
@@ -83,21 +105,30 @@ class Command(BaseCommand):
         previous = {
             sig: signal.signal(sig, _stop_gracefully) for sig in (signal.SIGTERM, signal.SIGINT)
         }
+        report = console.PassReport(valid)
         try:
-            # Fail fast if the database is unreachable or not migrated at start; once
-            # running, the loop survives the database going away.
-            preflight.check_tables()
-            problem = lease.isolation_problem()
-            if problem:
-                raise CommandError(problem)
-            if once:
-                result = loop.tick(jobs, workers=workers)
-                if options["verbosity"] >= 2:
-                    for record in result.runs:
-                        self.stdout.write(str(record))
-            else:
-                loop.loop(jobs, workers=workers)
+            with console.terminal_output(self.stderr, options["verbosity"]):
+                # Fail fast if the database is unreachable or not migrated at start; once
+                # running, the loop survives the database going away.
+                preflight.check_tables()
+                problem = lease.isolation_problem()
+                if problem:
+                    raise CommandError(problem)
+                if now is not None:
+                    _run_now(valid[0])
+                elif once:
+                    with report.connected():
+                        result = loop.tick(jobs, workers=workers)
+                    if options["verbosity"] >= 2:
+                        for record in result.runs:
+                            self.stdout.write(str(record))
+                else:
+                    console.runner_started(len(valid), workers or loop.default_workers())
+                    with report.connected():
+                        loop.loop(jobs, workers=workers)
         except preflight.NotMigrated as exc:
+            raise CommandError(str(exc)) from None
+        except FencedJobsError as exc:  # --now: paused, or its lease is held
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:
             raise CommandError(f"database unavailable: {_one_line(exc)}") from None
@@ -106,6 +137,18 @@ class Command(BaseCommand):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _run_now(job: Job) -> None:
+    """``--now``: exit 0 when the run succeeded (or was stopped by a signal), else
+    :data:`RUN_DID_NOT_SUCCEED`, with one line saying why."""
+    record = manual.run_now(job)
+    if record.outcome not in (Outcome.SUCCEEDED, Outcome.INTERRUPTED):
+        why = error_excerpt(record.error)
+        raise CommandError(
+            f"the run of {job.name} {record.outcome}" + (f": {why}" if why else ""),
+            returncode=RUN_DID_NOT_SUCCEED,
+        )
 
 
 def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
