@@ -34,7 +34,7 @@ from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import FenceLost, JobTimeout
 from django_fencedjobs.fencing import reset_current_run, set_current_run
 from django_fencedjobs.health import error_excerpt
-from django_fencedjobs.models import JobLease, JobRun, Outcome, Watermark
+from django_fencedjobs.models import LEASE_FREE, JobLease, JobRun, Outcome, Watermark
 from django_fencedjobs.registry import Job, registry
 from django_fencedjobs.run import Run, watermark_text
 from django_fencedjobs.supervisor import Supervisor, fence_lost_error, timed_out_error
@@ -132,7 +132,10 @@ def run_job(job: Job, row: lease.LeaseRow, *, on_abandon: Any = None) -> JobRun 
                     extra={"event": "passed_over", "job": job.name},
                 )
                 return None
-            lease.mark_abandoned(job.name, fence, now)
+            if row.lease_until != LEASE_FREE:
+                # The last run did not end its lease (a run's end frees it, in the
+                # transaction that records it): runs of it may still read running.
+                lease.mark_abandoned(job.name, fence, now)
             watermarks = {
                 key: value
                 for key, position, cursor in Watermark.objects.using(alias)
@@ -336,18 +339,19 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = lease.LOCK_W
         )
         # From running (or abandoned, if a successor gave up on this run while it was
         # paused: its own account is better), never from an outcome already recorded.
+        ended = {
+            "outcome": outcome,
+            "finished_at": clock.now(),
+            "items": run.items,
+            "batches": run.batch_count,
+            "capped": run.capped,
+            "watermark_after": watermark_text(run._watermarks.get("")),
+            "error": error,
+        }
         recorded = (
             JobRun.objects.using(lease.lease_db())
             .filter(pk=record.pk, outcome__in=[Outcome.RUNNING, Outcome.ABANDONED])
-            .update(
-                outcome=outcome,
-                finished_at=clock.now(),
-                items=run.items,
-                batches=run.batch_count,
-                capped=run.capped,
-                watermark_after=watermark_text(run._watermarks.get("")),
-                error=error,
-            )
+            .update(**ended)
         )
     if not recorded:
         return False
@@ -358,7 +362,8 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = lease.LOCK_W
             run.fence,
             extra=_log_fields(record, event="run_superseded"),
         )
-    record.refresh_from_db(using=lease.lease_db())
+    for field, value in ended.items():  # what was written: no read back
+        setattr(record, field, value)
     duration = record.duration
     log = logger.info if outcome == Outcome.SUCCEEDED else logger.error
     why = error_excerpt(error)  # the exception's last line, for a failure
