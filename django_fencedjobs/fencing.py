@@ -33,6 +33,7 @@ class Run(Protocol):
 
     def check_fence(self, connection: BaseDatabaseWrapper) -> None: ...
 
+
 _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
     "fencedjobs_current_run", default=None
 )
