@@ -12,9 +12,10 @@ internal it needs is gone, :func:`apply` says so and the runner exits.
 ``time-only-lease``
     The lease is a lock with a time-to-live and nothing else, as in the schedulers the
     README compares against: ``fenced_atomic`` and ``run.batches()`` do not check the
-    fence, the lease is never renewed (a run longer than ``lease_ttl`` loses it at the
-    next slot, without knowing), and the server does not end a paused holder's idle
-    transaction.
+    fence, the run's supervisor does nothing (no renewal, so no noticing that the lease
+    was lost; no timeout), and the server does not end a paused holder's idle
+    transaction. A holder paused past its lease resumes and writes as if nothing
+    happened.
 ``check-then-act``
     Only the fence check is weakened: a plain ``SELECT`` of the fence, no row lock, so a
     successor can take the lease between the check and the commit. The other defences
@@ -30,14 +31,16 @@ NEEDED = ("lock_fence", "fence_held", "renew", "limit_idle_transactions")
 
 
 def apply(name: str) -> None:
-    from django_fencedjobs import lease
+    from django_fencedjobs import lease, supervisor
     from django_fencedjobs.models import JobLease
 
     if name not in SABOTAGE:
         raise SystemExit(f"soak: unknown sabotage {name!r} (known: {', '.join(SABOTAGE)})")
-    missing = [attr for attr in NEEDED if not hasattr(lease, attr)]
+    missing = [f"lease.{attr}" for attr in NEEDED if not hasattr(lease, attr)]
+    if not hasattr(supervisor, "Supervisor"):
+        missing.append("supervisor.Supervisor")
     if missing:
-        raise SystemExit(f"soak: sabotage needs django_fencedjobs.lease.{', '.join(missing)}")
+        raise SystemExit(f"soak: sabotage needs django_fencedjobs.{', '.join(missing)}")
 
     def plain_select(connection: Any, name: str, fence: int) -> bool:
         table = connection.ops.quote_name(JobLease._meta.db_table)
@@ -53,3 +56,4 @@ def apply(name: str) -> None:
     lease.lock_fence = lambda connection, name, fence: True
     lease.renew = lambda name, fence, until: True
     lease.limit_idle_transactions = lambda connection, ttl: None
+    supervisor.Supervisor.run = lambda self: None  # type: ignore[method-assign]
