@@ -9,12 +9,17 @@ the lease between the check and the commit.
 
 A fenced block nested in another joins it (a savepoint, as ``atomic`` does) without a
 second check: the outer block's lock already covers the whole transaction.
+
+Like ``atomic``, one :class:`FencedAtomic` serves every call and thread: what is open is
+kept on the database connection, where Django keeps its own atomic blocks
+(``connection.atomic_blocks``), never on the decorator. A fenced block's transaction is a
+:class:`_FencedTransaction` among them, so a connection that is thrown away takes the
+record of its open fenced blocks with it.
 """
 
 from __future__ import annotations
 
 import contextvars
-import threading
 from collections.abc import Callable
 from contextlib import ContextDecorator
 from types import TracebackType
@@ -24,7 +29,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_fencedjobs import lease
-from django_fencedjobs.exceptions import FenceLost, NotInRun
+from django_fencedjobs.exceptions import NotInRun
 
 
 class Run(Protocol):
@@ -55,32 +60,22 @@ def reset_current_run(token: contextvars.Token[Run | None]) -> None:
     _current_run.reset(token)
 
 
-class _Depth(threading.local):
-    """Per thread, per database alias: how many fenced blocks are open. Per-entry state
-    lives here, never on the decorator instance, which serves every call and thread."""
-
-    def __init__(self) -> None:
-        self.by_alias: dict[str, list[transaction.Atomic]] = {}
-
-
-_depth = _Depth()
+class _FencedTransaction(transaction.Atomic):
+    """The ``transaction.atomic`` a fenced block opens, as it is: its type marks it, among
+    the connection's atomic blocks, as a fenced block's."""
 
 
 def in_fenced_block(using: str) -> bool:
-    return bool(_depth.by_alias.get(using))
-
-
-def forget_fenced_blocks(using: str) -> None:
-    """Drop this thread's record of open fenced blocks (its connection is being discarded)."""
-    _depth.by_alias.pop(using, None)
+    """Whether a fenced block is open on this thread's connection to ``using``."""
+    return any(isinstance(block, _FencedTransaction) for block in connections[using].atomic_blocks)
 
 
 class FencedAtomic(ContextDecorator):
-    def __init__(self, using: str | None, *, check: bool = True) -> None:
+    #: Whether entering the outermost block checks the fence (:class:`_FencedClaim` does not).
+    _checks_fence = True
+
+    def __init__(self, using: str | None) -> None:
         self.using = using
-        #: False only for ``run.batches()`` on PostgreSQL, whose first statement in the
-        #: block (the claim) locks the fence itself (``lease.fence_held``).
-        self.check = check
 
     def __enter__(self) -> None:
         run = current_run()
@@ -92,16 +87,14 @@ class FencedAtomic(ContextDecorator):
                 f"{leases!r}; the fence can only guard writes made in the same "
                 "transaction, on the same database (see check fencedjobs.E009)."
             )
-        stack = _depth.by_alias.setdefault(alias, [])
-        atomic = transaction.atomic(using=alias)
+        joined = in_fenced_block(alias)
+        atomic = _FencedTransaction(alias, savepoint=True, durable=False)
         atomic.__enter__()
-        stack.append(atomic)
-        if len(stack) > 1 or not self.check:
+        if joined or not self._checks_fence:
             return  # joined the enclosing fenced block: its lock covers this transaction
         try:
             run.check_fence(connections[alias])
         except BaseException as exc:
-            stack.pop()
             try:
                 atomic.__exit__(type(exc), exc, exc.__traceback__)
             except Exception:
@@ -118,10 +111,18 @@ class FencedAtomic(ContextDecorator):
         exc_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool | None:
-        alias = self.using or lease.lease_db()
-        atomic = _depth.by_alias[alias].pop()
-        atomic.__exit__(exc_type, exc_value, traceback)
+        # Blocks end in the order they began: the innermost open one is this entry's.
+        connection = connections[self.using or lease.lease_db()]
+        connection.atomic_blocks[-1].__exit__(exc_type, exc_value, traceback)
         return None
+
+
+class _FencedClaim(FencedAtomic):
+    """The fenced block of one batch of ``run.batches()`` on PostgreSQL: its first statement,
+    the claim, locks the fence itself (:func:`django_fencedjobs.lease.fence_held`), so
+    entering it does not check the fence first."""
+
+    _checks_fence = False
 
 
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])
@@ -148,4 +149,4 @@ def fenced_atomic(using: str | FuncT | None = None) -> FencedAtomic | FuncT:
     return FencedAtomic(using)
 
 
-__all__ = ["FenceLost", "FencedAtomic", "current_run", "fenced_atomic", "in_fenced_block"]
+__all__ = ["FencedAtomic", "current_run", "fenced_atomic", "in_fenced_block"]

@@ -21,7 +21,7 @@ from django.utils import timezone as dj_timezone
 
 from django_fencedjobs import clock, lease
 from django_fencedjobs.exceptions import FenceLost, WatermarkError
-from django_fencedjobs.fencing import FencedAtomic, current_run, in_fenced_block
+from django_fencedjobs.fencing import FencedAtomic, _FencedClaim, current_run, in_fenced_block
 from django_fencedjobs.models import JobRun, Watermark
 
 if TYPE_CHECKING:
@@ -241,13 +241,14 @@ class Run:
             held = lease.fence_held(connections[alias], self.job.name, self.fence)
         if held is not None:
             claim = claim.filter(held)
+        fenced = FencedAtomic(None) if held is None else _FencedClaim(None)
         while True:
             if self.batch_count >= self.job.max_batches:
                 self.capped = queryset.using(alias).exists()
                 return
             if not self._may_continue():
                 return
-            with FencedAtomic(None, check=held is None):
+            with fenced:
                 items = list(claim[:size])
                 if not items:
                     if held is not None:

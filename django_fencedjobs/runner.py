@@ -292,11 +292,9 @@ def _discard_connection(alias: str) -> None:
     inconsistent (an atomic block never exited, autocommit left off); and its session may
     have been ended by the supervisor. Closing it makes the server roll back anything it
     left open; the fence had been revoked or lost, so nothing of it could have committed
-    anyway. The next use of the alias in this thread opens a fresh connection.
+    anyway. The wrapper goes too, and with it the record of its open atomic blocks, fenced
+    ones included: the next use of the alias in this thread opens a fresh connection.
     """
-    from django_fencedjobs.fencing import forget_fenced_blocks
-
-    forget_fenced_blocks(alias)
     old = connections[alias]
     del connections[alias]
     raw = old.connection
