@@ -125,9 +125,6 @@ class Job:
             return self.timeout
         return min(self.valid_schedule.min_interval() / 2, MAX_DEFAULT_TIMEOUT)
 
-    def __call__(self, run: Any) -> Any:
-        return self.func(run)
-
 
 def _schedule_problem(job: Job, schedule: Schedule) -> tuple[str, JobError] | None:
     interval = schedule.min_interval()
@@ -241,10 +238,6 @@ registry = JobRegistry()
 
 def get_job(name: str) -> Job:
     return registry.get(name)
-
-
-def all_jobs() -> list[Job]:
-    return registry.all()
 
 
 _TYPES: dict[str, type] = {
