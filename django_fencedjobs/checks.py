@@ -1,29 +1,10 @@
 """System checks: configuration mistakes surface at ``manage.py check``, never as a surprise
 at 3 a.m.
 
-=================  ==============================================================
-id                 problem
-=================  ==============================================================
-fencedjobs.E001    the cron expression (or ``every=``) is invalid, or missing
-fencedjobs.E002    the timezone is not a known IANA zone
-fencedjobs.E003    the timezone is a fixed UTC offset
-fencedjobs.E004    ``timeout`` is not shorter than the shortest interval between runs
-fencedjobs.E005    ``jitter`` is not shorter than the shortest interval between runs
-fencedjobs.E006    ``lease_ttl`` is not positive
-fencedjobs.E007    ``exclusion="advisory"`` on a database other than PostgreSQL
-fencedjobs.E008    two different functions declare the same job name
-fencedjobs.E009    the app's tables are routed to different databases, or not to the
-                   default database that the jobs write to
-fencedjobs.E010    ``FENCEDJOBS`` is not a dict or has an unknown key, or its ``CLOCK`` cannot
-                   be imported or called without arguments
-fencedjobs.E011    the handler is ``async def``, an async generator or a generator
-fencedjobs.E012    the handler cannot take the Run as its one positional argument
-fencedjobs.E013    an argument of ``@job`` has the wrong type or is out of range
-fencedjobs.E014    a ``FENCEDJOBS`` value has the wrong type or is out of range
-fencedjobs.E015    the lease database's ``isolation_level`` is stricter than READ COMMITTED
-fencedjobs.W001    a schedule fires at minute 0 with no jitter (top-of-the-hour stampede)
-fencedjobs.W002    the lease database is SQLite without ``"transaction_mode": "IMMEDIATE"``
-=================  ==============================================================
+Every id, what it reports and how to fix it: docs/checks.md, the reference. The ids of
+the problems of one job's declaration are found by :mod:`registry`, which keeps them on the
+job (:attr:`~django_fencedjobs.registry.Job.check_id`); this module turns them into
+messages, with a hint, and checks the installation itself.
 
 E001 to E008 and E011 to E013 are about one job, which is *invalid* (see :mod:`registry`):
 it does not run, and the other jobs are not affected. ``manage.py check`` reports them as

@@ -1,19 +1,8 @@
 """The app's settings: one dict, ``settings.FENCEDJOBS``, read into a typed object.
 
 Every key has a default, so an empty (or missing) ``FENCEDJOBS`` is valid; every value is
-checked for its type and range (:func:`problems`, the system checks E010 and E014)::
-
-    FENCEDJOBS = {
-        "CLOCK": "django_fencedjobs.clock.database_now",
-        "OWNER": "",                       # label of this host in leases and runs
-        "SENTRY": True,                    # send Sentry Crons check-ins when sentry-sdk is set up
-        "RUN_RETENTION": timedelta(days=30),
-        "RUNS_KEPT_PER_JOB": 100,
-        "LOOP_MAX_SLEEP": timedelta(seconds=30),
-        "ERROR_MAX_CHARS": 4000,
-        "METRICS_TOKEN": "",               # bearer token the Prometheus metrics view requires
-        "WORKERS": 4,                      # jobs a runner process runs side by side
-    }
+checked for its type and range (:func:`problems`, the system checks E010 and E014). Each key,
+its default, type and range: docs/configuration.md, the reference.
 """
 
 from __future__ import annotations

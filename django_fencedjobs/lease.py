@@ -93,13 +93,14 @@ class Scan:
 def scan(names: list[str], now: datetime) -> Scan:
     """The tick's read: one query whose cost barely grows with the number of jobs.
 
-    A tick with nothing due must cost the same for 5 jobs as for 200 (bench P3). Reading
-    every row in full (:func:`read`) does not: the ORM's ``IN (%s, %s, ...)`` list and
-    the parsing of two timestamps per row (Django's timestamptz loader is pure Python)
-    made a pass over 200 jobs 3x as slow as one over 5. On PostgreSQL the names go as one
-    array parameter (joined, which is cheaper than ``= ANY`` for hundreds), due-ness is
-    decided by the same comparison as :meth:`LeaseRow.is_due`, in SQL, and timestamps come
-    back only for due rows plus the one earliest wakeup. Other backends read the rows in full.
+    A tick with nothing due must cost the same for 5 jobs as for 200 (bench P3, in
+    docs/benchmarks.md). Reading every row in full (:func:`read`) does not: the ORM's
+    ``IN (%s, %s, ...)`` list and the parsing of two timestamps per row (Django's
+    timestamptz loader is pure Python) grow with the number of jobs. On PostgreSQL the
+    names go as one array parameter (joined, which is cheaper than ``= ANY`` for hundreds),
+    due-ness is decided by the same comparison as :meth:`LeaseRow.is_due`, in SQL, and
+    timestamps come back only for due rows plus the one earliest wakeup. Other backends
+    read the rows in full.
 
     Like :func:`read`, this decides nothing: only :func:`acquire` does.
     """
@@ -344,8 +345,8 @@ def fence_held(connection: BaseDatabaseWrapper, name: str, fence: int) -> RawSQL
     statement, before the claimed rows are read (a one-time filter), and locks the lease
     row until the transaction ends, exactly as :func:`lock_fence` does; when the fence is
     stale the condition is false and nothing is claimed. One round trip less per batch
-    matters: on a durable server a claim transaction is four round trips, and a fifth
-    cost a fifth of the throughput (bench P2).
+    matters: a claim transaction is four round trips, and on a durable server a fifth
+    one costs its share of the throughput (bench P2, in docs/benchmarks.md).
 
     None where the claim cannot carry the lock (no ``SELECT ... FOR UPDATE``, or not
     PostgreSQL): the batch then checks the fence with :func:`lock_fence` first.

@@ -33,7 +33,7 @@ def describe_schedule(schedule: Schedule) -> str:
         words = _interval_words(every)
     elif crontab is not None:
         words = _cron_words(crontab) or f"cron {schedule.cron!r}"
-    else:  # pragma: no cover - a Schedule has one or the other
+    else:  # never: a Schedule has one or the other
         raise TypeError(f"{schedule!r} has neither a cron expression nor an interval")
     words += f" ({schedule.timezone})"
     if schedule.jitter > timedelta(0):

@@ -729,7 +729,7 @@ class _CronRule:
             instant = candidate.replace(tzinfo=tz).astimezone(UTC)
             if _wall(instant, tz) == candidate:
                 return instant
-        raise ScheduleError(  # pragma: no cover - no zone has a gap this long
+        raise ScheduleError(  # never: no zone has a gap this long
             f"cron {self.expr!r}: wall time {wall} is in a gap longer than two days."
         )
 
