@@ -64,10 +64,12 @@ def worker(index: int, conn: Any) -> None:
     def drain(run: Any) -> None:
         state["claims_start"] = time.monotonic()
         batches = run.batches(queue, size=state["size"])
+        done = 0
         for batch in batches:
             mark(batch, run.now)
             run.add_items(len(batch))
-            if state["limit"] is not None and run.items >= state["limit"]:
+            done += len(batch)
+            if state["limit"] is not None and done >= state["limit"]:
                 break
         batches.close()  # after a break: commits the last batch now, inside the timing
         state["claims_end"] = time.monotonic()

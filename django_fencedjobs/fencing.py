@@ -36,7 +36,7 @@ class Run(Protocol):
     """What a fenced block asks of the current run (:class:`django_fencedjobs.run.Run`):
     to check, inside the block's transaction, that it may still write."""
 
-    def check_fence(self, connection: BaseDatabaseWrapper) -> None: ...
+    def _check_fence(self, connection: BaseDatabaseWrapper) -> None: ...
 
 
 _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
@@ -93,7 +93,7 @@ class FencedAtomic(ContextDecorator):
         if joined or not self._checks_fence:
             return  # joined the enclosing fenced block: its lock covers this transaction
         try:
-            run.check_fence(connections[alias])
+            run._check_fence(connections[alias])
         except BaseException as exc:
             try:
                 atomic.__exit__(type(exc), exc, exc.__traceback__)

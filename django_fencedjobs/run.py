@@ -3,7 +3,7 @@ iterates over.
 
 A run knows its fence and slot, and offers the helpers that keep its work idempotent
 (watermark windows, per-item batches). Everything it writes goes through ``fenced_atomic``,
-which asks :meth:`Run.check_fence` inside the transaction. The runner
+which asks :meth:`Run._check_fence` inside the transaction. The runner
 (:mod:`django_fencedjobs.runner`) creates it, supervises it and records how it ended.
 """
 
@@ -67,15 +67,17 @@ class Run:
         self.now: datetime = now
         self.owner: str = record.owner
         self._watermarks_at_start = dict(watermarks)
+        # The runner's bookkeeping, recorded on the run's row when it ends (runner.record_end):
+        # the watermarks as committed, the counts, whether it was capped or interrupted.
         self._watermarks = dict(watermarks)
-        self.items = 0
-        self.batch_count = 0
-        self.capped = False
-        self.interrupted = False
+        self._items = 0
+        self._batch_count = 0
+        self._capped = False
+        self._interrupted = False
         #: Set when the run learned its fence is gone (renewal failed, timed out, or a
         #: fenced block found it stale) and once the run has been recorded: every fenced
         #: block and helper of it fails from then on, in whichever thread.
-        self.lost = False
+        self._lost = False
         self._iterators: list[Generator[Any, None, None]] = []
         self._aborting = False
 
@@ -143,10 +145,10 @@ class Run:
     # -- bounded iteration ----------------------------------------------------------------
 
     def _may_continue(self) -> bool:
-        if self.lost:
+        if self._lost:
             raise FenceLost(_fence_gone(self))
         if stop.is_set():
-            self.interrupted = True
+            self._interrupted = True
             return False
         return True
 
@@ -181,14 +183,14 @@ class Run:
         self, position: datetime, step: timedelta, key: str
     ) -> Generator[Window, None, None]:
         while position + step <= self.now:
-            if self.batch_count >= self.job.max_batches:
-                self.capped = True
+            if self._batch_count >= self.job.max_batches:
+                self._capped = True
                 return
             if not self._may_continue():
                 return
             window = Window(position, position + step)
             yield window
-            self.batch_count += 1
+            self._batch_count += 1
             reached = self._watermarks.get(key)
             if not isinstance(reached, datetime) or reached < window.end:
                 raise WatermarkError(
@@ -243,8 +245,8 @@ class Run:
             claim = claim.filter(held)
         fenced = FencedAtomic(None) if held is None else _FencedClaim(None)
         while True:
-            if self.batch_count >= self.job.max_batches:
-                self.capped = queryset.using(alias).exists()
+            if self._batch_count >= self.job.max_batches:
+                self._capped = queryset.using(alias).exists()
                 return
             if not self._may_continue():
                 return
@@ -254,7 +256,7 @@ class Run:
                     if held is not None:
                         # Nothing claimed: the queue is empty, or the fence is gone (then
                         # this raises FenceLost, as fenced_atomic would have).
-                        self.check_fence(connections[alias])
+                        self._check_fence(connections[alias])
                     return
                 try:
                     yield items
@@ -262,9 +264,9 @@ class Run:
                     if self._aborting:
                         raise  # the loop body failed: roll this batch back
                     # The loop stopped early (``break``): the batch it finished commits.
-                    self.batch_count += 1
+                    self._batch_count += 1
                     return
-            self.batch_count += 1
+            self._batch_count += 1
 
     def _close_iterators(self, *, abort: bool) -> None:
         self._aborting = abort
@@ -276,7 +278,7 @@ class Run:
 
     def add_items(self, n: int = 1) -> None:
         """Count items processed, for the run record and the logs."""
-        self.items += n
+        self._items += n
 
     def heartbeat(self) -> None:
         """Renew the lease now; raises :class:`FenceLost` when it is no longer this run's.
@@ -284,7 +286,7 @@ class Run:
         The supervisor renews in the background; call this from a long computation to find
         out at once that the run has been superseded.
         """
-        if self.lost:
+        if self._lost:
             raise FenceLost(_fence_gone(self))
         until = clock.now() + self.job.lease_ttl
         if connections[lease.lease_db()].in_atomic_block:
@@ -295,7 +297,7 @@ class Run:
             with lease.bounded_wait():
                 renewed = lease.renew(self.job.name, self.fence, until)
         if not renewed:
-            self.lost = True
+            self._lost = True
             raise FenceLost(_fence_gone(self))
 
     @property
@@ -303,14 +305,14 @@ class Run:
         """True once the process was asked to stop (SIGTERM): finish what is committed."""
         return stop.is_set()
 
-    def check_fence(self, connection: BaseDatabaseWrapper) -> None:
+    def _check_fence(self, connection: BaseDatabaseWrapper) -> None:
         """Called by ``fenced_atomic`` inside its transaction."""
-        if self.lost:
+        if self._lost:
             raise FenceLost(_fence_gone(self))
         refused = lease.guard(connection, self.job.name, self.fence, self.job.exclusion)
         if refused is not None:
             if self.job.exclusion != "advisory":
-                self.lost = True
+                self._lost = True
             raise FenceLost(
                 f"job {self.job.name!r}: fence {self.fence} is no longer current ({refused}); "
                 "nothing in this fenced block was committed"

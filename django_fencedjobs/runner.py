@@ -229,7 +229,7 @@ def _execute(job: Job, run: Run, on_abandon: Any) -> JobRun:
             supervisor.release_session()
         except DatabaseError:
             _discard_connection(lease.lease_db())
-    if outcome == Outcome.SUCCEEDED and run.interrupted:
+    if outcome == Outcome.SUCCEEDED and run._interrupted:
         outcome, error = (
             Outcome.INTERRUPTED,
             "Stopped on request (SIGTERM/SIGINT) between batches; the next run continues "
@@ -262,7 +262,7 @@ def _outcome_of(exc: BaseException | None, run: Run, supervisor: Supervisor) -> 
         return Outcome.TIMED_OUT, timed_out_error(run)
     if supervisor.fired is FenceLost or isinstance(exc, FenceLost):
         return Outcome.FENCE_LOST, str(exc) if isinstance(exc, FenceLost) else fence_lost_error(run)
-    if run.lost and isinstance(exc, DatabaseError):
+    if run._lost and isinstance(exc, DatabaseError):
         # The session was ended under a run that had lost its fence.
         return Outcome.FENCE_LOST, fence_lost_error(run)
     if exc is None:
@@ -326,7 +326,7 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = lease.LOCK_W
     call, or one for a run already recorded by a successor's takeover, records nothing and
     returns False); then logs it and sends ``run_finished``.
     """
-    run.lost = True
+    run._lost = True
     job, record = run.job, run.record
     with lease.bounded_wait(wait):
         released = lease.end(
@@ -340,9 +340,9 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = lease.LOCK_W
         ended = {
             "outcome": outcome,
             "finished_at": clock.now(),
-            "items": run.items,
-            "batches": run.batch_count,
-            "capped": run.capped,
+            "items": run._items,
+            "batches": run._batch_count,
+            "capped": run._capped,
             "watermark_after": watermark_text(run._watermarks.get("")),
             "error": error,
         }

@@ -164,7 +164,7 @@ class Supervisor(threading.Thread):
 
     def _stop_handler(self, reason: type[RunAborted]) -> None:
         run = self.run_
-        run.lost = True  # every fenced block and helper of the run fails from now on
+        run._lost = True  # every fenced block and helper of the run fails from now on
         self._interrupt(reason)
         if reason is JobTimeout:
             logger.error(
