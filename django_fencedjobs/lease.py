@@ -152,9 +152,10 @@ def create(rows: list[JobLease]) -> None:
     JobLease.objects.using(lease_db()).bulk_create(rows, ignore_conflicts=True)
 
 
-def reschedule(name: str, old_fingerprint: str, fingerprint: str, next_run_at: datetime) -> None:
+def reschedule(name: str, old_fingerprint: str, fingerprint: str, next_run_at: datetime) -> bool:
     """The job's schedule changed in code: its next slot is recomputed, once (conditional on
-    the fingerprint it replaces, so racing processes do not recompute it twice).
+    the fingerprint it replaces, so racing processes do not recompute it twice). True when
+    this call recomputed it.
 
     A row locked right now (its run is inside a fenced transaction) is passed over, not
     waited for (``SKIP LOCKED``): the next tick, or the next observer, recomputes it.
@@ -167,10 +168,12 @@ def reschedule(name: str, old_fingerprint: str, fingerprint: str, next_run_at: d
             .filter(name=name, schedule_fingerprint=old_fingerprint)
             .values_list("pk", flat=True)
         )
-        if locked:
-            JobLease.objects.using(alias).filter(pk__in=locked).update(
-                schedule_fingerprint=fingerprint, next_run_at=next_run_at
-            )
+        if not locked:
+            return False
+        JobLease.objects.using(alias).filter(pk__in=locked).update(
+            schedule_fingerprint=fingerprint, next_run_at=next_run_at
+        )
+        return True
 
 
 def acquire(
@@ -228,19 +231,17 @@ def acquire(
     return seen.fence + 1 if updated == 1 else None
 
 
-def mark_abandoned(name: str, fence: int, now: datetime) -> int:
+def mark_abandoned(name: str, fence: int, now: datetime) -> None:
     """Runs of this job still marked running under an older fence belong to a holder whose
     lease expired (dead, or paused and since superseded): record them as abandoned.
     Called in the acquiring transaction, so only the new fence holder does it."""
-    return (
-        JobRun.objects.using(lease_db())
-        .filter(job=name, outcome=Outcome.RUNNING, fence__lt=fence)
-        .update(
-            outcome=Outcome.ABANDONED,
-            finished_at=now,
-            error="The lease expired before this run finished and a later run took over "
-            "(the process died, or was paused past its lease).",
-        )
+    JobRun.objects.using(lease_db()).filter(
+        job=name, outcome=Outcome.RUNNING, fence__lt=fence
+    ).update(
+        outcome=Outcome.ABANDONED,
+        finished_at=now,
+        error="The lease expired before this run finished and a later run took over "
+        "(the process died, or was paused past its lease).",
     )
 
 
@@ -581,7 +582,7 @@ def limit_idle_transactions(
     return Backend(row[1], row[2]) if row else None
 
 
-def terminate(backend: Backend) -> bool:
+def terminate(backend: Backend) -> None:
     """End a run's server session, rolling back its open transaction and freeing its locks.
 
     For a handler past its timeout that holds the lease row (inside a fenced transaction,
@@ -594,5 +595,3 @@ def terminate(backend: Backend) -> bool:
             " WHERE pid = %s AND backend_start = %s",
             [backend.pid, backend.started],
         )
-        row = cursor.fetchone()
-    return bool(row and row[0])

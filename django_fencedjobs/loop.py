@@ -318,7 +318,7 @@ def loop(
                 connections.close_all()
                 backlog = []
                 sleep, backoff = backoff, min(backoff * 2, max_sleep)
-            pool.finished()
+            pool.finished()  # the loop keeps no history of its runs: drop them
             _wake.wait(sleep)
     finally:
         pool.shutdown()

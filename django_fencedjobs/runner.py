@@ -73,8 +73,8 @@ def sync(jobs: Sequence[Job], now: datetime, fingerprints: dict[str, str] | None
                 )
             )
         elif stored != schedule.fingerprint():
-            lease.reschedule(job.name, stored, schedule.fingerprint(), schedule.next_after(now))
-            changed = True
+            fingerprint, next_run_at = schedule.fingerprint(), schedule.next_after(now)
+            changed = lease.reschedule(job.name, stored, fingerprint, next_run_at) or changed
     if missing:
         lease.create(missing)
     return changed or bool(missing)

@@ -57,7 +57,7 @@ def test_a_locked_lease_row_holds_up_no_other_job_and_no_admin_action(spawn):
         lease.set_paused(PAUSED_WRITER, False)  # returns, whatever it could do
         assert lease.make_due(PAUSED_WRITER, now + timedelta(hours=2)) is False
         row = lease.read([PAUSED_WRITER])[PAUSED_WRITER]
-        lease.reschedule(PAUSED_WRITER, row.schedule_fingerprint, "changed", now)
+        assert lease.reschedule(PAUSED_WRITER, row.schedule_fingerprint, "changed", now) is False
         assert JobLease.objects.get(name=PAUSED_WRITER).schedule_fingerprint != "changed"
     finally:
         holder.release()

@@ -52,6 +52,28 @@ def test_a_due_job_runs_once_and_is_recorded(jobs):
     assert Write.objects.filter(fence=1).count() == 1
 
 
+def test_a_schedule_changed_in_code_moves_the_next_slot_once(jobs):
+    from django_fencedjobs import runner
+
+    @job("0 * * * *", name="t.rescheduled")
+    def rescheduled(run):
+        pass
+
+    tick()
+    assert JobLease.objects.get().next_run_at == T0 + timedelta(hours=1)
+
+    @job("*/5 * * * *", name="t.rescheduled")  # the same function, deployed again
+    def rescheduled(run):  # noqa: F811
+        pass
+
+    fake_clock.advance(timedelta(minutes=1))
+    assert runner.sync([rescheduled.job], fake_clock()) is True
+    lease = JobLease.objects.get()
+    assert lease.next_run_at == T0 + timedelta(minutes=5)
+    assert lease.schedule_fingerprint == rescheduled.job.valid_schedule.fingerprint()
+    assert runner.sync([rescheduled.job], fake_clock()) is False
+
+
 def test_missed_slots_coalesce_into_one_run(jobs):
     @job("0 * * * *", name="t.hourly", jitter=timedelta(0))
     def hourly(run):
