@@ -2,55 +2,48 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
-from django.test import override_settings
+from django.db import connection, connections, transaction
 
 from django_fencedjobs import FenceLost, NotInRun, Run, WatermarkError, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, Outcome
-from django_fencedjobs.registry import registry
+from tests.conftest import JOBS_T0 as T0
 from tests.testapp.models import Write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
-
 
 @pytest.fixture
-def inside_run():
+def inside_run(jobs):
     """Call ``body(run)`` as the handler of a real run; re-raise what it raised."""
-    with (
-        registry.isolated(),
-        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
-    ):
 
-        def call(body: Callable[[Run], Any], **job_kwargs: Any):
-            raised: list[BaseException] = []
-            fake_clock.set(T0)
+    def call(body: Callable[[Run], Any], **job_kwargs: Any):
+        raised: list[BaseException] = []
 
-            @job("*/5 * * * *", name="t.fenced", **job_kwargs)
-            def handler(run):
-                try:
-                    body(run)
-                except BaseException as exc:
-                    raised.append(exc)
-                    raise
+        @job("*/5 * * * *", name="t.fenced", **job_kwargs)
+        def handler(run):
+            try:
+                body(run)
+            except BaseException as exc:
+                raised.append(exc)
+                raise
 
-            tick()
-            fake_clock.advance(timedelta(minutes=5))
-            (record,) = tick().runs
-            if raised and not isinstance(raised[0], FenceLost):
-                raise raised[0]
-            return record
+        tick()
+        fake_clock.advance(timedelta(minutes=5))
+        (record,) = tick().runs
+        if raised and not isinstance(raised[0], FenceLost):
+            raise raised[0]
+        return record
 
-        yield call
+    return call
 
 
 def write(run: Run, seq: int) -> None:
@@ -76,40 +69,58 @@ def test_works_as_context_manager_bare_decorator_and_decorator_with_arguments(in
     assert sorted(Write.objects.values_list("seq", flat=True)) == [1, 2, 3]
 
 
-def test_one_decorator_instance_serves_every_call_and_thread(inside_run):
-    @fenced_atomic
+def test_one_instance_serves_nested_blocks_and_the_runs_other_threads(inside_run, monkeypatch):
+    """As Django's ``test_reuse_*`` tests: one instance, entered again inside itself (a
+    savepoint that rolls back alone), and meanwhile from another thread of the run, which
+    checks the fence itself (waiting for this block's lock) instead of joining this
+    thread's block."""
+    from django_fencedjobs import lease
+
+    checked_by: list[int] = []
+    real = lease.lock_fence
+    monkeypatch.setattr(
+        lease, "lock_fence", lambda *args: checked_by.append(threading.get_ident()) or real(*args)
+    )
+    block = fenced_atomic()
+
+    @block
     def guarded(run, seq):
         write(run, seq)
 
     def body(run):
-        for seq in range(3):
-            guarded(run, seq)
-        # Per-entry state is per thread: another thread entering the same instance while
-        # this one is inside it must not disturb this thread's block.
-        with fenced_atomic():
-            write(run, 10)
-            errors: list[BaseException] = []
-            thread = threading.Thread(target=lambda: _outside(guarded, errors))
-            thread.start()
-            thread.join()
-            assert isinstance(errors[0], NotInRun)
-            write(run, 11)
+        errors: list[BaseException] = []
 
-    assert inside_run(body).outcome == Outcome.SUCCEEDED
-    assert sorted(Write.objects.values_list("seq", flat=True)) == [0, 1, 2, 10, 11]
+        def in_other_thread():
+            try:
+                guarded(run, 4)
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                connections.close_all()  # this thread's own
 
+        with block:
+            write(run, 1)
+            with pytest.raises(ValueError), block:
+                write(run, 2)
+                raise ValueError("rolls back the inner block only")
+            guarded(run, 3)
+            other = threading.Thread(target=contextvars.copy_context().run, args=[in_other_thread])
+            other.start()
+            other.join(1)
+            assert other.is_alive(), errors  # waiting for this block's lock on the fence
+        other.join()
+        assert errors == []
 
-def _outside(func, errors):
-    try:
-        func(None, 99)
-    except BaseException as exc:
-        errors.append(exc)
+    record = inside_run(body)
+    assert record.outcome == Outcome.SUCCEEDED, record.error
+    assert sorted(Write.objects.values_list("seq", flat=True)) == [1, 3, 4]
+    assert len(checked_by) == len(set(checked_by)) == 2  # once per thread, not per block
 
 
 def lease_row_is_locked(name: str) -> bool:
     """Seen from a second connection: is the lease row locked (PostgreSQL), or the
     database's write lock taken (SQLite), right now?"""
-    from django.db import OperationalError, connections
+    from django.db import OperationalError
 
     other = connections.create_connection("default")
     if other.vendor == "sqlite":
@@ -250,8 +261,6 @@ def test_the_watermark_only_moves_forward_and_only_inside_the_fenced_block(insid
 
 @pytest.mark.postgres_only
 def test_advisory_exclusion_refuses_a_second_concurrent_transaction(inside_run, django_db_blocker):
-    from django.db import connections
-
     from django_fencedjobs.lease import advisory_key
 
     def body(run):
@@ -278,8 +287,6 @@ def test_a_fenced_one_row_transaction_takes_as_many_round_trips_as_a_plain_one(j
     """The fence check goes with the transaction's BEGIN: counted in the wire protocol, a
     round trip ends with the server's ReadyForQuery."""
     import tempfile
-
-    from django.db import transaction
 
     from django_fencedjobs import lease, runner
 
