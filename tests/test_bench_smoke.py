@@ -42,11 +42,3 @@ def test_every_benchmark_runs_at_smoke_sizes(tmp_path):
     # P2 asserts exactly-once processing itself; the count it prints must be zero.
     assert "items processed twice | 0 | 0 | met |" in text
     assert "- command: `" in text and "- PostgreSQL 1" in text
-
-
-def test_make_test_does_not_run_the_benchmarks():
-    """``make bench`` runs them; pytest collects only tests/ (testpaths)."""
-    import tomllib
-
-    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-    assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]

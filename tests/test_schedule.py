@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -644,16 +643,6 @@ def test_every_odd_interval_is_aligned_to_the_epoch_not_to_the_hour() -> None:
     fire = schedule.next_after(z("2026-05-01 10:00:00"))
     assert (fire - epoch) % timedelta(minutes=7) == timedelta(0)
     assert timedelta(0) < fire - z("2026-05-01 10:00:00") <= timedelta(minutes=7)
-
-
-def test_two_every_schedules_created_at_different_moments_agree() -> None:
-    first = Schedule(every=timedelta(seconds=90), key="k", jitter=timedelta(seconds=30))
-    time.sleep(0.05)
-    second = Schedule(every=timedelta(seconds=90), key="k", jitter=timedelta(seconds=30))
-    start = datetime.now(UTC)
-    assert first.fire_times(start, start + timedelta(hours=1)) == second.fire_times(
-        start, start + timedelta(hours=1)
-    )
 
 
 def test_every_next_after_an_exact_fire_time_returns_the_next_one() -> None:
