@@ -5,7 +5,7 @@ nothing, and while a batch is open its lease row is locked against a takeover.""
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.db import OperationalError, connection, connections
@@ -17,8 +17,6 @@ from django_fencedjobs.models import JobLease, Outcome
 from tests.testapp.models import Item
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)  # where the `jobs` fixture sets the fake clock
 
 
 def run_due(name: str):

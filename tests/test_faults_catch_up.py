@@ -14,40 +14,30 @@ In process, with the fake clock: the outage is days long, the test takes a secon
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from itertools import pairwise
 
 import pytest
-from django.test import override_settings
 
 from django_fencedjobs import fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobRun, Outcome, Watermark
-from django_fencedjobs.registry import registry
+from tests.conftest import JOBS_T0 as T0
 from tests.testapp.models import Write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T0 = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 NAME = "faults.hourly_rollup"
 
 
-@pytest.fixture
-def isolated():
-    with (
-        registry.isolated() as jobs,
-        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
-    ):
-        fake_clock.set(T0 + timedelta(minutes=1))
-        yield jobs
-
-
 @pytest.mark.parametrize(("days_down", "max_batches"), [(2, 24), (3, 10), (7, 50)])
 def test_downtime_is_caught_up_by_capped_runs_covering_every_hour_once(
-    isolated, days_down, max_batches
+    jobs, days_down, max_batches
 ):
+    fake_clock.set(T0 + timedelta(minutes=1))
+
     @job("0 * * * *", name=NAME, max_batches=max_batches, timeout=timedelta(minutes=30))
     def rollup(run):
         for window in run.windows(HOUR, start=T0):

@@ -25,12 +25,6 @@ def generator_handler(run):
     yield run
 
 
-@pytest.fixture
-def jobs():
-    with registry.isolated() as isolated:
-        yield isolated
-
-
 def test_the_default_name_is_module_and_function(jobs):
     @job("*/5 * * * *")
     def sync_invoices(run):

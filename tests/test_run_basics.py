@@ -10,11 +10,10 @@ from django_fencedjobs import FenceLost, JobTimeout, NotInRun, fenced_atomic, jo
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, JobRun, Outcome, Watermark
+from tests.conftest import JOBS_T0 as T0
 from tests.testapp.models import Item, Write
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)  # where the `jobs` fixture sets the fake clock
 
 
 def test_a_job_is_not_run_before_its_first_slot(jobs):

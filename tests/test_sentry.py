@@ -4,7 +4,7 @@ a monitor config derived from the job. Envelopes are captured by a transport: no
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -20,8 +20,6 @@ from django_fencedjobs.loop import tick
 from django_fencedjobs.registry import registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)  # where the `jobs` fixture sets the fake clock
 
 
 class CapturingTransport(Transport):
