@@ -127,6 +127,7 @@ def make_plan(seed: int, seconds: float, quiet: float) -> Plan:
     """The whole schedule: faults during ``seconds``, cron launches and new items during
     ``seconds + quiet``. Every kind of fault appears at least once when the fault phase
     is long enough to hold one of each (about 15 s)."""
+    seconds, quiet = float(seconds), float(quiet)  # 600 and 600.0: one plan, one digest
     rng = random.Random(seed)
     faults: list[Fault] = []
     at = rng.uniform(1.0, 3.0)

@@ -81,6 +81,7 @@ def test_a_seed_gives_the_same_plan_and_another_seed_another():
     assert make_plan(7, 120, 40) == make_plan(7, 120, 40)
     assert make_plan(7, 120, 40).digest == make_plan(7, 120, 40).digest
     assert make_plan(8, 120, 40).digest != make_plan(7, 120, 40).digest
+    assert make_plan(7, 120, 40).digest == make_plan(7, 120.0, 40.0).digest
 
 
 @pytest.mark.parametrize("seed", range(20))
