@@ -2,7 +2,7 @@
 #
 #   make test    the whole suite on a throwaway PostgreSQL, then on SQLite, then
 #                the matrix pass (make test-matrix)
-#   make lint    ruff check, ruff format --check, mypy
+#   make lint    ruff check, ruff format --check, mypy (strict: pyproject.toml)
 #   make bench   benchmarks on a durable throwaway PostgreSQL
 #   make soak    random faults against three runners on a throwaway PostgreSQL (docs/reliability.md)
 #   make demo    the example project

@@ -296,7 +296,8 @@ def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
             f"UPDATE {_table(connection)} SET fence = fence WHERE name = %s AND fence = %s",
             [name, fence],
         )
-        return cursor.rowcount == 1
+        updated: int = cursor.rowcount
+        return updated == 1
 
 
 def _begin_with(connection: BaseDatabaseWrapper) -> str:
