@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email
 import inspect
+import io
 import re
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 import django_fencedjobs
 from django_fencedjobs import exceptions
@@ -89,6 +91,18 @@ def test_building_the_package_warns_of_nothing(build: tuple[zipfile.ZipFile, str
     output = build[1]
     warnings = [line for line in output.splitlines() if "warn" in line.lower()]
     assert warnings == [], output
+
+
+@pytest.mark.django_db
+def test_every_model_change_has_its_migration() -> None:
+    """``manage.py makemigrations --check --dry-run``: the shipped migrations describe the
+    models as they are, so no user's ``makemigrations`` ever writes one into the package."""
+    out = io.StringIO()
+    try:
+        call_command("makemigrations", "fencedjobs", check=True, dry_run=True, stdout=out)
+    except SystemExit:
+        pytest.fail(f"a migration is missing:\n{out.getvalue()}")
+    assert "No changes detected" in out.getvalue()
 
 
 def test_the_version_is_written_in_one_place() -> None:
