@@ -27,21 +27,25 @@ ok            healthy   none of the above
 ============  ========  ===============================================================
 
 "Has passed" is strict: at the deadline instant itself a job is not yet late.
+
+Deciding is all this module does. Its callers present what it decided: the admin and
+``checkjobs`` write the times (:mod:`django_fencedjobs.instants`, the same presentation
+as the reasons here), ``checkjobs`` picks its exit status and writes JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from django.db.models import OuterRef, Subquery
 
 from django_fencedjobs import clock
 from django_fencedjobs.exceptions import UnknownJob
+from django_fencedjobs.instants import format_instant
 from django_fencedjobs.lease import lease_db
 from django_fencedjobs.models import JobLease, JobRun, Outcome
 from django_fencedjobs.registry import Job, registry
@@ -52,7 +56,6 @@ __all__ = [
     "Severity",
     "State",
     "all_health",
-    "exit_code",
     "job_health",
 ]
 
@@ -97,6 +100,8 @@ class RunSummary:
     capped: bool
     items: int
     error_excerpt: str
+    #: :attr:`JobRun.duration <django_fencedjobs.models.JobRun.duration>`.
+    duration: float | None = None
 
     @classmethod
     def of(cls, run: JobRun) -> RunSummary:
@@ -109,6 +114,7 @@ class RunSummary:
             capped=run.capped,
             items=run.items,
             error_excerpt=error_excerpt(run.error),
+            duration=run.duration,
         )
 
 
@@ -124,13 +130,21 @@ class JobHealth:
     checked_at: datetime
     #: The declaration; None when the job is no longer declared (state ``removed``).
     job: Job | None = field(default=None, repr=False, compare=False)
+    #: The zone the job was declared with, as written.
     timezone: str = "UTC"
+    #: The zone its times are read in: its schedule's, as resolved by the schedule; UTC for
+    #: a job without a valid schedule (removed, invalid).
+    tz: tzinfo = UTC
     schedule: str = ""
     last_success_at: datetime | None = None
     #: When the job is next due (the lease row's ``next_run_at``); before the row exists,
     #: the schedule's next fire time.
     next_run_at: datetime | None = None
-    #: The dead man's switch: past this instant without a success, the job is late.
+    #: The slot whose run the dead man's switch waits for: the first after the last success
+    #: (never succeeded: after the job was first seen).
+    awaited_slot: datetime | None = None
+    #: The dead man's switch: past this instant without a success, the job is late
+    #: (``awaited_slot`` plus the run timeout plus grace).
     expected_by: datetime | None = None
     consecutive_failures: int = 0
     failure_threshold: int | None = None
@@ -145,61 +159,6 @@ class JobHealth:
     @property
     def healthy(self) -> bool:
         return self.severity is Severity.HEALTHY
-
-    @property
-    def tz(self) -> tzinfo:
-        try:
-            return ZoneInfo(self.timezone)
-        except (ValueError, OSError):
-            return UTC
-
-    def local(self, value: datetime | None, *, short: bool = False) -> str:
-        """``value`` in the job's zone, e.g. ``2026-11-29 09:00 CET``; "" for None. ``short``
-        leaves the date out when it is the day of :attr:`checked_at` (``09:00 CET``)."""
-        if value is None:
-            return ""
-        return _format(value, self.tz, ref=self.checked_at if short else None, zone_label=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: datetimes as ISO 8601 in UTC."""
-
-        def iso(value: datetime | None) -> str | None:
-            return None if value is None else value.astimezone(UTC).isoformat()
-
-        def run(summary: RunSummary | None) -> dict[str, Any] | None:
-            if summary is None:
-                return None
-            return {
-                "scheduled_for": iso(summary.scheduled_for),
-                "started_at": iso(summary.started_at),
-                "finished_at": iso(summary.finished_at),
-                "outcome": summary.outcome,
-                "capped": summary.capped,
-                "items": summary.items,
-                "error": summary.error_excerpt,
-            }
-
-        return {
-            "name": self.name,
-            "state": self.state.value,
-            "severity": self.severity.value,
-            "reason": self.reason,
-            "checked_at": iso(self.checked_at),
-            "timezone": self.timezone,
-            "schedule": self.schedule,
-            "last_success_at": iso(self.last_success_at),
-            "next_run_at": iso(self.next_run_at),
-            "expected_by": iso(self.expected_by),
-            "consecutive_failures": self.consecutive_failures,
-            "failure_threshold": self.failure_threshold,
-            "paused": self.paused,
-            "running": self.running,
-            "owner": self.owner,
-            "fence": self.fence,
-            "lease_until": iso(self.lease_until),
-            "last_run": run(self.last_run),
-            "last_finished_run": run(self.last_finished_run),
-        }
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -260,18 +219,6 @@ def job_health(name: str, *, now: datetime | None = None) -> JobHealth:
     return health
 
 
-def exit_code(healths: Iterable[JobHealth], *, strict: bool = False) -> int:
-    """``checkjobs``' exit status: 2 if any job is critical (late, failing, invalid); with
-    ``strict``, 1 if any is a warning (paused, capped, failed before its first success,
-    not recorded yet); else 0."""
-    severities = {health.severity for health in healths}
-    if Severity.CRITICAL in severities:
-        return 2
-    if strict and Severity.WARNING in severities:
-        return 1
-    return 0
-
-
 def _read_leases(names: Sequence[str] | None) -> dict[str, JobLease]:
     recent = JobRun.objects.filter(job=OuterRef("name")).order_by("-scheduled_for")
     rows = JobLease.objects.using(lease_db()).annotate(
@@ -328,10 +275,10 @@ def assess(
         return _health(facts, State.INVALID, Severity.CRITICAL, str(job.schedule_error))
     schedule = job.schedule
     tz = schedule.tz
-    facts["schedule"] = schedule.describe()
+    facts.update(tz=tz, schedule=schedule.describe())
 
     def at(value: datetime, ref: datetime | None = None) -> str:
-        return _format(value, tz, ref=ref)
+        return format_instant(value, tz, ref=ref)
 
     if lease is None:
         # `migrate`, `checkjobs` and the admin create the row when they see the job: past
@@ -349,7 +296,7 @@ def assess(
     anchor_from = lease.last_success_at or lease.created_at
     first_slot = schedule.next_after(anchor_from)
     expected_by = first_slot + job.run_timeout + job.grace
-    facts["expected_by"] = expected_by
+    facts.update(awaited_slot=first_slot, expected_by=expected_by)
     last_success = lease.last_success_at
 
     if lease.paused:
@@ -358,8 +305,8 @@ def assess(
             facts, State.PAUSED, Severity.WARNING, f"paused: no runs until resumed{since}"
         )
     detail = ""
-    if finished is not None and finished.outcome in FAILURE_OUTCOMES:
-        detail = f"; last {Outcome(finished.outcome).label} at {at(_when(finished))}"
+    if finished is not None and finished.outcome in FAILURE_OUTCOMES and finished.finished_at:
+        detail = f"; last {Outcome(finished.outcome).label} at {at(finished.finished_at)}"
         if excerpt := error_excerpt(finished.error):
             detail += f": {excerpt}"
     if lease.consecutive_failures >= job.failure_threshold:
@@ -437,12 +384,8 @@ def _health(facts: dict[str, Any], state: State, severity: Severity, reason: str
     return JobHealth(state=state, severity=severity, reason=reason, **facts)
 
 
-def _when(run: JobRun) -> datetime:
-    return run.finished_at or run.started_at or run.scheduled_for
-
-
 def _next(next_run_at: datetime, now: datetime, tz: tzinfo) -> str:
-    return "due now" if next_run_at <= now else _format(next_run_at, tz, ref=now)
+    return "due now" if next_run_at <= now else format_instant(next_run_at, tz, ref=now)
 
 
 def error_excerpt(error: str, limit: int = ERROR_EXCERPT_CHARS) -> str:
@@ -450,18 +393,3 @@ def error_excerpt(error: str, limit: int = ERROR_EXCERPT_CHARS) -> str:
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
     text = lines[-1] if lines else ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _format(
-    value: datetime, tz: tzinfo, *, ref: datetime | None = None, zone_label: bool = True
-) -> str:
-    """``2026-11-29 09:00 Europe/Berlin``; only the time when ``ref`` is on the same local day;
-    seconds only when they are not zero."""
-    local = value.astimezone(tz)
-    clock_text = f"{local:%H:%M:%S}" if local.second or local.microsecond else f"{local:%H:%M}"
-    same_day = ref is not None and ref.astimezone(tz).date() == local.date()
-    if same_day and zone_label:
-        return clock_text
-    zone = getattr(tz, "key", None) or "UTC"
-    label = zone if zone_label else (local.tzname() or zone)
-    return f"{clock_text} {label}" if same_day else f"{local:%Y-%m-%d} {clock_text} {label}"

@@ -99,8 +99,13 @@ class JobRun(models.Model):
 
     @property
     def duration(self) -> float | None:
-        """Seconds from start to finish, or None while running or when never started."""
+        """Seconds from start to finish: the one definition of how long a run took (the
+        admin, health and the metrics read it). None while it runs, for a run that never
+        started (missed), and for an abandoned one: its process died at a time nobody
+        recorded, and ``finished_at`` is when a later run noticed."""
         if self.started_at is None or self.finished_at is None:
+            return None
+        if self.outcome == Outcome.ABANDONED:
             return None
         return (self.finished_at - self.started_at).total_seconds()
 

@@ -209,7 +209,7 @@ def test_the_admin_shows_a_job_no_runner_ever_ran_as_late(jobs, superuser_client
     response = superuser_client.get(changelist())
     html = response.content.decode()
     assert 'class="fj-badge fj-late"' in html
-    assert "never succeeded; its first slot 2026-11-29 09:15 UTC" in html
+    assert "never succeeded; its first slot 2026-11-29 09:15:00 UTC" in html
 
     page = superuser_client.get(
         reverse("admin:fencedjobs_joblease_change", args=[JobLease.objects.get().pk])

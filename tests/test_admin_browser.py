@@ -43,9 +43,18 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = REPO_ROOT / "docs" / "img"
 
-T0 = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)  # 09:00 in Berlin
-TICKS = 20  # every 15 minutes, until 13:00 UTC
-NOW = T0 + TICKS * timedelta(minutes=15) + timedelta(seconds=30)
+T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)  # Monday, 09:00 in Berlin
+TICK = timedelta(minutes=15)
+TICKS = 116  # every 15 minutes, until Tuesday 13:00 UTC
+NOW = T0 + TICKS * TICK + timedelta(seconds=30)
+#: billing.sync_invoices' runner was down on Tuesday night, 01:00 to 04:00 in Berlin: its
+#: slots from 00:15 to 03:00 UTC did not run; the run at 03:15 caught up.
+NIGHT = (datetime(2026, 12, 1, 0, 15, tzinfo=UTC), datetime(2026, 12, 1, 3, 0, tzinfo=UTC))
+NIGHT_SLOTS = 12
+#: The one failure of billing.sync_invoices.
+FAILED_SLOT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+#: reports.hourly_rollup's runner went away after this; it is late.
+STOPPED = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
 
 def require_browser() -> object:
@@ -68,8 +77,9 @@ def require_browser() -> object:
 
 @pytest.fixture
 def history():
-    """Four jobs with real runs: one healthy with a varied timeline, one failing, one late
-    (its runner stopped after 10:00), one healthy with a watermark."""
+    """Four jobs with real runs over a day and a bit: one healthy but for a failure and a
+    night its runner was down, one failing, one late (its runner stopped after Tuesday
+    10:00 UTC), one healthy with a watermark."""
     durations = itertools.cycle([12, 31, 18, 46, 22, 15, 58, 26, 19, 34])
     with (
         registry.isolated(),
@@ -79,7 +89,7 @@ def history():
         @job("*/15 * * * *", name="billing.sync_invoices", timezone="Europe/Berlin")
         def sync_invoices(run):
             fake_clock.advance(timedelta(seconds=next(durations)))
-            if run.scheduled_for == T0 + timedelta(hours=2):
+            if run.scheduled_for == FAILED_SLOT:
                 raise TimeoutError("invoice API did not answer in 30s")
             run.add_items(40)
 
@@ -102,14 +112,31 @@ def history():
         fake_clock.set(T0 - timedelta(minutes=1))
         tick()
         for n in range(1, TICKS + 1):
-            fake_clock.set(T0 + n * timedelta(minutes=15))
-            stopped = ["reports.hourly_rollup"] if n > 8 else []  # its runner went away at 10:00
-            tick([name for name in registry.names() if name not in stopped])
+            slot = T0 + n * TICK
+            fake_clock.set(slot)
+            down = set()
+            if NIGHT[0] <= slot <= NIGHT[1]:
+                down.add("billing.sync_invoices")
+            if slot > STOPPED:
+                down.add("reports.hourly_rollup")
+            tick([name for name in registry.names() if name not in down])
         fake_clock.set(NOW)
         yield
 
 
-def test_the_admin_shows_badges_and_a_timeline_and_run_now_makes_a_job_due(history, live_server):
+def marks(locator) -> dict[str, int]:
+    """How many slot marks of each kind a timeline has."""
+    counts: dict[str, int] = {}
+    for kind in locator.locator("rect.fj-slot").evaluate_all(
+        "marks => marks.map(m => m.dataset.kind)"
+    ):
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def test_the_admin_shows_badges_and_slot_timelines_and_run_now_makes_a_job_due(
+    history, live_server
+):
     sync_playwright = require_browser()
     User.objects.create_superuser("admin", "admin@example.com", "correct horse")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -126,11 +153,13 @@ def test_the_admin_shows_badges_and_a_timeline_and_run_now_makes_a_job_due(histo
             page.wait_for_url(jobs_url)
 
             rows = page.locator("#result_list tbody tr")
-            states = {
+            by_name = {
                 rows.nth(i).locator("th.field-name").inner_text(): rows.nth(i)
-                .locator("td.field-state .fj-badge")
-                .inner_text()
                 for i in range(rows.count())
+            }
+            states = {
+                name: row.locator("td.field-state .fj-badge").inner_text()
+                for name, row in by_name.items()
             }
             assert states == {
                 "crm.import_contacts": "failing",
@@ -141,21 +170,58 @@ def test_the_admin_shows_badges_and_a_timeline_and_run_now_makes_a_job_due(histo
             first_two = [rows.nth(i).locator("th.field-name").inner_text() for i in range(2)]
             assert first_two == ["crm.import_contacts", "reports.hourly_rollup"]
             assert page.locator(".fj-badge.fj-late").is_visible()
-            late_reason = rows.nth(1).locator("td.field-reason").inner_text()
-            assert late_reason.startswith("no successful run since 2026-11-29 11:00")
-            assert late_reason.endswith("Europe/Berlin; expected by 12:35")
+            late_row = by_name["reports.hourly_rollup"]
+            late_reason = late_row.locator("td.field-reason").inner_text()
+            assert late_reason.startswith("no successful run since 2026-12-01 11:00:00")
+            assert late_reason.endswith("Europe/Berlin; expected by 12:35:00")
+            # The compact timeline of each job: the late job's last slots did not run.
+            compact = late_row.locator("svg.fj-timeline.fj-compact")
+            assert compact.is_visible()
+            late_marks = marks(compact)
+            assert late_marks["absent"] == 2  # 11:00 and 12:00 UTC; 13:00 is due
+            assert late_marks["due"] == 1
+            assert late_marks["upcoming"] == 1  # 14:00 UTC
+            assert compact.locator("rect.fj-slot-absent").first.is_visible()
+            page.click("#toggle-nav-sidebar")  # more room for the columns
+            page.set_viewport_size({"width": 2050, "height": 400})
+            assert marks(by_name["crm.import_contacts"].locator("svg.fj-compact")).keys() == {
+                "failed",
+                "upcoming",
+            }
             page.screenshot(path=str(SCREENSHOTS / "admin-jobs.png"), full_page=True)
 
             page.click("text=billing.sync_invoices")
             page.wait_for_url("**/change/")
-            bars = page.locator("svg.fj-timeline rect.fj-bar")
-            assert bars.count() == TICKS
-            assert page.locator("svg.fj-timeline rect.fj-bar-failed").count() == 1
-            heights = {bars.nth(i).get_attribute("height") for i in range(bars.count())}
-            assert len(heights) > 3  # height is duration
+            timeline = page.locator("svg.fj-timeline:not(.fj-compact)")
+            assert timeline.is_visible()
+            billing = marks(timeline)
+            # The last day: 96 slots, the night's 12 visibly missing (a later run caught
+            # up), one failure, and the slot it now waits for.
+            assert billing == {
+                "succeeded": 96 - NIGHT_SLOTS - 1,
+                "coalesced": NIGHT_SLOTS,
+                "failed": 1,
+                "upcoming": 1,
+            }
+            night = timeline.locator("rect.fj-slot-coalesced").first
+            assert night.is_visible()
+            title = night.locator("title").text_content()
+            assert title.startswith("2026-12-01 01:15:00 Europe/Berlin")
+            assert "caught up by the run of 2026-12-01 04:15:00 Europe/Berlin" in title
+            assert "Tue 1 Dec" in timeline.text_content()  # the night is labelled
             assert page.locator("ol.fj-fire-times li").count() == 10
-            page.set_viewport_size({"width": 1200, "height": 900})
-            page.screenshot(path=str(SCREENSHOTS / "admin-job-timeline.png"), full_page=True)
+            caption = page.locator(".fj-legend").first.inner_text()
+            assert caption.startswith("The last day: 96 expected slots")
+            page.set_viewport_size({"width": 1300, "height": 760})
+            page.screenshot(path=str(SCREENSHOTS / "admin-job-timeline.png"))
+
+            page.goto(jobs_url)
+            page.click("text=reports.hourly_rollup")
+            page.wait_for_url("**/change/")
+            timeline = page.locator("svg.fj-timeline:not(.fj-compact)")
+            assert marks(timeline)["absent"] == 2
+            assert timeline.locator(".fj-window-late").is_visible()
+            assert timeline.locator(".fj-window-awaited").is_visible()
 
             page.goto(jobs_url)
             page.click("text=search.reindex")

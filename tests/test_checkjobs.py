@@ -64,7 +64,7 @@ def test_checkjobs_prints_a_table_and_exits_2_when_a_job_is_late_or_failing(hist
         [STALLED, "LATE"],
         [FINE, "ok"],
     ]
-    assert "no successful run since 2026-11-29 09:15 UTC; expected by 09:42:30" in out
+    assert "no successful run since 2026-11-29 09:15:00 UTC; expected by 09:42:30" in out
     assert error == f"2 of 3 job(s) need attention: {BROKEN} (failing), {STALLED} (late)"
 
 
@@ -72,8 +72,8 @@ def test_checkjobs_exits_0_when_the_selected_jobs_are_healthy(history):
     status, out, _ = checkjobs("--job", FINE)
     assert status == 0
     assert len(out.splitlines()) == 2
-    assert "2026-11-29 09:45 UTC" in out  # last success
-    assert "10:00 UTC" in out  # next run
+    assert "2026-11-29 09:45:00 UTC" in out  # last success
+    assert "2026-11-29 10:00:00 UTC" in out  # next run
 
 
 def test_job_is_repeatable(history):

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_fencedjobs import fenced_atomic, job, lease
+from django_fencedjobs import health as health_module
+from django_fencedjobs import job, lease
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.exceptions import UnknownJob
-from django_fencedjobs.health import Severity, State, all_health, exit_code, job_health
+from django_fencedjobs.health import JobHealth, Severity, State, all_health, job_health
 from django_fencedjobs.loop import tick
-from django_fencedjobs.models import JobLease, JobRun
+from django_fencedjobs.models import JobLease, JobRun, Outcome
 from django_fencedjobs.registry import registry
 from tests.testapp.models import Item
 
@@ -44,7 +45,7 @@ def test_a_job_that_runs_on_schedule_is_ok(jobs):
     health = job_health("h.fine")
     assert (health.state, health.severity) == (State.OK, Severity.HEALTHY)
     assert health.last_success_at == T0 + timedelta(minutes=15)
-    assert health.reason == "last success 2026-11-29 09:15 UTC; next run 09:30"
+    assert health.reason == "last success 2026-11-29 09:15:00 UTC; next run 09:30:00"
     assert health.healthy
 
 
@@ -58,12 +59,13 @@ def test_a_new_job_is_never_run_until_its_first_slot_deadline_passes_then_late(j
     health = job_health("h.new", now=first_slot + DEADLINE_AFTER_SLOT)
     assert health.state == State.NEVER_RUN and health.healthy
     assert health.expected_by == first_slot + DEADLINE_AFTER_SLOT
-    assert "first slot 2026-11-29 09:15 UTC, expected by 09:27:30" in health.reason
+    assert "first slot 2026-11-29 09:15:00 UTC, expected by 09:27:30" in health.reason
 
     late = job_health("h.new", now=first_slot + DEADLINE_AFTER_SLOT + SECOND)
     assert (late.state, late.severity) == (State.LATE, Severity.CRITICAL)
     assert late.reason == (
-        "never succeeded; its first slot 2026-11-29 09:15 UTC was expected to succeed by 09:27:30"
+        "never succeeded; its first slot 2026-11-29 09:15:00 UTC was expected to succeed by "
+        "09:27:30"
     )
 
 
@@ -83,7 +85,7 @@ def test_a_job_is_late_once_its_slot_passes_with_no_run(jobs):
     fake_clock.set(deadline + SECOND)
     late = job_health("h.stalled")
     assert late.state == State.LATE
-    assert late.reason == "no successful run since 2026-11-29 09:15 UTC; expected by 09:42:30"
+    assert late.reason == "no successful run since 2026-11-29 09:15:00 UTC; expected by 09:42:30"
     assert late.next_run_at == T0 + timedelta(minutes=30)  # due, but nobody ran it
 
     fake_clock.set(deadline + timedelta(minutes=1))
@@ -102,8 +104,8 @@ def test_the_reason_is_written_in_the_jobs_zone(jobs):
     tick()
     late = job_health("h.berlin", now=datetime(2026, 11, 30, 8, 13, tzinfo=UTC))
     assert late.reason == (
-        "no successful run since 2026-11-29 09:00 Europe/Berlin; "
-        "expected by 2026-11-30 09:12 Europe/Berlin"
+        "no successful run since 2026-11-29 09:00:00 Europe/Berlin; "
+        "expected by 2026-11-30 09:12:00 Europe/Berlin"
     )
 
 
@@ -138,10 +140,8 @@ def test_a_job_that_failed_and_never_succeeded_is_not_healthy(jobs):
     assert not health.healthy
     assert health.reason == (
         "1 failure and no success yet (critical at 3 consecutive failures); last failed at "
-        "2026-11-29 09:15 UTC: RuntimeError: API key missing; a success is expected by 09:27:30"
+        "2026-11-29 09:15:00 UTC: RuntimeError: API key missing; a success is expected by 09:27:30"
     )
-    assert exit_code([health]) == 0
-    assert exit_code([health], strict=True) == 1
 
 
 def test_the_failure_threshold_is_per_job_and_a_success_resets_it(jobs):
@@ -175,7 +175,7 @@ def test_a_run_in_progress_is_running(jobs):
     (during,) = seen
     assert (during.state, during.running, during.fence) == (State.RUNNING, True, 1)
     assert during.owner and during.lease_until == T0 + timedelta(minutes=17)
-    assert during.reason.startswith("running since 2026-11-29 09:15 UTC on ")
+    assert during.reason.startswith("running since 2026-11-29 09:15:00 UTC on ")
     assert during.last_run is not None and during.last_run.outcome == "running"
     assert job_health("h.busy").state == State.OK
 
@@ -193,7 +193,7 @@ def test_a_paused_job_is_paused_even_when_it_would_be_late(jobs):
     assert tick().runs == []
     paused = job_health("h.resting")
     assert (paused.state, paused.severity) == (State.PAUSED, Severity.WARNING)
-    assert paused.reason == "paused: no runs until resumed; last success 2026-11-29 09:15 UTC"
+    assert paused.reason == "paused: no runs until resumed; last success 2026-11-29 09:15:00 UTC"
     lease.set_paused("h.resting", False)
     assert job_health("h.resting").state == State.LATE
 
@@ -292,31 +292,54 @@ def test_asking_for_an_unknown_job_raises_unknown_job(jobs):
         job_health("h.nope")
 
 
-def test_exit_code_is_2_for_critical_and_1_for_warnings_only_when_strict(jobs):
-    @quarterly("h.a")
-    def a(run):
+def test_health_decides_and_leaves_presenting_it_to_its_callers():
+    """The exit status is checkjobs', JSON is checkjobs', formatting a time for a reader is
+    the admin's or checkjobs': health decides the state and says why."""
+    assert not hasattr(health_module, "exit_code")
+    assert not hasattr(health_module, "_format")
+    assert not hasattr(JobHealth, "as_dict")
+    assert not hasattr(JobHealth, "local")
+
+
+def test_a_jobs_times_are_in_its_schedules_zone_and_an_invalid_jobs_in_utc(jobs):
+    @job("0 9 * * *", name="h.berlin", timezone="Europe/Berlin")
+    def berlin(run):
+        pass
+
+    @job("0 9 * * *", name="h.nowhere", timezone="Mars/Olympus_Mons")
+    def nowhere(run):
         pass
 
     tick()
-    lease.set_paused("h.a", True)
-    healths = all_health()
-    assert exit_code(healths) == 0
-    assert exit_code(healths, strict=True) == 1
-    fake_clock.set(T0 + timedelta(days=1))
-    lease.set_paused("h.a", False)
-    assert exit_code(all_health()) == 2
+    good, bad = job_health("h.berlin"), job_health("h.nowhere")
+    assert good.tz is registry.get("h.berlin").schedule.tz
+    assert good.tz == ZoneInfo("Europe/Berlin")
+    assert bad.state == State.INVALID and "Mars/Olympus_Mons" in bad.reason
+    assert bad.tz is UTC  # never a silent guess at a zone that does not resolve
 
 
-def test_a_health_is_json_serialisable(jobs):
-    @quarterly("h.json")
-    def json_job(run):
-        with fenced_atomic():
-            run.add_items(3)
+def test_a_runs_duration_is_the_models_and_an_abandoned_run_has_none(jobs):
+    @quarterly("h.timed")
+    def timed(run):
+        fake_clock.advance(timedelta(seconds=42))
 
     tick()
     fake_clock.set(T0 + timedelta(minutes=15))
     tick()
-    data = json.loads(json.dumps(job_health("h.json").as_dict()))
-    assert data["state"] == "ok"
-    assert data["last_success_at"] == "2026-11-29T09:15:00+00:00"
-    assert data["last_run"]["items"] == 3
+    (run,) = JobRun.objects.filter(job="h.timed")
+    assert run.duration == 42.0
+    assert job_health("h.timed").last_finished_run.duration == 42.0
+
+    # A run whose process died: it "finished" when a later run noticed, so the time from
+    # its start to then is not how long it ran.
+    abandoned = JobRun.objects.create(
+        job="h.timed",
+        scheduled_for=T0 + timedelta(minutes=30),
+        started_at=T0 + timedelta(minutes=30),
+        finished_at=T0 + timedelta(minutes=45),
+        outcome=Outcome.ABANDONED,
+    )
+    assert abandoned.duration is None
+    assert job_health("h.timed").last_finished_run.duration is None
+    missed = JobRun(job="h.timed", scheduled_for=T0, finished_at=T0, outcome=Outcome.MISSED)
+    assert missed.duration is None  # never started

@@ -134,6 +134,29 @@ def test_a_job_past_its_deadline_is_late_in_the_metrics(jobs: JobRegistry) -> No
     assert value(samples, "fencedjobs_state", job_name="m.invoices", state="ok") == 0
 
 
+def test_a_last_run_that_was_abandoned_or_missed_has_no_duration(jobs: JobRegistry) -> None:
+    declare_two_jobs()
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15, seconds=1))
+    tick(workers=1)
+    assert value(scrape(), "fencedjobs_last_run_duration_seconds", job_name="m.invoices") == 42
+    # Its process died mid-run: a later run noticed a quarter of an hour after it started.
+    slot = T0 + timedelta(minutes=30)
+    JobRun.objects.create(
+        job="m.invoices",
+        scheduled_for=slot,
+        started_at=slot,
+        finished_at=slot + timedelta(minutes=15),
+        outcome=Outcome.ABANDONED,
+    )
+    JobRun.objects.create(
+        job="m.broken", scheduled_for=slot, finished_at=slot, outcome=Outcome.MISSED
+    )
+    samples = scrape()
+    assert value(samples, "fencedjobs_last_run_duration_seconds", job_name="m.invoices") is None
+    assert value(samples, "fencedjobs_last_run_duration_seconds", job_name="m.broken") is None
+
+
 def test_every_metric_is_exposed_and_documented(jobs: JobRegistry) -> None:
     declare_two_jobs()
     tick()

@@ -134,16 +134,9 @@ class FencedJobsCollector:
             for state in health.State:
                 add("fencedjobs_state", [name, state.value], float(state is job_health.state))
             finished = job_health.last_finished_run
-            # An abandoned run has no duration: its process died; it "finished" when a
-            # later run noticed.
-            if (
-                finished is not None
-                and finished.outcome != Outcome.ABANDONED
-                and finished.started_at is not None
-                and finished.finished_at is not None
-            ):
-                duration = (finished.finished_at - finished.started_at).total_seconds()
-                add("fencedjobs_last_run_duration_seconds", [name], duration)
+            if finished is not None:
+                # JobRun.duration: none for a run that never started or was abandoned.
+                add("fencedjobs_last_run_duration_seconds", [name], finished.duration)
             job = job_health.job
             if job is not None and job.schedule is not None:
                 add(

@@ -4,12 +4,15 @@ Exit status: 0 all healthy; 2 any job late, failing or invalid; 1 with ``--stric
 any is paused, capped or not yet picked up by a runner (and none is critical); 3 the
 database could not be read (unreachable, or ``migrate`` has not run on it); 4
 ``FENCEDJOBS`` is invalid, so no job can be judged. Codes 1, 3 and 4 come with one line on
-stderr. The deciding is :mod:`django_fencedjobs.health`'s.
+stderr. The deciding is :mod:`django_fencedjobs.health`'s; the exit status, the table
+and the JSON are this command's.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -18,6 +21,7 @@ from django.db import DatabaseError
 
 from django_fencedjobs import baseline, clock, health, preflight
 from django_fencedjobs.exceptions import UnknownJob
+from django_fencedjobs.instants import format_instant, iso_utc
 
 #: The exit status when the job state cannot be read at all.
 UNREACHABLE = 3
@@ -79,7 +83,7 @@ class Command(BaseCommand):
                 f"cannot read the job state, database unavailable: {_one_line(exc)}",
                 returncode=UNREACHABLE,
             ) from None
-        status = health.exit_code(healths, strict=strict)
+        status = _exit_code(healths, strict=strict)
         if as_json:
             self.stdout.write(_json(healths, status))
         else:
@@ -100,7 +104,7 @@ def _json(healths: list[health.JobHealth], status: int) -> str:
             "healthy": status == 0,
             "exit_code": status,
             "checked_at": healths[0].checked_at.isoformat() if healths else None,
-            "jobs": [h.as_dict() for h in healths],
+            "jobs": [_as_dict(h) for h in healths],
         },
         indent=2,
     )
@@ -113,7 +117,7 @@ def _table(healths: list[health.JobHealth]) -> str:
         (
             h.name,
             h.state.value.upper() if not h.healthy else h.state.value,
-            h.local(h.last_success_at) or "never",
+            _at(h, h.last_success_at) or "never",
             _next_run(h),
             str(h.consecutive_failures),
             h.reason,
@@ -134,8 +138,65 @@ def _next_run(h: health.JobHealth) -> str:
     if h.next_run_at is None or h.state is health.State.REMOVED:
         return "-"
     if h.next_run_at <= h.checked_at:
-        return f"due since {h.local(h.next_run_at)}"
-    return h.local(h.next_run_at)
+        return f"due since {_at(h, h.next_run_at)}"
+    return _at(h, h.next_run_at)
+
+
+def _at(h: health.JobHealth, value: datetime | None) -> str:
+    return "" if value is None else format_instant(value, h.tz)
+
+
+def _exit_code(healths: Iterable[health.JobHealth], *, strict: bool = False) -> int:
+    """2 if any job is critical (late, failing, invalid); with ``strict``, 1 if any is a
+    warning (paused, capped, failed before its first success, not recorded yet); else 0."""
+    severities = {h.severity for h in healths}
+    if health.Severity.CRITICAL in severities:
+        return 2
+    if strict and health.Severity.WARNING in severities:
+        return 1
+    return 0
+
+
+def _as_dict(h: health.JobHealth) -> dict[str, Any]:
+    """One job in ``--json``: times in ISO 8601, UTC."""
+
+    def iso(value: datetime | None) -> str | None:
+        return None if value is None else iso_utc(value)
+
+    def run(summary: health.RunSummary | None) -> dict[str, Any] | None:
+        if summary is None:
+            return None
+        return {
+            "scheduled_for": iso(summary.scheduled_for),
+            "started_at": iso(summary.started_at),
+            "finished_at": iso(summary.finished_at),
+            "outcome": summary.outcome,
+            "capped": summary.capped,
+            "items": summary.items,
+            "error": summary.error_excerpt,
+        }
+
+    return {
+        "name": h.name,
+        "state": h.state.value,
+        "severity": h.severity.value,
+        "reason": h.reason,
+        "checked_at": iso(h.checked_at),
+        "timezone": h.timezone,
+        "schedule": h.schedule,
+        "last_success_at": iso(h.last_success_at),
+        "next_run_at": iso(h.next_run_at),
+        "expected_by": iso(h.expected_by),
+        "consecutive_failures": h.consecutive_failures,
+        "failure_threshold": h.failure_threshold,
+        "paused": h.paused,
+        "running": h.running,
+        "owner": h.owner,
+        "fence": h.fence,
+        "lease_until": iso(h.lease_until),
+        "last_run": run(h.last_run),
+        "last_finished_run": run(h.last_finished_run),
+    }
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,0 +1,24 @@
+"""The admin: every job with its health and its recent slots, a job's slot timeline, the run
+history, and the three things an operator may do (run now, pause, resume).
+
+Nothing here is editable: the lease rows are written only through
+:mod:`django_fencedjobs.lease` (saving a stale copy of a row through a form could move its
+fence backwards), and runs are history (deleted only by retention). The Django *change*
+permission on jobs is what allows "run now", "pause" and "resume"; a user with only the
+*view* permission sees everything and can trigger nothing. Each action is recorded in the
+admin log. States and reasons come from :mod:`django_fencedjobs.health`.
+
+- :mod:`~django_fencedjobs.admin.jobs`: the jobs pages and the operations;
+- :mod:`~django_fencedjobs.admin.runs`: the run history;
+- :mod:`~django_fencedjobs.admin.timeline`: the slot timeline, drawn by
+  ``templates/admin/fencedjobs/joblease/timeline.html``;
+- :mod:`~django_fencedjobs.admin.paginator`: a paginator that does not count a large table;
+- :mod:`~django_fencedjobs.admin.display`: badges and instants, shared by both pages.
+"""
+
+from __future__ import annotations
+
+from django_fencedjobs.admin.jobs import JobLeaseAdmin
+from django_fencedjobs.admin.runs import JobRunAdmin
+
+__all__ = ["JobLeaseAdmin", "JobRunAdmin"]

@@ -1,0 +1,472 @@
+"""The jobs pages: every job with its health and its recent slots; a job's page with its slot
+timeline, next fire times, lease and watermarks; run now, pause, resume.
+
+Each row's health is decided once per request, in :meth:`JobLeaseAdmin.get_queryset` (one
+clock reading, one :func:`~django_fencedjobs.health.all_health`), and comes with the row:
+the state filter and the worst-first ordering are SQL over it, the columns read it from
+the row, whenever the response is rendered. The list's compact timelines are read in
+:meth:`JobLeaseAdmin.get_changelist_instance`, for the page's rows in one query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
+from django.db.models import Case, CharField, IntegerField, QuerySet, Value, When
+from django.db.models.expressions import Combinable
+from django.db.models.query import ModelIterable
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+from django_fencedjobs import baseline, clock, health, lease
+from django_fencedjobs.admin import timeline
+from django_fencedjobs.admin.display import badge, instant, job_zone
+from django_fencedjobs.health import JobHealth, State
+from django_fencedjobs.instants import format_instant
+from django_fencedjobs.models import JobLease, Outcome, Watermark
+from django_fencedjobs.registry import registry
+
+#: Fire times listed on a job's page.
+NEXT_FIRE_TIMES = 10
+#: The annotations a row carries: its state, and its severity's rank (0: critical first).
+STATE, RANK = "fencedjobs_state", "fencedjobs_rank"
+
+
+def health_of(row: JobLease) -> JobHealth | None:
+    """The health decided for ``row`` in this request (see :func:`_with_health`); None for
+    a row recorded after it was decided."""
+    found: JobHealth | None = getattr(row, "fencedjobs_health", None)
+    return found
+
+
+def _with_health(rows: QuerySet[JobLease], healths: Mapping[str, JobHealth]) -> QuerySet[JobLease]:
+    """``rows``, each fetched with its health attached. The rows a changelist pages, filters
+    and sorts and the one ``get_object`` fetches all derive from this queryset, and a
+    queryset keeps its iterable class through every ``filter()``, ``order_by()`` and slice."""
+
+    class RowsWithHealth(ModelIterable):
+        def __iter__(self) -> Iterator[JobLease]:
+            for row in super().__iter__():
+                setattr(row, "fencedjobs_health", healths.get(row.name))  # noqa: B010
+                yield row
+
+    rows._iterable_class = RowsWithHealth
+    return rows
+
+
+def _per_job(values: Mapping[str, Any], default: Any, output_field: Any) -> Case:
+    """A SQL expression that is ``values[name]`` for each job's row, ``default`` otherwise."""
+    groups: dict[Any, list[str]] = {}
+    for name, value in values.items():
+        groups.setdefault(value, []).append(name)
+    return Case(
+        *(When(name__in=names, then=Value(value)) for value, names in groups.items()),
+        default=Value(default),
+        output_field=output_field,
+    )
+
+
+class StateFilter(admin.SimpleListFilter):
+    title = _("state")
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(state.value, state.value.replace("_", " ")) for state in State]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[JobLease]) -> QuerySet[JobLease]:
+        return queryset.filter(**{STATE: self.value()}) if self.value() else queryset
+
+
+@admin.register(JobLease)
+class JobLeaseAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "state",
+        "reason",
+        "recent_slots",
+        "schedule",
+        "next_run",
+        "last_success",
+        "last_outcome",
+        "failures",
+        "lease_held",
+    )
+    list_display_links = ("name",)
+    list_filter = (StateFilter, "paused")
+    show_full_result_count = False  # one row per job: the filtered count is all it needs
+    search_fields = ("name",)
+    actions = ("run_now", "pause", "resume")
+    fieldsets = (
+        (None, {"fields": ("name", "state", "reason", "schedule")}),
+        (_("Slots"), {"fields": ("slot_timeline",)}),
+        (
+            _("Timing"),
+            {"fields": ("next_run", "expected_by", "last_success", "next_fire_times")},
+        ),
+        (_("Last run"), {"fields": ("last_outcome", "consecutive_failures")}),
+        (_("Lease"), {"fields": ("paused", "holder", "fence", "lease_expiry", "first_seen")}),
+        (_("Progress"), {"fields": ("watermarks",)}),
+    )
+    readonly_fields = (
+        "state",
+        "reason",
+        "schedule",
+        "slot_timeline",
+        "next_run",
+        "expected_by",
+        "last_success",
+        "next_fire_times",
+        "last_outcome",
+        "holder",
+        "lease_expiry",
+        "first_seen",
+        "watermarks",
+    )
+
+    class Media:
+        css = {"all": ("fencedjobs/admin.css",)}
+
+    # -- permissions: read-only rows; the change permission allows the operations ------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # A job's row is created when its code is first seen live: by `migrate`, a runner,
+        # `checkjobs`, or these pages (_record_first_sightings).
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # never edited through a form; see has_operate_permission
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Deleting the row would restart the job's fence at zero: a stale holder's old fence
+        # could become current again.
+        return False
+
+    def has_operate_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Run now, pause, resume: the Django change permission on jobs."""
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.{get_permission_codename('change', opts)}")
+
+    # -- the rows, with their health ---------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[JobLease]:
+        """Every job's row, each with its health (decided here, once per request, against
+        one clock reading), and its state and severity as SQL values for the state filter
+        and the ordering."""
+        now = self._record_first_sightings(request)
+        healths = {h.name: h for h in health.all_health(now=now)}
+        rows = self.model._default_manager.get_queryset().annotate(
+            **{
+                STATE: _per_job({n: h.state.value for n, h in healths.items()}, "", CharField()),
+                RANK: _per_job({n: h.severity.rank for n, h in healths.items()}, 2, IntegerField()),
+            }
+        )
+        ordering = self.get_ordering(request)
+        if ordering:
+            rows = rows.order_by(*ordering)
+        return _with_health(rows, healths)
+
+    def get_ordering(self, request: HttpRequest) -> list[str | Combinable]:
+        """Late, failing and invalid jobs first, then warnings, then the rest; by name."""
+        return [RANK, "name"]
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        """The page's rows, each with its compact timeline's window and runs (one query for
+        the page)."""
+        changelist = super().get_changelist_instance(request)
+        rows = list(changelist.result_list)
+        windows = {}
+        for row in rows:
+            h = health_of(row)
+            found = timeline.window_of(h, row.created_at, timeline.LIST) if h else None
+            if found is not None:
+                windows[row.name] = found
+        runs = timeline.runs_in(windows, using=lease.lease_db())
+        for row in rows:
+            if row.name in windows:
+                setattr(row, "fencedjobs_slots", (windows[row.name], runs[row.name]))  # noqa: B010
+        changelist.result_list = rows
+        return changelist
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # A POST is refused by Django itself: has_change_permission() is False.
+        context = {**(extra_context or {}), "can_operate": self.has_operate_permission(request)}
+        return super().change_view(request, object_id, form_url, context)
+
+    def _record_first_sightings(self, request: HttpRequest) -> datetime:
+        """A declared job these pages see for the first time gets its lease row now: the
+        baseline from which, never having run, it becomes late. Returns the clock reading.
+
+        A database user that may not write still sees what is there, and is told which
+        jobs are missing from the list."""
+        now = clock.now()
+        sightings = baseline.record_first_sightings(now)
+        if sightings.refused:
+            self.message_user(
+                request,
+                f"Could not record {', '.join(sightings.refused)}, declared in code but not "
+                f"yet seen by `migrate`, a runner or `checkjobs` ({sightings.error}): not "
+                "listed, and not alerted on, until one of them records it.",
+                messages.WARNING,
+            )
+        return now
+
+    # -- columns -----------------------------------------------------------------------------
+
+    @admin.display(description=_("state"), ordering=RANK)
+    def state(self, row: JobLease) -> SafeString | str:
+        h = health_of(row)
+        if h is None:
+            return "-"
+        return badge(h.state.value, h.state.value.replace("_", " "), h.reason)
+
+    @admin.display(description=_("reason"))
+    def reason(self, row: JobLease) -> str:
+        h = health_of(row)
+        return h.reason if h else "-"
+
+    @admin.display(description=_("recent slots"))
+    def recent_slots(self, row: JobLease) -> SafeString | str:
+        h = health_of(row)
+        drawn = getattr(row, "fencedjobs_slots", None)
+        if h is None or drawn is None:
+            return "-"
+        window, runs = drawn
+        return timeline.render(h, window, runs, timeline.LIST)
+
+    @admin.display(description=_("schedule"))
+    def schedule(self, row: JobLease) -> str:
+        h = health_of(row)
+        return (h.schedule or "not declared in code") if h else "-"
+
+    @admin.display(description=_("next run"), ordering="next_run_at")
+    def next_run(self, row: JobLease) -> SafeString | str:
+        h = health_of(row)
+        if h is None:
+            return "-"
+        if h.state is State.REMOVED:
+            return "never (not declared)"
+        if row.paused:
+            return format_html("paused<br>{}", instant(row.next_run_at, h.tz))
+        if h.next_run_at is not None and h.next_run_at <= h.checked_at:
+            return format_html("due now<br>{}", instant(h.next_run_at, h.tz))
+        return instant(h.next_run_at, h.tz)
+
+    @admin.display(description=_("expected by"))
+    def expected_by(self, row: JobLease) -> SafeString | str:
+        h = health_of(row)
+        return instant(h.expected_by, h.tz) if h else "-"
+
+    @admin.display(description=_("last success"), ordering="last_success_at")
+    def last_success(self, row: JobLease) -> SafeString | str:
+        h = health_of(row)
+        if h is None or row.last_success_at is None:
+            return "never"
+        return instant(row.last_success_at, h.tz)
+
+    @admin.display(description=_("last run"))
+    def last_outcome(self, row: JobLease) -> SafeString | str:
+        h = health_of(row)
+        if h is None or h.last_run is None:
+            return "-"
+        run = h.last_run
+        # A run in progress: when it started; any other: when it ended.
+        when = run.started_at if run.outcome == Outcome.RUNNING else run.finished_at
+        label = Outcome(run.outcome).label + (" (capped)" if run.capped else "")
+        return format_html(
+            "{}<br>{}", badge(run.outcome, label, run.error_excerpt), instant(when, h.tz)
+        )
+
+    @admin.display(description=_("failures"), ordering="consecutive_failures")
+    def failures(self, row: JobLease) -> int:
+        return row.consecutive_failures
+
+    @admin.display(description=_("lease"))
+    def lease_held(self, row: JobLease) -> SafeString | str:
+        """While a run holds it: owner, fence and expiry, in one column."""
+        h = health_of(row)
+        if h is None or not h.running or h.lease_until is None:
+            return "-"
+        return format_html(
+            "{} (fence {})<br>until {}", h.owner, h.fence, instant(h.lease_until, h.tz)
+        )
+
+    @admin.display(description=_("held by"))
+    def holder(self, row: JobLease) -> str:
+        h = health_of(row)
+        if h is None or not h.running:
+            return "-"
+        return f"{h.owner} (fence {h.fence})"
+
+    @admin.display(description=_("lease expires"))
+    def lease_expiry(self, row: JobLease) -> SafeString | str:
+        h = health_of(row)
+        return instant(h.lease_until, h.tz) if h else "-"
+
+    @admin.display(description=_("first seen"))
+    def first_seen(self, row: JobLease) -> SafeString | str:
+        """When the job's code was first seen live: its absence baseline."""
+        return instant(row.created_at, job_zone(row.name))
+
+    # -- the job's page ----------------------------------------------------------------------
+
+    @admin.display(description=_("slots"))
+    def slot_timeline(self, row: JobLease) -> SafeString | str:
+        h = health_of(row)
+        window = timeline.window_of(h, row.created_at, timeline.PAGE) if h else None
+        if h is None or window is None:
+            return "-"
+        runs = timeline.runs_in({row.name: window}, using=lease.lease_db(), with_errors=True)
+        site = self.admin_site.name
+        return timeline.render(
+            h,
+            window,
+            runs[row.name],
+            timeline.PAGE,
+            run_url=lambda pk: reverse(f"{site}:fencedjobs_jobrun_change", args=[pk]),
+            runs_url=reverse(f"{site}:fencedjobs_jobrun_changelist")
+            + "?"
+            + urlencode({"job": row.name}),
+        )
+
+    @admin.display(description=_("next fire times"))
+    def next_fire_times(self, row: JobLease) -> SafeString | str:
+        h = health_of(row)
+        job = h.job if h else None
+        if h is None or job is None or job.schedule is None:
+            return "-"
+        times: list[datetime] = []
+        when = h.checked_at
+        for _i in range(NEXT_FIRE_TIMES):
+            when = job.schedule.next_after(when)
+            times.append(when)
+        items = format_html_join("", "<li>{}</li>", ((instant(t, h.tz),) for t in times))
+        return format_html('<ol class="fj-fire-times">{}</ol>', items)
+
+    @admin.display(description=_("watermarks"))
+    def watermarks(self, row: JobLease) -> SafeString | str:
+        marks = list(Watermark.objects.using(lease.lease_db()).filter(job=row.name).order_by("key"))
+        if not marks:
+            return "none (this job keeps no watermark)"
+        tz = job_zone(row.name)
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    m.key or "(default)",
+                    instant(m.position, tz) if m.position is not None else m.cursor,
+                    m.fence,
+                    instant(m.updated_at, tz),
+                )
+                for m in marks
+            ),
+        )
+        return format_html(
+            '<table class="fj-watermarks"><thead><tr><th>key</th><th>position</th>'
+            "<th>fence of last writer</th><th>updated</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    # -- operations --------------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.opts
+        return [
+            path(
+                "<path:object_id>/operate/<str:operation>/",
+                self.admin_site.admin_view(self.operate_view),
+                name=f"{opts.app_label}_{opts.model_name}_operate",
+            ),
+            *super().get_urls(),
+        ]
+
+    def operate_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
+        """The buttons on a job's page: POST only, change permission required."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if operation not in _OPERATIONS:
+            raise Http404(f"no operation {operation!r}")
+        obj = self.get_object(request, object_id)
+        if obj is None:
+            raise Http404(f"no job with id {object_id!r}")
+        if not self.has_operate_permission(request, obj):
+            raise PermissionDenied
+        _OPERATIONS[operation](self, request, [obj])
+        return HttpResponseRedirect(
+            reverse(f"{self.admin_site.name}:fencedjobs_joblease_change", args=[obj.pk])
+        )
+
+    @admin.action(
+        description=_("Run now (it still goes through the lease)"), permissions=["operate"]
+    )
+    def run_now(self, request: HttpRequest, queryset: Iterable[JobLease]) -> None:
+        now = clock.now()
+        done, skipped = [], []
+        for row in queryset:
+            if row.name not in registry:
+                skipped.append(f"{row.name} (not declared in code)")
+            elif lease.make_due(row.name, now):
+                when = format_instant(now, job_zone(row.name))
+                self.log_change(request, row, f"Run now: made due at {when}.")
+                done.append(row.name)
+            else:
+                skipped.append(f"{row.name} (already due)")
+        self._report(request, "Made due, it will run at the next tick", done, skipped)
+
+    @admin.action(description=_("Pause"), permissions=["operate"])
+    def pause(self, request: HttpRequest, queryset: Iterable[JobLease]) -> None:
+        self._set_paused(request, queryset, paused=True)
+
+    @admin.action(description=_("Resume"), permissions=["operate"])
+    def resume(self, request: HttpRequest, queryset: Iterable[JobLease]) -> None:
+        self._set_paused(request, queryset, paused=False)
+
+    def _set_paused(
+        self, request: HttpRequest, queryset: Iterable[JobLease], *, paused: bool
+    ) -> None:
+        done, skipped = [], []
+        for row in queryset:
+            if row.paused == paused:
+                skipped.append(f"{row.name} (already {'paused' if paused else 'running'})")
+            elif lease.set_paused(row.name, paused):
+                self.log_change(request, row, "Paused." if paused else "Resumed.")
+                done.append(row.name)
+        self._report(request, "Paused" if paused else "Resumed", done, skipped)
+
+    def _report(
+        self, request: HttpRequest, happened: str, done: list[str], skipped: list[str]
+    ) -> None:
+        # The admin capitalises a message's first letter: it never starts with a job's name.
+        if done:
+            self.message_user(request, f"{happened}: {', '.join(done)}.", messages.SUCCESS)
+        if skipped:
+            self.message_user(request, f"Nothing to do for {', '.join(skipped)}.", messages.WARNING)
+
+
+_OPERATIONS = {
+    "run-now": JobLeaseAdmin.run_now,
+    "pause": JobLeaseAdmin.pause,
+    "resume": JobLeaseAdmin.resume,
+}

@@ -1,0 +1,453 @@
+"""A job's slot timeline: the slots its schedule expected, against what happened.
+
+Drawn by ``admin/fencedjobs/joblease/timeline.html`` (an inline SVG): one mark per
+expected slot at its instant, coloured by its run's outcome. A slot with no run is drawn
+hollow, so absence is seen at a glance: *absent* (nothing ran for it), *coalesced* (it did
+not run; a later run caught up on it), *missed* (recorded as not started, past the job's
+``starting_deadline``), *paused*; a slot still within its allowance (run timeout plus
+grace) is *due*, and the next one *upcoming*. A run that is not on a slot of the schedule
+(run now) is a half-height mark. Behind the marks: the slot the dead man's switch waits
+for, up to its deadline, and, when that has passed, the time the job has been late, as
+:mod:`django_fencedjobs.health` decided; before the job was first seen nothing is
+expected.
+
+How far back: the last day, when the schedule fires :attr:`Size.day_fewest` to
+:attr:`Size.most` times a day (a mark per slot stays readable); otherwise the last
+:attr:`Size.most` slots of a job that fires more often, or the last :attr:`Size.fewest` of
+one that fires less often (a daily job: its last month). The jobs list draws a compact one
+(:data:`LIST`), a job's page the full one (:data:`PAGE`), with a time axis in the job's
+zone. Runs are read for all the timelines of a page in one query (:func:`runs_in`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta, tzinfo
+from html import escape
+from typing import Any
+
+from django.db.models import Q
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString, mark_safe
+
+from django_fencedjobs.health import FAILURE_OUTCOMES, JobHealth, error_excerpt
+from django_fencedjobs.instants import format_instant, iso_utc
+from django_fencedjobs.models import JobRun, Outcome
+from django_fencedjobs.schedule import Schedule
+
+__all__ = ["LIST", "PAGE", "Size", "Window", "render", "runs_in", "window_of"]
+
+TEMPLATE = "admin/fencedjobs/joblease/timeline.html"
+DAY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Size:
+    """How much a timeline shows, and how large it is drawn."""
+
+    width: int
+    height: int
+    #: The widest a mark is drawn (narrower where slots crowd).
+    mark: float
+    #: The most slots drawn: a job that fires more often shows its last ``most``.
+    most: int
+    #: The last day is drawn when it holds ``day_fewest`` to ``most`` slots.
+    day_fewest: int
+    #: A job that fires less often shows its last ``fewest`` slots.
+    fewest: int
+    compact: bool
+
+
+PAGE = Size(width=900, height=66, mark=7, most=96, day_fewest=24, fewest=30, compact=False)
+LIST = Size(width=168, height=18, mark=4, most=24, day_fewest=24, fewest=24, compact=True)
+
+#: The words for each kind of mark.
+KIND_LABELS: dict[str, str] = {
+    **{outcome.value: str(outcome.label) for outcome in Outcome},
+    "absent": "did not run",
+    "coalesced": "did not run, caught up later",
+    "paused": "did not run, paused",
+    "due": "due, not late yet",
+    "upcoming": "next slot",
+}
+#: Kinds drawn hollow: the slot has no run that did its work.
+HOLLOW = frozenset({"absent", "coalesced", "paused", "due", "upcoming", Outcome.MISSED.value})
+
+#: Fields of a run a timeline reads (the error only on a job's page).
+_RUN_FIELDS = (
+    "pk",
+    "job",
+    "scheduled_for",
+    "started_at",
+    "finished_at",
+    "outcome",
+    "capped",
+    "items",
+    "missed_slots",
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The stretch of time a timeline covers, and the slots expected in it."""
+
+    #: Exclusive.
+    start: datetime
+    #: ``now``, or a little after it: the next slot and the deadline the job waits for.
+    end: datetime
+    now: datetime
+    #: Expected slots in ``(start, end]`` after the job was first seen, ascending, UTC.
+    slots: tuple[datetime, ...]
+    #: When the job was first seen (its lease row was created): nothing is expected before.
+    first_seen: datetime
+    #: The last day (else the last N slots).
+    day: bool
+    #: How long after its slot a run may succeed before the slot counts as missing: the
+    #: job's run timeout plus its grace (as for the dead man's switch).
+    allowance: timedelta
+
+
+def window_of(h: JobHealth, first_seen: datetime, size: Size) -> Window | None:
+    """The window of ``h``'s job at ``h.checked_at``; None for a job without a valid
+    schedule (removed, invalid)."""
+    job = h.job
+    if job is None or job.schedule is None:
+        return None
+    return expected_slots(
+        job.schedule,
+        h.checked_at,
+        first_seen=first_seen,
+        expected_by=h.expected_by,
+        allowance=job.run_timeout + job.grace,
+        size=size,
+    )
+
+
+def expected_slots(
+    schedule: Schedule,
+    now: datetime,
+    *,
+    first_seen: datetime,
+    expected_by: datetime | None,
+    allowance: timedelta,
+    size: Size,
+) -> Window:
+    """The window a timeline of ``size`` draws for ``schedule`` at ``now``."""
+    day = schedule.fire_times(now - DAY, now, limit=size.most + 1)
+    past = day
+    start, whole_day = now - DAY, True
+    if not size.day_fewest <= len(day) <= size.most:
+        count = size.most if len(day) > size.most else size.fewest
+        last = _last_slots(schedule, now, count)
+        if last:  # else it never fired in the last 16 years: an empty day
+            gap = (last[-1] - last[0]) / (len(last) - 1) if len(last) > 1 else DAY
+            past, start, whole_day = last, last[0] - gap / 2, False
+    # Show what the job waits for next, when it is near enough to read on this scale.
+    ahead = now + (now - start) / 5
+    end = now
+    for instant in (schedule.next_after(now), expected_by):
+        if instant is not None and now < instant <= ahead:
+            end = max(end, instant)
+    future = schedule.fire_times(now, end) if end > now else []
+    slots = tuple(slot for slot in (*past, *future) if slot > first_seen)
+    return Window(start, end, now, slots, first_seen, whole_day, allowance)
+
+
+def _last_slots(schedule: Schedule, now: datetime, count: int) -> list[datetime]:
+    """The last ``count`` fire times up to ``now`` (fewer if the schedule fired fewer times in
+    the last 16 years). ``min_interval() * count`` holds at most ``count`` of them, so each
+    widening reads few slots."""
+    span = schedule.min_interval() * count
+    slots: list[datetime] = []
+    while True:
+        slots = schedule.fire_times(now - span, now)
+        if len(slots) >= count or span > 16 * 366 * DAY:
+            return slots[-count:]
+        span *= 2
+
+
+def runs_in(
+    windows: Mapping[str, Window], *, using: str, with_errors: bool = False
+) -> dict[str, list[JobRun]]:
+    """Each job's runs in its window, for every timeline of a page in one query (one index
+    range scan per job on ``(job, -scheduled_for)``)."""
+    found: dict[str, list[JobRun]] = {name: [] for name in windows}
+    if not windows:
+        return found
+    condition = Q()
+    for name, w in windows.items():
+        condition |= Q(job=name, scheduled_for__gt=w.start, scheduled_for__lte=w.end)
+    fields = (*_RUN_FIELDS, "error") if with_errors else _RUN_FIELDS
+    for run in JobRun.objects.using(using).filter(condition).only(*fields).order_by():
+        found[run.job].append(run)
+    return found
+
+
+@dataclass
+class _Event:
+    at: datetime
+    kind: str
+    run: JobRun | None = None
+    #: A run at an instant that is not a slot of the schedule (run now).
+    offslot: bool = False
+    #: For a coalesced slot: the run that caught up on it.
+    caught_up_by: JobRun | None = None
+
+
+def events(w: Window, runs: Iterable[JobRun], *, paused: bool) -> list[_Event]:
+    """Every expected slot and every run in ``w``, in order, each with its kind. A paused
+    job's slots with no run since its last run are *paused*, none *due* or *absent*."""
+    expected = set(w.slots)
+    by_instant = {run.scheduled_for: run for run in runs if w.start < run.scheduled_for <= w.end}
+    found: list[_Event] = []
+    waiting: list[_Event] = []  # slots with no run since the last run
+    for at in sorted(expected | set(by_instant)):
+        run = by_instant.get(at)
+        if run is not None:
+            if run.missed_slots:  # the earlier slots this run caught up on
+                for event in waiting[-run.missed_slots :]:
+                    event.kind, event.caught_up_by = "coalesced", run
+            waiting = []
+            found.append(_Event(at, run.outcome, run, offslot=at not in expected))
+        elif at > w.now:
+            found.append(_Event(at, "upcoming"))
+        elif at + w.allowance >= w.now and not paused:
+            found.append(_Event(at, "due"))
+        else:
+            event = _Event(at, "absent")
+            waiting.append(event)
+            found.append(event)
+    if paused:  # slots with no run since the last one: the job is paused
+        for event in waiting:
+            event.kind = "paused"
+    return found
+
+
+def render(
+    h: JobHealth,
+    w: Window,
+    runs: Iterable[JobRun],
+    size: Size,
+    *,
+    run_url: Callable[[int], str] | None = None,
+    runs_url: str = "",
+) -> SafeString:
+    """The timeline of ``h``'s job over ``w`` as HTML (an inline SVG, and on a job's page a
+    caption and a legend)."""
+    drawn = events(w, runs, paused=h.paused)
+    context = _geometry(h, w, drawn, size, run_url=run_url)
+    context["runs_url"] = runs_url
+    return SafeString(render_to_string(TEMPLATE, context))
+
+
+def _geometry(
+    h: JobHealth,
+    w: Window,
+    drawn: list[_Event],
+    size: Size,
+    *,
+    run_url: Callable[[int], str] | None,
+) -> dict[str, Any]:
+    tz = h.tz
+    left = right = 4.0
+    plot = size.width - left - right
+    seconds = max((w.end - w.start).total_seconds(), 1.0)
+
+    def x(instant: datetime) -> float:
+        return left + plot * (instant - w.start).total_seconds() / seconds
+
+    if size.compact:
+        top, height, band_top, band_height = 2.0, size.height - 4.0, 0.0, float(size.height)
+    else:
+        top, height, band_top, band_height = 12.0, 26.0, 6.0, 38.0
+
+    xs = [x(event.at) for event in drawn]
+    # The marks' markup is written here, in one string: a list page draws a thousand of them,
+    # and a template node per attribute costs more than the rest of the page.
+    marks = []
+    for i, event in enumerate(drawn):
+        neighbours = [abs(xs[i] - xs[j]) for j in (i - 1, i + 1) if 0 <= j < len(xs)]
+        width = max(1.5, min([size.mark, *(0.8 * gap for gap in neighbours)]))
+        mark_top, mark_height = top, height
+        if event.offslot:
+            mark_top, mark_height = top + height / 4, height / 2
+        kind = escape(event.kind)
+        mark = (
+            f'<rect class="fj-slot fj-slot-{kind}{" fj-offslot" if event.offslot else ""}" '
+            f'data-at="{iso_utc(event.at)}" data-kind="{kind}" x="{_n(xs[i] - width / 2)}" '
+            f'y="{_n(mark_top)}" width="{_n(width)}" height="{_n(mark_height)}">'
+            f"<title>{escape(_title(event, tz, w.allowance, compact=size.compact))}</title></rect>"
+        )
+        if run_url is not None and event.run is not None:
+            mark = f'<a href="{escape(run_url(event.run.pk))}">{mark}</a>'
+        marks.append(mark)
+
+    def band(kind: str, start: datetime, end: datetime, title: str) -> dict[str, Any] | None:
+        left_x, right_x = x(max(start, w.start)), x(min(end, w.end))
+        if right_x - left_x <= 0:
+            return None
+        return {
+            "kind": kind,
+            "start": iso_utc(start),
+            "end": iso_utc(end),
+            "x": _n(left_x),
+            "y": _n(band_top),
+            "width": _n(right_x - left_x),
+            "height": _n(band_height),
+            "title": title,
+        }
+
+    def at(instant: datetime, ref: datetime | None = None) -> str:
+        return format_instant(instant, tz, ref=ref)
+
+    bands = [
+        band(
+            "unseen",
+            w.start,
+            w.first_seen,
+            f"before the job was first seen ({at(w.first_seen)}): no slot is expected",
+        )
+    ]
+    if h.awaited_slot is not None and h.expected_by is not None:
+        bands.append(
+            band(
+                "awaited",
+                h.awaited_slot,
+                h.expected_by,
+                f"waiting for the run of {at(h.awaited_slot)}: late if no run has succeeded "
+                f"by {at(h.expected_by, ref=h.awaited_slot)}",
+            )
+        )
+        if w.now > h.expected_by:
+            bands.append(
+                band(
+                    "late",
+                    h.expected_by,
+                    w.now,
+                    f"late since {at(h.expected_by)}: no success since "
+                    + (at(h.last_success_at) if h.last_success_at else "it was first seen"),
+                )
+            )
+    kinds = sorted({event.kind for event in drawn}, key=list(KIND_LABELS).index)
+    drawn_bands = [b for b in bands if b is not None]
+    return {
+        "compact": size.compact,
+        "width": _n(size.width),
+        "height": _n(size.height),
+        "marks": mark_safe("\n".join(marks)),  # every value above is escaped or a number
+        "bands": drawn_bands,
+        "band_kinds": {b["kind"] for b in drawn_bands},
+        "now_x": _n(x(w.now)),
+        "now_title": f"now: {at(w.now)}",
+        "ticks": [] if size.compact else _ticks(w.start, w.end, tz, x, size.width),
+        "axis_y": _n(band_top + band_height),
+        "tick_y": _n(band_top + band_height + 4),
+        "label_y": _n(size.height - 4),
+        "legend": [(kind, KIND_LABELS[kind]) for kind in kinds],
+        "slot_count": sum(slot <= w.now for slot in w.slots),
+        "day": w.day,
+        "since": at(w.start),
+        "aria_label": _aria_label(w, drawn),
+        "late": any(b["kind"] == "late" for b in drawn_bands),
+    }
+
+
+def _n(value: float) -> str:
+    """A number for an SVG attribute, as text: the template must not localise it (a decimal
+    comma would break the drawing)."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _title(event: _Event, tz: tzinfo, allowance: timedelta, *, compact: bool) -> str:
+    at = format_instant(event.at, tz)
+    run = event.run
+    if run is None:
+        if event.kind == "coalesced" and event.caught_up_by is not None:
+            caught = format_instant(event.caught_up_by.scheduled_for, tz)
+            return f"{at}: did not run; caught up by the run of {caught}"
+        if event.kind == "due":
+            deadline = format_instant(event.at + allowance, tz, ref=event.at)
+            return f"{at}: due; late if no run has succeeded by {deadline}"
+        if event.kind == "upcoming":
+            return f"{at}: the next slot"
+        if event.kind == "paused":
+            return f"{at}: did not run (the job is paused)"
+        return f"{at}: did not run"
+    if run.outcome == Outcome.RUNNING and run.started_at is not None:
+        parts = [f"running since {format_instant(run.started_at, tz, ref=event.at)}"]
+    else:
+        parts = [str(Outcome(run.outcome).label)]
+        if run.duration is not None:
+            parts.append(f"in {run.duration:.1f}s")
+    if run.items:
+        parts.append(f"{run.items} item{'s' if run.items != 1 else ''}")
+    if run.capped:
+        parts.append("capped at max_batches")
+    if event.offslot:
+        parts.append("not a slot of the schedule (run now)")
+    if run.missed_slots:
+        parts.append(f"caught up {run.missed_slots} earlier slot(s)")
+    text = f"{at}: {', '.join(parts)}"
+    if not compact and run.outcome in FAILURE_OUTCOMES and (excerpt := error_excerpt(run.error)):
+        text += f": {excerpt}"
+    return text
+
+
+def _aria_label(w: Window, drawn: list[_Event]) -> str:
+    missing = sum(event.kind in ("absent", "coalesced", "paused") for event in drawn)
+    span = "the last day" if w.day else f"the last {len(w.slots)} slots"
+    return f"Expected slots over {span}: {missing} did not run"
+
+
+#: Tick spacings in minutes (below a day: wall-clock multiples; from a day: midnights).
+_STEPS = (5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080)
+_MAX_TICKS = 8
+_MIN_LABEL_GAP = 56.0
+
+
+def _ticks(
+    start: datetime, end: datetime, tz: tzinfo, x: Callable[[datetime], float], width: int
+) -> list[dict[str, Any]]:
+    """Ticks of the time axis at round wall-clock times of the job's zone; a midnight is
+    labelled with its date (``Tue 1 Dec``), another tick with its time."""
+    minutes = (end - start).total_seconds() / 60
+    step = next((s for s in _STEPS if minutes / s <= _MAX_TICKS), None)
+    instants: list[datetime] = []
+    first_day = start.astimezone(tz).date()
+    last_day = end.astimezone(tz).date()
+    day = first_day
+    while day <= last_day:
+        midnight = datetime.combine(day, time(), tzinfo=tz)
+        if step is None:  # months: the 1st of every month
+            candidates = [midnight] if day.day == 1 else []
+        elif step >= 1440:
+            every = step // 1440
+            keep = day.weekday() == 0 if every == 7 else day.toordinal() % every == 0
+            candidates = [midnight] if keep else []
+        else:
+            candidates = [
+                (datetime.combine(day, time(), tzinfo=None) + timedelta(minutes=m)).replace(
+                    tzinfo=tz
+                )
+                for m in range(0, 1440, step)
+            ]
+        instants += [c for c in candidates if start < c.astimezone(UTC) <= end]
+        day += DAY
+    ticks = []
+    last_label = -_MIN_LABEL_GAP
+    for instant in instants:
+        position = x(instant.astimezone(UTC))
+        local = instant.astimezone(tz)
+        if step is None:
+            label = f"{local:%b %Y}"
+        elif local.hour == 0 and local.minute == 0:
+            label = f"{local:%a} {local.day} {local:%b}"
+        else:
+            label = f"{local:%H:%M}"
+        show = position - last_label >= _MIN_LABEL_GAP
+        if show:
+            last_label = position
+        anchor = "start" if position < 28 else "end" if position > width - 28 else "middle"
+        ticks.append({"x": _n(position), "label": label if show else "", "anchor": anchor})
+    return ticks

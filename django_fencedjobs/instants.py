@@ -1,0 +1,46 @@
+"""How an instant is written for a reader: one presentation for the admin, ``checkjobs`` and
+the reasons :mod:`django_fencedjobs.health` gives.
+
+To the second, in the zone of the job it belongs to, and named by that zone:
+``2026-11-29 10:00:00 Europe/Berlin``, ``2026-11-29 09:00:00 UTC``. Seconds are always
+written, so two runs 30 seconds apart never read the same. Inside one sentence, an instant
+on the same local day as one already written there drops the date and the zone
+(``no successful run since 2026-11-29 09:15:00 UTC; expected by 09:42:30``).
+
+The zone is the job's schedule's (resolved once, by
+:func:`django_fencedjobs.schedule.resolve_zone`); a job without a valid schedule is written
+in UTC. The admin adds the instant in UTC below a non-UTC one; a UTC instant is written
+once. Django-free.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, tzinfo
+
+__all__ = ["format_instant", "is_utc", "iso_utc", "zone_name"]
+
+#: Zone names that are UTC itself (a second line "in UTC" would repeat them).
+_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Zulu"})
+
+
+def zone_name(tz: tzinfo) -> str:
+    """The IANA name of ``tz`` (``Europe/Berlin``); ``UTC`` for :data:`datetime.UTC`."""
+    return getattr(tz, "key", None) or "UTC"
+
+
+def is_utc(tz: tzinfo) -> bool:
+    return zone_name(tz) in _UTC_NAMES
+
+
+def format_instant(value: datetime, tz: tzinfo, *, ref: datetime | None = None) -> str:
+    """``value`` in ``tz``: ``2026-11-29 10:00:00 Europe/Berlin``. With ``ref`` (an instant
+    written earlier in the same sentence) on the same local day: only ``10:00:00``."""
+    local = value.astimezone(tz)
+    if ref is not None and ref.astimezone(tz).date() == local.date():
+        return f"{local:%H:%M:%S}"
+    return f"{local:%Y-%m-%d %H:%M:%S} {zone_name(tz)}"
+
+
+def iso_utc(value: datetime) -> str:
+    """Machine-readable, for attributes and JSON: ``2026-11-29T09:00:00+00:00``."""
+    return value.astimezone(UTC).isoformat()
