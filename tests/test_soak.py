@@ -39,6 +39,7 @@ def test_two_minutes_of_random_faults_break_no_invariant(tmp_path):
     if not url.startswith(("postgres://", "postgresql://")):
         pytest.fail("the soak needs DATABASE_URL to name a PostgreSQL server")
     seed = int(os.environ.get("FENCEDJOBS_SOAK_SEED") or random.SystemRandom().randrange(10**6))
+    print(f"soak seed {seed}")  # shown with pytest -rP, and in the failure message
     out = tmp_path / "soak.json"
     env = dict(os.environ)
     env.pop("MAKELEVEL", None)
