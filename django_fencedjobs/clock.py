@@ -12,10 +12,12 @@ import inspect
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.db import connections, router
+from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 Clock = Callable[[], datetime]
@@ -150,3 +152,10 @@ def now() -> datetime:
 def reset() -> None:
     global _resolved
     _resolved = None
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    """A test that overrides ``FENCEDJOBS`` gets its clock."""
+    if setting == "FENCEDJOBS":
+        reset()

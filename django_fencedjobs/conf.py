@@ -143,6 +143,3 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
     global _cached
     if setting == "FENCEDJOBS":
         _cached = None
-        from django_fencedjobs import clock
-
-        clock.reset()

@@ -47,6 +47,7 @@ from django_fencedjobs import clock
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant
 from django_fencedjobs.lease import lease_db
+from django_fencedjobs.listing import describe_schedule
 from django_fencedjobs.models import JobLease, JobRun, Outcome
 from django_fencedjobs.registry import Job, registry
 
@@ -275,7 +276,7 @@ def assess(
         return _health(facts, State.INVALID, Severity.CRITICAL, str(job.schedule_error))
     schedule = job.schedule
     tz = schedule.tz
-    facts.update(tz=tz, schedule=schedule.describe())
+    facts.update(tz=tz, schedule=describe_schedule(schedule))
 
     def at(value: datetime, ref: datetime | None = None) -> str:
         return format_instant(value, tz, ref=ref)

@@ -1,9 +1,10 @@
-"""Schedules and jobs described in words: ``Schedule.describe()`` (the admin, ``checkjobs``)
-and ``runjobs --list``.
+"""Schedules and jobs described in words: :func:`describe_schedule` (the admin,
+``checkjobs``) and :func:`describe_jobs` (``runjobs --list``).
 
 Only the public surface of a :class:`~django_fencedjobs.schedule.Schedule` is read (its
 expression, interval, zone and jitter), and nothing here imports Django at module level, so
-``Schedule.describe()`` works without settings.
+:func:`describe_schedule` works without settings. The schedule module does not import this
+one: words are for the callers that show a schedule.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def describe_jobs(jobs: Sequence[Job], *, count: int = 3) -> str:
             lines.append(f"  INVALID: {job.schedule_error}")
             continue
         schedule = job.schedule
-        lines.append(f"  schedule: {schedule.describe()}")
+        lines.append(f"  schedule: {describe_schedule(schedule)}")
         lines.append(
             f"  timeout {job.run_timeout}, lease {job.lease_ttl}, max_batches {job.max_batches}, "
             f"grace {job.grace}, exclusion {job.exclusion}"

@@ -74,7 +74,6 @@ from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django_fencedjobs.exceptions import ScheduleError
-from django_fencedjobs.listing import describe_schedule
 
 __all__ = ["SEARCH_HORIZON_YEARS", "Schedule"]
 
@@ -1007,11 +1006,6 @@ class Schedule:
         # Cached: every tick compares it for every job.
         canonical = f"v1|{self._rule.canonical}|tz={self.timezone}|jitter_us={_to_us(self.jitter)}"
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
-
-    def describe(self) -> str:
-        """Human words: ``"at 09:00 on Mon-Fri (Europe/Berlin), jitter 3m"``
-        (see :func:`django_fencedjobs.listing.describe_schedule`)."""
-        return describe_schedule(self)
 
     # ------------------------------------------------------------------ value semantics
 

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_fencedjobs.exceptions import ScheduleError
+from django_fencedjobs.listing import describe_schedule
 from django_fencedjobs.schedule import Schedule, _CronRule
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -806,13 +807,14 @@ def _pinned_fingerprint() -> str:
     ],
 )
 def test_describe_reads_as_words(schedule: Schedule, words: str) -> None:
-    assert schedule.describe() == words
+    assert describe_schedule(schedule) == words
 
 
 def test_schedule_module_and_describe_do_not_import_django() -> None:
     code = (
         "import sys; from django_fencedjobs.schedule import Schedule; "
-        "Schedule('0 9 * * 5L', timezone='Europe/Berlin').describe(); "
+        "from django_fencedjobs.listing import describe_schedule; "
+        "describe_schedule(Schedule('0 9 * * 5L', timezone='Europe/Berlin')); "
         "print(any(m == 'django' or m.startswith('django.') for m in sys.modules))"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))

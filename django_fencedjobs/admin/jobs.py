@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
@@ -55,12 +55,20 @@ def health_of(row: JobLease) -> JobHealth | None:
     return found
 
 
+if TYPE_CHECKING:
+    _ModelIterable = ModelIterable[JobLease]
+    _ModelAdmin = admin.ModelAdmin[JobLease]
+else:  # not subscriptable at run time
+    _ModelIterable = ModelIterable
+    _ModelAdmin = admin.ModelAdmin
+
+
 def _with_health(rows: QuerySet[JobLease], healths: Mapping[str, JobHealth]) -> QuerySet[JobLease]:
     """``rows``, each fetched with its health attached. The rows a changelist pages, filters
     and sorts and the one ``get_object`` fetches all derive from this queryset, and a
     queryset keeps its iterable class through every ``filter()``, ``order_by()`` and slice."""
 
-    class RowsWithHealth(ModelIterable):
+    class RowsWithHealth(_ModelIterable):
         def __iter__(self) -> Iterator[JobLease]:
             for row in super().__iter__():
                 setattr(row, "fencedjobs_health", healths.get(row.name))  # noqa: B010
@@ -94,7 +102,7 @@ class StateFilter(admin.SimpleListFilter):
 
 
 @admin.register(JobLease)
-class JobLeaseAdmin(admin.ModelAdmin):
+class JobLeaseAdmin(_ModelAdmin):
     list_display = (
         "name",
         "state",

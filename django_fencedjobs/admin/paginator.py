@@ -6,7 +6,7 @@ with ``paginator = EstimatedCountPaginator`` and ``show_full_result_count = Fals
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
 from django.db import connections
@@ -16,7 +16,13 @@ from django.utils.functional import cached_property
 __all__ = ["EstimatedCountPaginator"]
 
 
-class EstimatedCountPaginator(Paginator):
+if TYPE_CHECKING:
+    _Paginator = Paginator[Any]
+else:  # not subscriptable at run time
+    _Paginator = Paginator
+
+
+class EstimatedCountPaginator(_Paginator):
     """A paginator that never counts a large table in full when nothing filters it.
 
     For the unfiltered list on PostgreSQL it asks the planner's estimate first

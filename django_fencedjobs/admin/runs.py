@@ -7,7 +7,7 @@ choices come from the jobs table. Times are written in each run's job's zone, to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.filters import DateFieldListFilter
@@ -40,8 +40,14 @@ class JobNameFilter(admin.SimpleListFilter):
         return queryset.filter(job=self.value()) if self.value() else queryset
 
 
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[JobRun]
+else:  # not subscriptable at run time
+    _ModelAdmin = admin.ModelAdmin
+
+
 @admin.register(JobRun)
-class JobRunAdmin(admin.ModelAdmin):
+class JobRunAdmin(_ModelAdmin):
     list_display = (
         "slot",
         "job",
