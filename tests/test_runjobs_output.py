@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import test_runjobs_command as command
+
 REPO = Path(__file__).resolve().parent.parent
 JOBS = {"console.fine", "console.flaky", "console.slow", "console.berlin"}
 #: A slot as the terminal lines show it.
@@ -35,22 +37,7 @@ def runjobs(
 ) -> subprocess.CompletedProcess[str]:
     """``runjobs`` in a subprocess; ``logging="none"``: no LOGGING setting, as in a project
     just made with ``django-admin startproject``."""
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "django", "runjobs", *args],
-            cwd=REPO,
-            env={
-                **env,
-                "DJANGO_SETTINGS_MODULE": "tests.check_settings",
-                "FENCEDJOBS_CHECK_APP": app,
-                "FENCEDJOBS_CHECK_LOGGING": logging,
-            },
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"runjobs {' '.join(args)} was still running after {timeout}s: {exc.stderr}")
+    return command.runjobs(env, *args, app=app, timeout=timeout, FENCEDJOBS_CHECK_LOGGING=logging)
 
 
 def make_due(*names: str) -> None:
