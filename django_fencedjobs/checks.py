@@ -156,15 +156,14 @@ def check_jobs(
     level = checks.WARNING if _run_by_a_command_other_than_check() else checks.ERROR
     messages: list[checks.CheckMessage] = []
     for job in registry.all():
-        if job.check_id is not None:
+        schedule = job.schedule
+        if schedule is None or job.check_id is not None:
             messages.append(
                 checks.CheckMessage(
                     level, str(job.schedule_error), hint=_hint(job), obj=job.name, id=job.check_id
                 )
             )
             continue
-        schedule = job.schedule
-        assert schedule is not None
         if schedule.crontab and schedule.crontab.split()[0] == "0" and not job.jitter:
             messages.append(
                 checks.Warning(

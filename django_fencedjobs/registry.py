@@ -85,10 +85,10 @@ class Job:
         # The problems that need the schedule's shortest interval (a year of fire times) or
         # the database configuration are looked for on first use, not at import: declaring
         # jobs must stay cheap, since every web process declares them all at start-up.
-        if self.declaration_error is not None:
-            assert self.declaration_check_id is not None
-            return self.declaration_check_id, self.declaration_error
-        assert self.parsed_schedule is not None
+        if self.declaration_error is not None or self.parsed_schedule is None:
+            # Only job() builds a Job, and it gives one or the other.
+            error = self.declaration_error or JobDefinitionError(f"job {self.name!r}: no schedule")
+            return self.declaration_check_id or E_CRON, error
         return _schedule_problem(self, self.parsed_schedule)
 
     @property
@@ -112,11 +112,10 @@ class Job:
     def valid_schedule(self) -> Schedule:
         """The schedule, or the reason the job is invalid raised (the system checks report
         it too)."""
-        problem = self._problem
-        if problem is not None:
-            raise problem[1]
-        assert self.parsed_schedule is not None
-        return self.parsed_schedule
+        schedule = self.schedule
+        if schedule is None:
+            raise self._problem[1] if self._problem else JobDefinitionError(self.name)
+        return schedule
 
     @property
     def run_timeout(self) -> timedelta:
