@@ -214,8 +214,9 @@ class PassReport:
 
     def receive(self, sender: Any = None, *, now: datetime, **kwargs: Any) -> None:
         detail = logger.isEnabledFor(logging.DEBUG)
-        if not (self.unreported or detail) or not self.jobs:
-            return
+        shown = self.unreported and logger.isEnabledFor(logging.INFO)
+        if not (shown or detail) or not self.jobs:
+            return  # nothing would be shown (-v 0, as cron runs it): no read, no work
         try:
             rows = list(
                 JobLease.objects.using(lease_db())
