@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_runjobs_command import start
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -210,18 +212,7 @@ def free_port() -> int:
 @pytest.mark.django_db(transaction=True)
 def test_bad_job_definitions_do_not_stop_the_web_app(child_env):
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "django", "runserver", "--noreload", f"127.0.0.1:{port}"],
-        cwd=REPO,
-        env={
-            **child_env,
-            "DJANGO_SETTINGS_MODULE": "tests.check_settings",
-            "FENCEDJOBS_CHECK_APP": "mixed",
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = start(child_env, "runserver", "--noreload", f"127.0.0.1:{port}", app="mixed")
     try:
         deadline = time.monotonic() + 60
         status = None

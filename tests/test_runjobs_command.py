@@ -17,6 +17,28 @@ REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def check_env(env: dict[str, str], app: str, **more: str) -> dict[str, str]:
+    """``env`` with tests.check_settings and the check app ``app`` (tests/checkapps)."""
+    return {
+        **env,
+        "DJANGO_SETTINGS_MODULE": "tests.check_settings",
+        "FENCEDJOBS_CHECK_APP": app,
+        **more,
+    }
+
+
+def start(env: dict[str, str], *argv: str, app: str, **more: str) -> subprocess.Popen[str]:
+    """``manage.py <argv>`` started in the background with :func:`check_env`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", *argv],
+        cwd=REPO,
+        env=check_env(env, app, **more),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def runjobs(
     env: dict[str, str], *args: str, app: str = "healthy", timeout: float = 120, **more: str
 ) -> subprocess.CompletedProcess[str]:
@@ -24,12 +46,7 @@ def runjobs(
         return subprocess.run(
             [sys.executable, "-m", "django", "runjobs", *args],
             cwd=REPO,
-            env={
-                **env,
-                "DJANGO_SETTINGS_MODULE": "tests.check_settings",
-                "FENCEDJOBS_CHECK_APP": app,
-                **more,
-            },
+            env=check_env(env, app, **more),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -136,18 +153,11 @@ def test_once_runs_the_valid_job_and_reports_each_invalid_one_in_one_line(child_
 def test_the_loop_runs_the_valid_job_and_reports_each_invalid_one_in_one_line(child_env):
     from django_fencedjobs.models import JobLease, JobRun
 
-    loop = subprocess.Popen(
-        [sys.executable, "-m", "django", "runjobs"],
-        cwd=REPO,
-        env={
-            **child_env,
-            "DJANGO_SETTINGS_MODULE": "tests.check_settings",
-            "FENCEDJOBS_CHECK_APP": "mixed",
-            "FENCEDJOBS_CHECK_SETTINGS": '{"LOOP_MAX_SLEEP": timedelta(seconds=0.2)}',
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    loop = start(
+        child_env,
+        "runjobs",
+        app="mixed",
+        FENCEDJOBS_CHECK_SETTINGS='{"LOOP_MAX_SLEEP": timedelta(seconds=0.2)}',
     )
     try:
         deadline = time.monotonic() + 60

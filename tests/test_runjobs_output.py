@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -196,19 +195,14 @@ def test_a_projects_own_logging_is_used_instead_never_both(child_env, logging):
 def test_the_loop_says_it_started_and_announces_each_job_once(child_env):
     from django_fencedjobs.models import JobLease, JobRun
 
-    loop = subprocess.Popen(
-        [sys.executable, "-m", "django", "runjobs", "--workers", "2"],
-        cwd=REPO,
-        env={
-            **child_env,
-            "DJANGO_SETTINGS_MODULE": "tests.check_settings",
-            "FENCEDJOBS_CHECK_APP": "console",
-            "FENCEDJOBS_CHECK_LOGGING": "none",
-            "FENCEDJOBS_CHECK_SETTINGS": '{"LOOP_MAX_SLEEP": timedelta(seconds=0.2)}',
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    loop = command.start(
+        child_env,
+        "runjobs",
+        "--workers",
+        "2",
+        app="console",
+        FENCEDJOBS_CHECK_LOGGING="none",
+        FENCEDJOBS_CHECK_SETTINGS='{"LOOP_MAX_SLEEP": timedelta(seconds=0.2)}',
     )
     try:
         deadline = time.monotonic() + 60
