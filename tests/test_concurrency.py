@@ -98,24 +98,40 @@ def test_sigterm_with_every_worker_busy_records_every_run_and_exits_0(spawn):
 
 
 class LockWaits:
-    """Samples, from a connection of its own, how many sessions of this database wait for
-    a lock, every 20 ms, until stopped."""
+    """Samples, from a connection of its own, the sessions of this database that wait for a
+    lock, every 20 ms, until stopped.
+
+    A session *blocked* on another is one seen waiting, in the same statement, in three
+    samples running (40 ms or more): a holder keeps its lock as long as it holds the lease,
+    so a blocked acquirer would show in every sample for that long. What it leaves out is
+    the one wait the server cannot avoid, a few microseconds long: a runner whose
+    compare-and-set lost the race (its read was stale) locks the row for the instant of its
+    failing statement, and the winner's first fenced statement may queue behind that
+    instant. Those are counted apart (``momentary``).
+    """
+
+    BLOCKED_AFTER = 3
 
     def __init__(self) -> None:
         self.samples = 0
-        self.waiting: list[str] = []
+        self.blocked: list[str] = []
+        self.momentary = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
+        seen: dict[tuple[int, object], int] = {}
         try:
             with connection.cursor() as cursor:
                 while not self._stop.wait(0.02):
                     cursor.execute(
-                        "SELECT query FROM pg_stat_activity"
+                        "SELECT pid, query_start, query FROM pg_stat_activity"
                         " WHERE datname = current_database() AND wait_event_type = 'Lock'"
                     )
-                    self.waiting += [row[0] for row in cursor.fetchall()]
+                    now = {(pid, start): query for pid, start, query in cursor.fetchall()}
+                    seen = {key: seen.get(key, 0) + 1 for key in now}
+                    self.momentary += sum(1 for n in seen.values() if n == 1)
+                    self.blocked += [now[key] for key, n in seen.items() if n == self.BLOCKED_AFTER]
                     self.samples += 1
         finally:
             connections.close_all()
@@ -132,11 +148,13 @@ class LockWaits:
 @pytest.mark.postgres_only
 def test_a_fleet_of_runners_shares_the_due_jobs_without_waiting_on_each_other(spawn):
     """Four runner processes over 200 jobs due every 3 s, for a minute: every slot runs
-    exactly once, no session ever waits for a lock (sampled from the server every 20 ms),
+    exactly once, no session is ever blocked on a lock (sampled from the server every 20 ms),
     and no run is left running."""
     count, every = 200, 3
     names = [f"{FLEET_PREFIX}{n:03d}" for n in range(count)]
-    config = {"fleet": count, "fleet_every": every}
+    # Each run holds its lease row locked for 0.1 s: a runner that waited on another's row
+    # would be seen blocked.
+    config = {"fleet": count, "fleet_every": every, "hold": 0.1}
     # The lease rows exist, as after a deploy: four processes creating the same rows at
     # once would wait on each other's inserts, once, which is not what is measured here.
     faults.CONFIG.update(config)
@@ -156,7 +174,7 @@ def test_a_fleet_of_runners_shares_the_due_jobs_without_waiting_on_each_other(sp
     for runner_ in loops:
         assert runner_.wait_exit() == 0, runner_.log()
     assert waits.samples > 100
-    assert waits.waiting == []
+    assert waits.blocked == [], f"{waits.momentary} momentary waits besides"
     fleet = JobRun.objects.filter(job__startswith=FLEET_PREFIX)
     assert not fleet.filter(outcome=Outcome.RUNNING).exists()
     assert set(fleet.values_list("outcome", flat=True)) <= {Outcome.SUCCEEDED, Outcome.INTERRUPTED}

@@ -7,7 +7,7 @@ merely expires keeps writing next to its successor. Here the timeout *revokes* t
 fence is incremented, so the runaway's next fenced write raises ``FenceLost`` and commits
 nothing, however long it keeps running; the run is recorded ``timed_out``.
 
-Run in a child process (``runjobs --once``) and in the test process (``run_once()``).
+Run in a child process (``runjobs --once``) and in the test process (``loop.tick()``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from django.test.utils import CaptureQueriesContext
 
 from django_fencedjobs import job
-from django_fencedjobs.loop import tick as run_once
+from django_fencedjobs.loop import tick
 from django_fencedjobs.registry import registry
 
 pytestmark = pytest.mark.django_db
@@ -36,10 +36,10 @@ def declare(count: int) -> None:
 def queries_of_an_idle_pass(count: int, django_assert_max_num_queries) -> CaptureQueriesContext:
     with registry.isolated():
         declare(count)
-        first = run_once()  # creates the lease rows
+        first = tick()  # creates the lease rows
         assert first.runs == []
         with django_assert_max_num_queries(MAX_QUERIES) as captured:
-            result = run_once()
+            result = tick()
         assert result.runs == []
         assert result.next_wakeup is not None
     return captured

@@ -311,11 +311,13 @@ def bystander(run: Run) -> None:
 
 
 def fast(run: Run) -> None:
-    """A frequent job: one fenced write per slot (``seq`` = the slot's epoch second)."""
+    """A frequent job: one fenced write per slot (``seq`` = the slot's epoch second),
+    keeping its transaction (and so the lease row) open ``hold`` seconds (default 0)."""
     with fenced_atomic():
         Write.objects.create(
             job=run.job.name, fence=run.fence, seq=int(run.scheduled_for.timestamp())
         )
+        time.sleep(float(CONFIG.get("hold", 0)))
 
 
 def slow(run: Run) -> None:
