@@ -506,14 +506,7 @@ def _liveness(data: dict[str, Any], seen: Outcomes, found: Findings) -> None:
     if seen.calm_at is None or seen.quiet_end is None:
         raise RuntimeError("the soak did not reach its quiet period")
     for name, spec in SPECS.items():
-        times = sorted(
-            r["finished_at"]
-            for r in data["runs"]
-            if r["job"] == name
-            and r["outcome"] in spec.progress
-            and r["finished_at"] is not None
-            and seen.calm_at <= r["finished_at"] <= seen.quiet_end
-        )
+        times = _progress(data, name, spec.progress, seen.calm_at, seen.quiet_end)
         points = [seen.calm_at, *times, seen.quiet_end]
         widest = max(b - a for a, b in pairwise(points))
         first = (times[0] - seen.calm_at) if times else None
@@ -568,14 +561,7 @@ def _figures(data: dict[str, Any], seen: Outcomes, found: Findings) -> None:
     if seen.calm_at is None or seen.started_at is None:
         raise RuntimeError("the soak did not reach its quiet period")
     for name, spec in SPECS.items():
-        times = sorted(
-            r["finished_at"]
-            for r in data["runs"]
-            if r["job"] == name
-            and r["outcome"] in spec.progress
-            and r["finished_at"] is not None
-            and r["finished_at"] <= seen.calm_at
-        )
+        times = _progress(data, name, spec.progress, None, seen.calm_at)
         points = [seen.started_at, *times, seen.calm_at]
         gaps_during_faults[name] = max((b - a).total_seconds() for a, b in pairwise(points))
     found.figures.update(
@@ -627,3 +613,17 @@ def dump(directory: Path) -> None:
             writer = csv.writer(out)
             writer.writerow(names)
             writer.writerows(model.objects.order_by("pk").values_list(*names))
+
+
+def _progress(data: dict[str, Any], job: str, outcomes: Any, since: Any, until: Any) -> list[Any]:
+    """When ``job``'s runs that count as progress finished, in ``[since, until]`` (no lower
+    bound for None), in order."""
+    return sorted(
+        r["finished_at"]
+        for r in data["runs"]
+        if r["job"] == job
+        and r["outcome"] in outcomes
+        and r["finished_at"] is not None
+        and (since is None or since <= r["finished_at"])
+        and r["finished_at"] <= until
+    )
