@@ -18,6 +18,10 @@ class FencedJobsConfig(AppConfig):
         from django_fencedjobs import checks, retention  # noqa: F401
         from django_fencedjobs.integrations import sentry  # noqa: F401
 
+        # Tasks a run enqueued report to the run from the workers (django.tasks signals).
+        if uses_tasks():
+            from django_fencedjobs.integrations import tasks  # noqa: F401
+
         # Every installed app's ``jobs`` module declares its jobs with @job.
         autodiscover_modules("jobs")
 
@@ -28,3 +32,17 @@ class FencedJobsConfig(AppConfig):
         post_migrate.connect(
             baseline.record_on_migrate, sender=self, dispatch_uid="django_fencedjobs.baseline"
         )
+
+
+def uses_tasks() -> bool:
+    """Whether the project uses Django's Tasks framework: ``TASKS`` set in its settings, or
+    the backport or the database backend installed. Otherwise nothing of the integration
+    (:mod:`django_fencedjobs.integrations.tasks`) is imported."""
+    from django.apps import apps
+    from django.conf import settings
+
+    return (
+        settings.is_overridden("TASKS")
+        or apps.is_installed("django_tasks")
+        or apps.is_installed("django_tasks_db")
+    )

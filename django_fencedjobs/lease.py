@@ -339,6 +339,32 @@ def _begin_with(connection: BaseDatabaseWrapper) -> str:
     return "BEGIN"
 
 
+def lock_task_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
+    """The fence check of ``fenced_atomic`` inside a ``django.tasks`` task that a run of
+    ``name`` enqueued with ``fence``: True while no later run of the job has been granted the
+    lease.
+
+    A run's tasks usually run after it ended, and its end moves the fence on by one
+    (:func:`end`), leaving the lease free. So the task may write while the row still shows
+    its run holding (``fence``), or ended and not granted since (``fence + 1``, free); any
+    acquisition after that (the next slot, or a takeover of a run paused past its lease)
+    makes the task's writes fail. Locked as :func:`lock_fence` locks, for the same reason,
+    but *shared* on PostgreSQL: the tasks of one run run side by side on many workers, and
+    they must not queue on each other, only keep an acquisition (which skips the locked
+    row and retries) from landing between their check and their commit.
+    """
+    table, free = _table(connection), connection.ops.adapt_datetimefield_value(LEASE_FREE)
+    condition = "name = %s AND (fence = %s OR (fence = %s AND lease_until = %s))"
+    params = [name, fence, fence + 1, free]
+    with connection.cursor() as cursor:
+        if connection.features.has_select_for_update:
+            cursor.execute(f"SELECT 1 FROM {table} WHERE {condition} FOR SHARE", params)
+            return cursor.fetchone() is not None
+        cursor.execute(f"UPDATE {table} SET fence = fence WHERE {condition}", params)
+        updated: int = cursor.rowcount
+        return updated == 1
+
+
 def fence_held(connection: BaseDatabaseWrapper, name: str, fence: int) -> RawSQL | None:
     """:func:`lock_fence` as a condition for the claim statement of ``run.batches()``, so
     that claiming a batch and checking the fence take one statement, not two.

@@ -1,4 +1,4 @@
-"""The app's three tables.
+"""The app's tables.
 
 * :class:`JobLease`: one row per job. It holds the fenced lease (``fence``, ``owner``,
   ``lease_until``) and the job's schedule state (``next_run_at``, ``last_success_at``,
@@ -7,6 +7,9 @@
 * :class:`JobRun`: one row per run, unique on ``(job, scheduled_for)``.
 * :class:`Watermark`: how far a job has got, per job and optional key, advanced in the
   same transaction as the work it covers.
+* :class:`RunTask`: one row per ``django.tasks`` task a run enqueued
+  (:mod:`django_fencedjobs.integrations.tasks`), written in the run's fenced transaction,
+  with the task's outcome as its backend's workers report it.
 """
 
 from __future__ import annotations
@@ -132,3 +135,55 @@ class Watermark(models.Model):
     @property
     def value(self) -> datetime | int | None:
         return self.position if self.position is not None else self.cursor
+
+
+class TaskStatus(models.TextChoices):
+    #: Recorded in the run's committed transaction, to be handed to a backend that does not
+    #: write to the lease database right after that commit; still this status means the
+    #: hand-over never happened (the runner stopped in between): the task is lost, and the
+    #: job reads late.
+    PENDING = "pending", _("not dispatched")
+    READY = "ready", _("enqueued")
+    RUNNING = "running", _("running")
+    SUCCESSFUL = "successful", _("successful")
+    FAILED = "failed", _("failed")
+
+
+#: Statuses of a task that has not finished.
+UNFINISHED_TASK = (TaskStatus.PENDING, TaskStatus.READY, TaskStatus.RUNNING)
+
+
+class RunTask(models.Model):
+    run = models.ForeignKey(
+        JobRun, on_delete=models.CASCADE, related_name="tasks", verbose_name=_("run")
+    )
+    #: The run's job and fence, copied: a task's fence check and the job's health read them
+    #: without joining the run.
+    job = models.CharField(_("job"), max_length=200)
+    fence = models.BigIntegerField(_("fence"))
+    task_path = models.CharField(_("task"), max_length=300)
+    backend = models.CharField(_("backend"), max_length=100)
+    result_id = models.CharField(
+        _("result id"), max_length=200, blank=True, help_text=_("The backend's id of the task.")
+    )
+    status = models.CharField(
+        _("status"), max_length=16, choices=TaskStatus.choices, default=TaskStatus.PENDING
+    )
+    enqueued_at = models.DateTimeField(_("enqueued at"), null=True, blank=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    error = models.TextField(_("error"), blank=True)
+
+    class Meta:
+        verbose_name = _("task")
+        verbose_name_plural = _("tasks")
+        ordering = ["run", "id"]
+        indexes = [
+            # A worker finds the task it starts by the backend's id.
+            models.Index(fields=["backend", "result_id"], name="fencedjobs_task_result"),
+            # Health reads the unfinished tasks, and the latest outcomes, per job.
+            models.Index(fields=["status", "job"], name="fencedjobs_task_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_path} ({self.status})"

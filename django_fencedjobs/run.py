@@ -22,10 +22,12 @@ from django.utils import timezone as dj_timezone
 from django_fencedjobs import clock, lease
 from django_fencedjobs.exceptions import FenceLost, WatermarkError
 from django_fencedjobs.fencing import FencedAtomic, _FencedClaim, current_run, in_fenced_block
-from django_fencedjobs.models import JobRun, Watermark
+from django_fencedjobs.models import JobRun, RunTask, Watermark
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from django_fencedjobs.integrations.tasks import Task
 
     from django_fencedjobs.registry import Job
 
@@ -273,6 +275,21 @@ class Run:
         for gen in self._iterators:
             gen.close()
         self._iterators.clear()
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    def enqueue(self, task: Task[Any, Any], /, *args: Any, **kwargs: Any) -> RunTask:
+        """Enqueue a ``django.tasks`` task for this run, once: recorded with the run, in its
+        fenced transaction (the handler's open ``fenced_atomic`` block, or one of its own).
+
+        On django-tasks-db's database backend the task's row commits with that transaction,
+        or not at all; on any other backend the task is handed over right after it commits.
+        Inside the task, ``fenced_atomic()`` checks this run's fence. Returns the run's
+        record of the task (:class:`~django_fencedjobs.models.RunTask`). See docs/tasks.md.
+        """
+        from django_fencedjobs.integrations import tasks
+
+        return tasks.enqueue(self, task, args, kwargs)
 
     # -- progress and liveness -----------------------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -109,8 +110,17 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_fencedjobs",
+    "django_tasks_db",
     "tests.testapp",
 ]
+
+# Scheduled tasks (tests/test_tasks*.py): the database backend on the test database, and
+# the immediate backend for the path that hands tasks over after the run commits.
+_TASKS = "django.tasks" if find_spec("django.tasks") else "django_tasks"
+TASKS = {
+    "default": {"BACKEND": "django_tasks_db.backend.DatabaseBackend"},
+    "immediate": {"BACKEND": f"{_TASKS}.backends.immediate.ImmediateBackend"},
+}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

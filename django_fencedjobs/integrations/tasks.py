@@ -1,0 +1,363 @@
+"""Scheduled ``django.tasks``: a job's run enqueues tasks, once per slot, fenced end to end.
+
+Django's Tasks framework (``django.tasks`` from Django 6.0; the ``django-tasks`` backport on
+5.2) runs work on workers but has no schedule. This module is the bridge:
+
+* :func:`schedule_task` declares a job whose run enqueues one task, in one line.
+* :meth:`Run.enqueue <django_fencedjobs.run.Run.enqueue>` (this module's :func:`enqueue`)
+  enqueues from any handler, as many tasks as it likes.
+
+**Once per slot.** Every task a run enqueues is recorded as a
+:class:`~django_fencedjobs.models.RunTask` of the run, in the run's fenced transaction:
+
+* On a backend that writes to the lease database (django-tasks-db's ``DatabaseBackend``),
+  the task's own row is written in that transaction too. A run that lost its fence rolls
+  back its enqueue with everything else: exactly once, whatever happens to the process.
+* On any other backend, the task is handed over right after that transaction commits, and
+  its id recorded then. A slot runs once (its run is unique), so nothing ever hands the
+  task over a second time: at most once. If the process dies between the commit and the
+  hand-over, the task stays ``pending`` (never dispatched) and the job reads late.
+
+**The fence travels with the task.** A worker that starts a task looks it up by its id
+(:func:`_task_started`); inside it, ``fenced_atomic()`` checks the enqueuing run's fence
+(:func:`django_fencedjobs.lease.lock_task_fence`): once a later run of the job has been
+granted the lease, the task's writes roll back with :class:`FenceLost`. A task that no run
+enqueued gets :class:`NotInRun`, as anywhere outside a run.
+
+**Absence covers the workers.** Workers report each task's start and end
+(``task_started``/``task_finished``); :mod:`django_fencedjobs.health` makes a job late when
+a task of it has not finished by its slot's deadline (never dispatched, no worker took it,
+or its worker died), and failing when the latest task outcome is a failure.
+
+Imported by the app only when a project uses the Tasks framework (``TASKS`` set, or one of
+its apps installed); a project that does not pays nothing.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from importlib.util import find_spec
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError, connections, router, transaction
+from django.dispatch import receiver
+
+from django_fencedjobs import clock, lease
+from django_fencedjobs.exceptions import FenceLost, NotInRun
+from django_fencedjobs.fencing import fenced_atomic, reset_current_run, set_current_run
+from django_fencedjobs.models import RunTask, TaskStatus
+from django_fencedjobs.registry import Job, job
+
+if find_spec("django.tasks") is not None:  # Django 6.0+: the framework is built in
+    from django.tasks import Task, TaskResult, TaskResultStatus
+    from django.tasks.signals import task_finished, task_started
+else:  # Django 5.2: the django-tasks backport
+    from django_tasks.base import (  # type: ignore[no-redef,assignment,unused-ignore]
+        Task,
+        TaskResult,
+        TaskResultStatus,
+    )
+    from django_tasks.signals import (  # type: ignore[no-redef,assignment,unused-ignore]
+        task_finished,
+        task_started,
+    )
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from django_fencedjobs.run import Run
+
+__all__ = ["TaskFence", "enqueue", "schedule_task"]
+
+logger = logging.getLogger("django_fencedjobs")
+
+#: How long a task's first fenced block waits for its run's record of it, when the backend
+#: does not write to the lease database: the runner records the task's id right after the
+#: backend returns it, and a fast worker may start the task before that.
+RECORD_WAIT = 2.0
+
+_STATUS = {
+    TaskResultStatus.READY: TaskStatus.READY,
+    TaskResultStatus.RUNNING: TaskStatus.RUNNING,
+    TaskResultStatus.SUCCESSFUL: TaskStatus.SUCCESSFUL,
+    TaskResultStatus.FAILED: TaskStatus.FAILED,
+}
+
+
+# -- declaring ------------------------------------------------------------------------------
+
+
+def schedule_task(
+    task: Task[Any, Any],
+    cron: str | None = None,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    name: str | None = None,
+    **options: Any,
+) -> Job:
+    """Enqueue ``task`` at every slot of a schedule: a job whose run enqueues it once.
+
+    ::
+
+        # myapp/jobs.py
+        from django_fencedjobs.integrations.tasks import schedule_task
+        from myapp.tasks import send_digest
+
+        schedule_task(send_digest, "0 7 * * *", timezone="Europe/Paris", args=["daily"])
+
+    ``cron``, ``every``, ``timezone``, ``jitter`` and every other option of
+    :func:`~django_fencedjobs.job` apply (``timeout`` and ``grace`` also bound how long the
+    task may take to finish before the job reads late). ``name`` defaults to the task's
+    module path. Returns the :class:`~django_fencedjobs.Job`.
+    """
+    if not isinstance(task, Task):
+        raise TypeError(
+            f"schedule_task(): expected a django.tasks Task (a function decorated with "
+            f"@task), got {task!r}"
+        )
+    call_args, call_kwargs = list(args), dict(kwargs or {})
+
+    def enqueue_task(run: Run) -> None:
+        run.enqueue(task, *call_args, **call_kwargs)
+
+    enqueue_task.__name__ = enqueue_task.__qualname__ = task.name
+    enqueue_task.__module__ = task.func.__module__
+    declared: Job = job(cron, name=name or task.module_path, **options)(enqueue_task).job  # type: ignore[attr-defined]
+    return declared
+
+
+# -- enqueueing from a run --------------------------------------------------------------------
+
+
+def enqueue(run: Run, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> RunTask:
+    """Enqueue ``task`` for ``run``, once: :meth:`Run.enqueue`'s work. Returns the run's record
+    of it (its ``result_id`` is the backend's id: at once on a backend that writes to the
+    lease database, after the run's transaction commits on any other)."""
+    if not isinstance(task, Task):
+        raise TypeError(
+            f"job {run.job.name!r}: run.enqueue() expects a django.tasks Task (a function "
+            f"decorated with @task), got {task!r}"
+        )
+    backend = task.get_backend()
+    backend.validate_task(task)
+    alias = lease.lease_db()
+    record = RunTask(
+        run=run.record,
+        job=run.job.name,
+        fence=run.fence,
+        task_path=task.module_path,
+        backend=task.backend,
+    )
+    with fenced_atomic():  # joins the handler's own fenced block, if one is open
+        if writes_to(task, alias):
+            with _dispatching(run.job.name, run.fence):
+                result = task.enqueue(*args, **kwargs)
+            _take(record, result)
+            record.save(using=alias)
+        else:
+            record.save(using=alias)
+            transaction.on_commit(_dispatcher(record, task, args, kwargs), using=alias)
+    return record
+
+
+def writes_to(task: Task[Any, Any], alias: str) -> bool:
+    """Whether ``task``'s backend writes its queue to database ``alias`` (django-tasks-db's
+    ``DatabaseBackend`` routed there): then enqueueing is a write of the run's transaction."""
+    try:
+        from django_tasks_db.backend import DatabaseBackend
+        from django_tasks_db.models import DBTaskResult
+    except ImportError:
+        return False
+    backend = task.get_backend()
+    return isinstance(backend, DatabaseBackend) and router.db_for_write(DBTaskResult) == alias
+
+
+def _dispatcher(
+    record: RunTask, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Callable[[], None]:
+    def dispatch() -> None:
+        # Runs once, right after the run's transaction committed the record. If this
+        # process dies before the backend has the task, the record stays pending: the task
+        # is lost (never enqueued twice) and the job reads late.
+        alias = lease.lease_db()
+        try:
+            with _dispatching(record.job, record.fence):
+                result = task.enqueue(*args, **kwargs)
+        except Exception as exc:
+            RunTask.objects.using(alias).filter(pk=record.pk).update(
+                status=TaskStatus.FAILED,
+                finished_at=clock.now(),
+                error=f"Not enqueued: the backend {record.backend!r} refused the task: {exc!r}",
+            )
+            raise
+        _take(record, result)
+        if record.status not in (TaskStatus.SUCCESSFUL, TaskStatus.FAILED):
+            try:
+                # A worker may have started (or finished) the task before its id was
+                # recorded here, and its report found nothing to update.
+                result = task.get_result(result.id) if backend_reports(task) else result
+                _take(record, result)
+            except Exception:  # the backend's own account is a bonus, not a requirement
+                pass
+        RunTask.objects.using(alias).filter(pk=record.pk).update(
+            result_id=record.result_id,
+            status=record.status,
+            enqueued_at=record.enqueued_at,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
+            error=record.error,
+        )
+
+    return dispatch
+
+
+def backend_reports(task: Task[Any, Any]) -> bool:
+    return bool(getattr(task.get_backend(), "supports_get_result", False))
+
+
+def _take(record: RunTask, result: TaskResult[Any]) -> None:
+    """Copy what the backend says of a task onto its record."""
+    record.result_id = str(result.id)
+    record.status = _STATUS.get(result.status, TaskStatus.READY)
+    record.enqueued_at = result.enqueued_at or clock.now()
+    record.started_at = result.started_at
+    record.finished_at = result.finished_at
+    record.error = _error_of(result)
+
+
+def _error_of(result: TaskResult[Any]) -> str:
+    if result.status != TaskResultStatus.FAILED or not result.errors:
+        return ""
+    return str(result.errors[-1].traceback)[-4000:]
+
+
+# -- the fence, inside the task -----------------------------------------------------------------
+
+
+class TaskFence:
+    """What ``fenced_atomic`` checks inside a task a run enqueued: the run's job and fence,
+    looked up by the task's id on the first fenced block (:func:`lease.lock_task_fence`)."""
+
+    def __init__(
+        self,
+        job: str | None = None,
+        fence: int | None = None,
+        *,
+        backend: str = "",
+        result_id: str = "",
+    ) -> None:
+        self.job, self.fence = job, fence
+        self.backend, self.result_id = backend, result_id
+
+    def __repr__(self) -> str:
+        return f"<TaskFence {self.job} fence={self.fence} task={self.result_id}>"
+
+    def _resolve(self) -> tuple[str, int]:
+        if self.job is not None and self.fence is not None:
+            return self.job, self.fence
+        deadline = time.monotonic() + RECORD_WAIT
+        rows = RunTask.objects.using(lease.lease_db()).filter(
+            backend=self.backend, result_id=self.result_id
+        )
+        while True:
+            found = rows.values_list("job", "fence").first()
+            if found is not None:
+                self.job, self.fence = found
+                return found
+            if time.monotonic() >= deadline:
+                raise NotInRun(
+                    f"fenced_atomic() in task {self.result_id!r}: no job's run enqueued this "
+                    "task (enqueue it with run.enqueue() to fence its writes)"
+                )
+            time.sleep(0.05)
+
+    def _check_fence(self, connection: BaseDatabaseWrapper) -> None:
+        name, fence = self._resolve()
+        if not lease.lock_task_fence(connection, name, fence):
+            raise FenceLost(
+                f"job {name!r}: a later run has been granted the lease since the run (fence "
+                f"{fence}) that enqueued task {self.result_id or '(this task)'}; nothing in "
+                "this fenced block was committed"
+            )
+
+
+#: The fence of the run handing a task over right now, in this thread: a backend that runs
+#: the task at once, inside ``enqueue()`` (``ImmediateBackend``), starts it before its id
+#: could be recorded.
+_handing_over: contextvars.ContextVar[TaskFence | None] = contextvars.ContextVar(
+    "fencedjobs_handing_over", default=None
+)
+
+
+class _dispatching:
+    def __init__(self, job: str, fence: int) -> None:
+        self.fence = TaskFence(job, fence)
+
+    def __enter__(self) -> None:
+        self.token = _handing_over.set(self.fence)
+
+    def __exit__(self, *exc: object) -> None:
+        _handing_over.reset(self.token)
+
+
+_open = threading.local()
+
+
+@receiver(task_started, dispatch_uid="django_fencedjobs.task_started")
+def _task_started(sender: type, task_result: TaskResult[Any], **kwargs: Any) -> None:
+    """A worker starts a task: give it its run's fence, and record that it started."""
+    fence = _handing_over.get() or TaskFence(
+        backend=task_result.backend, result_id=str(task_result.id)
+    )
+    stack = getattr(_open, "tokens", None)
+    if stack is None:
+        stack = _open.tokens = []
+    stack.append(set_current_run(fence))
+    _report(
+        task_result,
+        status=TaskStatus.RUNNING,
+        started_at=task_result.started_at or clock.now(),
+        only=(TaskStatus.PENDING, TaskStatus.READY),
+    )
+
+
+@receiver(task_finished, dispatch_uid="django_fencedjobs.task_finished")
+def _task_finished(sender: type, task_result: TaskResult[Any], **kwargs: Any) -> None:
+    stack = getattr(_open, "tokens", None)
+    if stack:
+        reset_current_run(stack.pop())
+    status = _STATUS.get(task_result.status, TaskStatus.FAILED)
+    _report(
+        task_result,
+        status=status,
+        finished_at=task_result.finished_at or clock.now(),
+        error=_error_of(task_result),
+        only=(TaskStatus.PENDING, TaskStatus.READY, TaskStatus.RUNNING),
+    )
+
+
+def _report(task_result: TaskResult[Any], *, only: Sequence[str], **fields: Any) -> None:
+    """Record a worker's report on the task's record, if a run enqueued it. A report that
+    cannot be written is logged, never raised into the worker."""
+    alias = lease.lease_db()
+    try:
+        RunTask.objects.using(alias).filter(
+            backend=task_result.backend, result_id=str(task_result.id), status__in=only
+        ).update(**fields)
+    except DatabaseError:
+        logger.warning(
+            "could not record that task %s is %s", task_result.id, fields["status"], exc_info=True
+        )
+        connections[alias].close_if_unusable_or_obsolete()
+
+
+def deadline_of(job: Job) -> timedelta:
+    """How long after its slot a run's tasks may take to finish: the job's run timeout plus
+    its grace, the bound the dead man's switch gives the run itself."""
+    return job.run_timeout + job.grace
