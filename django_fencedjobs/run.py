@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
     from django_fencedjobs.integrations.tasks import Task
-
     from django_fencedjobs.registry import Job
 
 ModelT = TypeVar("ModelT", bound=Model)

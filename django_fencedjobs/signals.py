@@ -5,6 +5,10 @@ Receivers are called with ``send_robust``: a failing receiver is logged, never b
 * ``run_started(sender=Job, job, record)``: the lease is taken and the run recorded.
 * ``run_finished(sender=Job, job, record)``: the outcome is recorded (also for ``missed``).
 * ``tick_finished(sender=Job, now)``: after each pass over the due jobs (housekeeping).
+* ``run_tasks_finished(sender=Job, job, record, failed)``: the last unfinished task a run
+  enqueued (:mod:`django_fencedjobs.integrations.tasks`) has finished, in the worker
+  process that ran it; ``failed`` is True when any task of the run failed. ``job`` is None
+  when the worker's process does not declare the job.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ logger = logging.getLogger("django_fencedjobs")
 run_started = Signal()
 run_finished = Signal()
 tick_finished = Signal()
+run_tasks_finished = Signal()
 
 
 def send(signal: Signal, **kwargs: Any) -> None:

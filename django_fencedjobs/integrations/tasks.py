@@ -50,7 +50,7 @@ from django.dispatch import receiver
 from django_fencedjobs import clock, lease
 from django_fencedjobs.exceptions import FenceLost, NotInRun
 from django_fencedjobs.fencing import fenced_atomic, reset_current_run, set_current_run
-from django_fencedjobs.models import RunTask, TaskStatus
+from django_fencedjobs.models import UNFINISHED_TASK, RunTask, TaskStatus
 from django_fencedjobs.registry import Job, job
 
 if find_spec("django.tasks") is not None:  # Django 6.0+: the framework is built in
@@ -135,7 +135,9 @@ def schedule_task(
 # -- enqueueing from a run --------------------------------------------------------------------
 
 
-def enqueue(run: Run, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> RunTask:
+def enqueue(
+    run: Run, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> RunTask:
     """Enqueue ``task`` for ``run``, once: :meth:`Run.enqueue`'s work. Returns the run's record
     of it (its ``result_id`` is the backend's id: at once on a backend that writes to the
     lease database, after the run's transaction commits on any other)."""
@@ -333,28 +335,57 @@ def _task_finished(sender: type, task_result: TaskResult[Any], **kwargs: Any) ->
     if stack:
         reset_current_run(stack.pop())
     status = _STATUS.get(task_result.status, TaskStatus.FAILED)
-    _report(
+    if _report(
         task_result,
         status=status,
         finished_at=task_result.finished_at or clock.now(),
         error=_error_of(task_result),
         only=(TaskStatus.PENDING, TaskStatus.READY, TaskStatus.RUNNING),
-    )
+    ):
+        _after_task(task_result)
 
 
-def _report(task_result: TaskResult[Any], *, only: Sequence[str], **fields: Any) -> None:
-    """Record a worker's report on the task's record, if a run enqueued it. A report that
-    cannot be written is logged, never raised into the worker."""
+def _after_task(task_result: TaskResult[Any]) -> None:
+    """Send ``run_tasks_finished`` when the task just reported was its run's last."""
+    from django_fencedjobs import signals
+    from django_fencedjobs.registry import registry
+
     alias = lease.lease_db()
     try:
-        RunTask.objects.using(alias).filter(
-            backend=task_result.backend, result_id=str(task_result.id), status__in=only
-        ).update(**fields)
+        record = (
+            RunTask.objects.using(alias)
+            .select_related("run")
+            .get(backend=task_result.backend, result_id=str(task_result.id))
+            .run
+        )
+        tasks = RunTask.objects.using(alias).filter(run=record)
+        if tasks.filter(status__in=UNFINISHED_TASK).exists():
+            return
+        failed = tasks.filter(status=TaskStatus.FAILED).exists()
+    except (DatabaseError, RunTask.DoesNotExist):
+        logger.warning("could not read the tasks of task %s's run", task_result.id, exc_info=True)
+        return
+    job = registry.get(record.job) if record.job in registry else None
+    signals.send(signals.run_tasks_finished, job=job, record=record, failed=failed)
+
+
+def _report(task_result: TaskResult[Any], *, only: Sequence[str], **fields: Any) -> bool:
+    """Record a worker's report on the task's record, if a run enqueued it; True when one
+    was updated. A report that cannot be written is logged, never raised into the worker."""
+    alias = lease.lease_db()
+    try:
+        updated: int = (
+            RunTask.objects.using(alias)
+            .filter(backend=task_result.backend, result_id=str(task_result.id), status__in=only)
+            .update(**fields)
+        )
+        return updated > 0
     except DatabaseError:
         logger.warning(
             "could not record that task %s is %s", task_result.id, fields["status"], exc_info=True
         )
         connections[alias].close_if_unusable_or_obsolete()
+        return False
 
 
 def deadline_of(job: Job) -> timedelta:
