@@ -42,7 +42,7 @@ def uses_tasks() -> bool:
     from django.conf import settings
 
     return (
-        settings.is_overridden("TASKS")
+        settings.is_overridden("TASKS")  # type: ignore[misc]  # public, missing from the stubs
         or apps.is_installed("django_tasks")
         or apps.is_installed("django_tasks_db")
     )

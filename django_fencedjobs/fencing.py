@@ -61,8 +61,35 @@ def reset_current_run(token: contextvars.Token[Run | None]) -> None:
 
 
 class _FencedTransaction(transaction.Atomic):
-    """The ``transaction.atomic`` a fenced block opens, as it is: its type marks it, among
-    the connection's atomic blocks, as a fenced block's."""
+    """The ``transaction.atomic`` a fenced block opens: its type marks it, among the
+    connection's atomic blocks, as a fenced block's. It also keeps the writes deferred to
+    the block's end (:func:`at_exit`)."""
+
+    def __init__(self, using: str | None, savepoint: bool, durable: bool) -> None:
+        super().__init__(using, savepoint, durable)
+        self.deferred: dict[str, Callable[[], None]] = {}
+
+
+DeferredT = TypeVar("DeferredT", bound=Callable[[], None])
+
+
+def at_exit(using: str, key: str, factory: Callable[[], DeferredT]) -> DeferredT:
+    """The callable registered under ``key`` on the innermost open fenced block on
+    ``using``, made by ``factory()`` on first use. It is called when that block ends
+    without an error, just before it is released (and, for the outermost, committed):
+    inside the block's transaction, so what it writes commits or rolls back with the
+    block. A block that rolls back drops it uncalled.
+
+    For writes cheaper made together than one by one: the records of the tasks a run
+    enqueues in a block are inserted by one statement when the block ends.
+    """
+    blocks = connections[using].atomic_blocks
+    block = next((b for b in reversed(blocks) if isinstance(b, _FencedTransaction)), None)
+    if block is None:
+        raise NotInRun("at_exit() outside a fenced block")
+    if key not in block.deferred:
+        block.deferred[key] = factory()
+    return block.deferred[key]  # type: ignore[return-value]
 
 
 def in_fenced_block(using: str) -> bool:
@@ -113,7 +140,16 @@ class FencedAtomic(ContextDecorator):
     ) -> bool | None:
         # Blocks end in the order they began: the innermost open one is this entry's.
         connection = connections[self.using or lease.lease_db()]
-        connection.atomic_blocks[-1].__exit__(exc_type, exc_value, traceback)
+        block = connection.atomic_blocks[-1]
+        deferred = block.deferred if isinstance(block, _FencedTransaction) else {}
+        if exc_type is None and deferred:
+            try:
+                for func in deferred.values():
+                    func()
+            except BaseException as exc:
+                block.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+        block.__exit__(exc_type, exc_value, traceback)
         return None
 
 

@@ -26,6 +26,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -355,7 +356,7 @@ def lock_task_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> b
     """
     table, free = _table(connection), connection.ops.adapt_datetimefield_value(LEASE_FREE)
     condition = "name = %s AND (fence = %s OR (fence = %s AND lease_until = %s))"
-    params = [name, fence, fence + 1, free]
+    params: list[Any] = [name, fence, fence + 1, free]
     with connection.cursor() as cursor:
         if connection.features.has_select_for_update:
             cursor.execute(f"SELECT 1 FROM {table} WHERE {condition} FOR SHARE", params)

@@ -26,8 +26,8 @@ from django_fencedjobs.models import JobRun, RunTask, Watermark
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.tasks import Task
 
-    from django_fencedjobs.integrations.tasks import Task
     from django_fencedjobs.registry import Job
 
 ModelT = TypeVar("ModelT", bound=Model)

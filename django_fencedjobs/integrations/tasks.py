@@ -36,10 +36,11 @@ its apps installed); a project that does not pays nothing.
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,13 @@ from django.dispatch import receiver
 
 from django_fencedjobs import clock, lease
 from django_fencedjobs.exceptions import FenceLost, NotInRun
-from django_fencedjobs.fencing import fenced_atomic, reset_current_run, set_current_run
+from django_fencedjobs.fencing import (
+    at_exit,
+    fenced_atomic,
+    in_fenced_block,
+    reset_current_run,
+    set_current_run,
+)
 from django_fencedjobs.models import UNFINISHED_TASK, RunTask, TaskStatus
 from django_fencedjobs.registry import Job, job
 
@@ -139,16 +146,17 @@ def enqueue(
     run: Run, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> RunTask:
     """Enqueue ``task`` for ``run``, once: :meth:`Run.enqueue`'s work. Returns the run's record
-    of it (its ``result_id`` is the backend's id: at once on a backend that writes to the
-    lease database, after the run's transaction commits on any other)."""
+    of it; its ``result_id`` is the backend's id, set at once on a backend that writes to the
+    lease database, after the run's transaction commits on any other."""
     if not isinstance(task, Task):
         raise TypeError(
             f"job {run.job.name!r}: run.enqueue() expects a django.tasks Task (a function "
             f"decorated with @task), got {task!r}"
         )
-    backend = task.get_backend()
-    backend.validate_task(task)
     alias = lease.lease_db()
+    if not in_fenced_block(alias):
+        with fenced_atomic():
+            return enqueue(run, task, args, kwargs)
     record = RunTask(
         run=run.record,
         job=run.job.name,
@@ -156,16 +164,32 @@ def enqueue(
         task_path=task.module_path,
         backend=task.backend,
     )
-    with fenced_atomic():  # joins the handler's own fenced block, if one is open
-        if writes_to(task, alias):
-            with _dispatching(run.job.name, run.fence):
-                result = task.enqueue(*args, **kwargs)
-            _take(record, result)
-            record.save(using=alias)
-        else:
-            record.save(using=alias)
-            transaction.on_commit(_dispatcher(record, task, args, kwargs), using=alias)
+    batch = at_exit(alias, "django_fencedjobs.tasks", lambda: _Batch(alias))
+    if writes_to(task, alias):
+        # A write of this transaction, like any other: it commits with the run's work or
+        # rolls back with it (a lost fence, an error).
+        _take(record, task.enqueue(*args, **kwargs))
+    else:
+        task.get_backend().validate_task(task)  # refused now rather than after the commit
+        batch.hand_over.append((record, task, args, kwargs))
+    batch.records.append(record)
     return record
+
+
+class _Batch:
+    """The tasks enqueued in one fenced block: their records are inserted together when the
+    block ends, in its transaction; those of backends that do not write to the lease
+    database are handed over once it has committed."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.records: list[RunTask] = []
+        self.hand_over: list[tuple[RunTask, Task[Any, Any], tuple[Any, ...], dict[str, Any]]] = []
+
+    def __call__(self) -> None:
+        RunTask.objects.using(self.alias).bulk_create(self.records)
+        if self.hand_over:
+            transaction.on_commit(functools.partial(_hand_over, self.hand_over), using=self.alias)
 
 
 def writes_to(task: Task[Any, Any], alias: str) -> bool:
@@ -180,14 +204,18 @@ def writes_to(task: Task[Any, Any], alias: str) -> bool:
     return isinstance(backend, DatabaseBackend) and router.db_for_write(DBTaskResult) == alias
 
 
-def _dispatcher(
-    record: RunTask, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Callable[[], None]:
-    def dispatch() -> None:
-        # Runs once, right after the run's transaction committed the record. If this
-        # process dies before the backend has the task, the record stays pending: the task
-        # is lost (never enqueued twice) and the job reads late.
-        alias = lease.lease_db()
+def _hand_over(
+    tasks: list[tuple[RunTask, Task[Any, Any], tuple[Any, ...], dict[str, Any]]],
+) -> None:
+    """Give the backend the tasks whose records just committed, once each, in order.
+
+    Runs once, right after the commit. If this process dies before the backend has a task,
+    its record stays ``pending``: the task is lost (never enqueued twice) and the job reads
+    late. A task the backend refuses is recorded failed, and the error raised (the run
+    fails); the tasks after it stay pending.
+    """
+    alias = lease.lease_db()
+    for record, task, args, kwargs in tasks:
         try:
             with _dispatching(record.job, record.fence):
                 result = task.enqueue(*args, **kwargs)
@@ -206,7 +234,7 @@ def _dispatcher(
                 result = task.get_result(result.id) if backend_reports(task) else result
                 _take(record, result)
             except Exception:  # the backend's own account is a bonus, not a requirement
-                pass
+                logger.debug("could not read task %s back", result.id, exc_info=True)
         RunTask.objects.using(alias).filter(pk=record.pk).update(
             result_id=record.result_id,
             status=record.status,
@@ -216,14 +244,12 @@ def _dispatcher(
             error=record.error,
         )
 
-    return dispatch
-
 
 def backend_reports(task: Task[Any, Any]) -> bool:
     return bool(getattr(task.get_backend(), "supports_get_result", False))
 
 
-def _take(record: RunTask, result: TaskResult[Any]) -> None:
+def _take(record: RunTask, result: TaskResult[Any, Any]) -> None:
     """Copy what the backend says of a task onto its record."""
     record.result_id = str(result.id)
     record.status = _STATUS.get(result.status, TaskStatus.READY)
@@ -233,7 +259,7 @@ def _take(record: RunTask, result: TaskResult[Any]) -> None:
     record.error = _error_of(result)
 
 
-def _error_of(result: TaskResult[Any]) -> str:
+def _error_of(result: TaskResult[Any, Any]) -> str:
     if result.status != TaskResultStatus.FAILED or not result.errors:
         return ""
     return str(result.errors[-1].traceback)[-4000:]
@@ -312,7 +338,7 @@ _open = threading.local()
 
 
 @receiver(task_started, dispatch_uid="django_fencedjobs.task_started")
-def _task_started(sender: type, task_result: TaskResult[Any], **kwargs: Any) -> None:
+def _task_started(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
     """A worker starts a task: give it its run's fence, and record that it started."""
     fence = _handing_over.get() or TaskFence(
         backend=task_result.backend, result_id=str(task_result.id)
@@ -330,7 +356,7 @@ def _task_started(sender: type, task_result: TaskResult[Any], **kwargs: Any) -> 
 
 
 @receiver(task_finished, dispatch_uid="django_fencedjobs.task_finished")
-def _task_finished(sender: type, task_result: TaskResult[Any], **kwargs: Any) -> None:
+def _task_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
     stack = getattr(_open, "tokens", None)
     if stack:
         reset_current_run(stack.pop())
@@ -345,7 +371,7 @@ def _task_finished(sender: type, task_result: TaskResult[Any], **kwargs: Any) ->
         _after_task(task_result)
 
 
-def _after_task(task_result: TaskResult[Any]) -> None:
+def _after_task(task_result: TaskResult[Any, Any]) -> None:
     """Send ``run_tasks_finished`` when the task just reported was its run's last."""
     from django_fencedjobs import signals
     from django_fencedjobs.registry import registry
@@ -369,7 +395,7 @@ def _after_task(task_result: TaskResult[Any]) -> None:
     signals.send(signals.run_tasks_finished, job=job, record=record, failed=failed)
 
 
-def _report(task_result: TaskResult[Any], *, only: Sequence[str], **fields: Any) -> bool:
+def _report(task_result: TaskResult[Any, Any], *, only: Sequence[str], **fields: Any) -> bool:
     """Record a worker's report on the task's record, if a run enqueued it; True when one
     was updated. A report that cannot be written is logged, never raised into the worker."""
     alias = lease.lease_db()
