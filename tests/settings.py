@@ -120,6 +120,9 @@ _TASKS = "django.tasks" if find_spec("django.tasks") else "django_tasks"
 TASKS = {
     "default": {"BACKEND": "django_tasks_db.backend.DatabaseBackend"},
     "immediate": {"BACKEND": f"{_TASKS}.backends.immediate.ImmediateBackend"},
+    # ImmediateBackend that SIGKILLs its process on enqueue while a marker file exists: the
+    # crash between a run's commit and the hand-over (tests/test_tasks_faults.py).
+    "killable": {"BACKEND": "tests.taskapp.backends.KillOnEnqueueBackend"},
 }
 
 MIDDLEWARE = [

@@ -3,7 +3,10 @@ worker process can import them by path."""
 
 from __future__ import annotations
 
+import os
+import time
 from importlib.util import find_spec
+from pathlib import Path
 
 from django_fencedjobs import fenced_atomic
 from tests.testapp.models import Write
@@ -34,5 +37,39 @@ def fail(message: str) -> None:
 
 @task(backend="immediate")
 def immediate_write(job: str, seq: int) -> None:
+    with fenced_atomic():
+        Write.objects.create(job=job, fence=-1, seq=seq)
+
+
+#: What :func:`immediate_note` was called with, in this process, in order: a side effect that
+#: no transaction rolls back, so a test sees whether the task ran at all.
+NOTES: list[tuple[str, int]] = []
+
+
+@task(backend="immediate")
+def immediate_note(job: str, seq: int) -> None:
+    """Note the call (outside any transaction), then write one row fenced by its run."""
+    NOTES.append((job, seq))
+    with fenced_atomic():
+        Write.objects.create(job=job, fence=-1, seq=seq)
+
+
+@task()
+def block_until(job: str, seq: int, started: str, release: str) -> None:
+    """Create the file ``started``, wait (at most a minute) for the file ``release``, then
+    write one row fenced by its run: a task a test can catch in the middle (and SIGKILL its
+    worker there)."""
+    Path(started).touch()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with fenced_atomic():
+        Write.objects.create(job=job, fence=-1, seq=seq)
+
+
+@task(backend="killable")
+def handed_over_write(job: str, seq: int) -> None:
+    """One fenced write, on the backend that can kill the process handing it over
+    (:class:`tests.taskapp.backends.KillOnEnqueueBackend`)."""
     with fenced_atomic():
         Write.objects.create(job=job, fence=-1, seq=seq)
