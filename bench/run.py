@@ -40,6 +40,7 @@ MODULES = [
     ("P4L", "bench.p4_under_load"),
     ("P6", "bench.p6_memory"),
     ("P7", "bench.p7_fleet"),
+    ("P8", "bench.p8_tasks"),
     ("P9", "bench.p9_run_cost"),
     ("P5", "bench.p5_admin"),
 ]

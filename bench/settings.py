@@ -21,6 +21,7 @@ from tests.settings import (  # noqa: F401
     MIDDLEWARE,
     PASSWORD_HASHERS,
     STATIC_URL,
+    TASKS,
     TEMPLATES,
     TIME_ZONE,
     USE_TZ,

@@ -22,11 +22,11 @@ from django.utils import timezone as dj_timezone
 from django_fencedjobs import clock, lease
 from django_fencedjobs.exceptions import FenceLost, WatermarkError
 from django_fencedjobs.fencing import FencedAtomic, _FencedClaim, current_run, in_fenced_block
-from django_fencedjobs.models import JobRun, RunTask, Watermark
+from django_fencedjobs.models import JobRun, Watermark
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
-    from django.tasks import Task
+    from django.tasks import Task, TaskResult
 
     from django_fencedjobs.registry import Job
 
@@ -277,14 +277,18 @@ class Run:
 
     # -- tasks ---------------------------------------------------------------------------
 
-    def enqueue(self, task: Task[Any, Any], /, *args: Any, **kwargs: Any) -> RunTask:
+    def enqueue(
+        self, task: Task[Any, Any], /, *args: Any, **kwargs: Any
+    ) -> TaskResult[Any, Any] | None:
         """Enqueue a ``django.tasks`` task for this run, once: recorded with the run, in its
         fenced transaction (the handler's open ``fenced_atomic`` block, or one of its own).
 
         On django-tasks-db's database backend the task's row commits with that transaction,
         or not at all; on any other backend the task is handed over right after it commits.
-        Inside the task, ``fenced_atomic()`` checks this run's fence. Returns the run's
-        record of the task (:class:`~django_fencedjobs.models.RunTask`). See docs/tasks.md.
+        Inside the task, ``fenced_atomic()`` checks this run's fence. The run records the
+        task (:class:`~django_fencedjobs.models.RunTask`, in ``run.record.tasks``). Returns
+        the backend's result when the task was enqueued in the run's transaction, None when
+        it is handed over after the commit. See docs/tasks.md.
         """
         from django_fencedjobs.integrations import tasks
 

@@ -144,10 +144,14 @@ def schedule_task(
 
 def enqueue(
     run: Run, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> RunTask:
-    """Enqueue ``task`` for ``run``, once: :meth:`Run.enqueue`'s work. Returns the run's record
-    of it; its ``result_id`` is the backend's id, set at once on a backend that writes to the
-    lease database, after the run's transaction commits on any other."""
+) -> TaskResult[Any, Any] | None:
+    """Enqueue ``task`` for ``run``, once: :meth:`Run.enqueue`'s work.
+
+    Returns the backend's result when the task was enqueued in the run's transaction (a
+    backend that writes to the lease database), None when it is handed over after the
+    commit (any other backend: the result does not exist yet; the run's record of the task
+    gets its id then).
+    """
     if not isinstance(task, Task):
         raise TypeError(
             f"job {run.job.name!r}: run.enqueue() expects a django.tasks Task (a function "
@@ -157,39 +161,98 @@ def enqueue(
     if not in_fenced_block(alias):
         with fenced_atomic():
             return enqueue(run, task, args, kwargs)
-    record = RunTask(
-        run=run.record,
-        job=run.job.name,
-        fence=run.fence,
-        task_path=task.module_path,
-        backend=task.backend,
-    )
-    batch = at_exit(alias, "django_fencedjobs.tasks", lambda: _Batch(alias))
-    if writes_to(task, alias):
+    batch = at_exit(alias, "django_fencedjobs.tasks", lambda: _Batch(run, alias))
+    if batch.in_transaction(task):
         # A write of this transaction, like any other: it commits with the run's work or
         # rolls back with it (a lost fence, an error).
-        _take(record, task.enqueue(*args, **kwargs))
-    else:
-        task.get_backend().validate_task(task)  # refused now rather than after the commit
-        batch.hand_over.append((record, task, args, kwargs))
-    batch.records.append(record)
-    return record
+        result = task.enqueue(*args, **kwargs)
+        batch.enqueued.append(result)
+        return result
+    task.get_backend().validate_task(task)  # refused now rather than after the commit
+    batch.hand_over.append((task, args, kwargs))
+    return None
+
+
+HandOver = tuple[Task[Any, Any], tuple[Any, ...], dict[str, Any]]
 
 
 class _Batch:
-    """The tasks enqueued in one fenced block: their records are inserted together when the
-    block ends, in its transaction; those of backends that do not write to the lease
-    database are handed over once it has committed."""
+    """The tasks a run enqueued in one fenced block. Their records are inserted together
+    when the block ends, in its transaction (one statement, not one per task: a handler
+    that fans out to thousands of tasks pays for its records about what it pays for one
+    more column of each task's row). The tasks of a backend that does not write to the lease
+    database are handed over once that transaction has committed."""
 
-    def __init__(self, alias: str) -> None:
-        self.alias = alias
-        self.records: list[RunTask] = []
-        self.hand_over: list[tuple[RunTask, Task[Any, Any], tuple[Any, ...], dict[str, Any]]] = []
+    def __init__(self, run: Run, alias: str) -> None:
+        self.run, self.alias = run, alias
+        self.enqueued: list[TaskResult[Any, Any]] = []
+        self.hand_over: list[HandOver] = []
+        self._writes_here: dict[str, bool] = {}
+
+    def in_transaction(self, task: Task[Any, Any]) -> bool:
+        if task.backend not in self._writes_here:
+            self._writes_here[task.backend] = writes_to(task, self.alias)
+        return self._writes_here[task.backend]
 
     def __call__(self) -> None:
-        RunTask.objects.using(self.alias).bulk_create(self.records)
+        run, rows = self.run, RunTask.objects.using(self.alias)
+        if self.enqueued:
+            connection = connections[self.alias]
+            if connection.vendor == "postgresql":
+                _insert_enqueued(connection, run, self.enqueued)
+            else:
+                rows.bulk_create([_record(run, result) for result in self.enqueued])
         if self.hand_over:
-            transaction.on_commit(functools.partial(_hand_over, self.hand_over), using=self.alias)
+            pending = rows.bulk_create(
+                [
+                    RunTask(
+                        run_id=run.record.pk,
+                        job=run.job.name,
+                        fence=run.fence,
+                        task_path=task.module_path,
+                        backend=task.backend,
+                        status=TaskStatus.PENDING,
+                    )
+                    for task, _, _ in self.hand_over
+                ]
+            )
+            tasks = list(zip(pending, self.hand_over, strict=True))
+            transaction.on_commit(functools.partial(_hand_over, tasks), using=self.alias)
+
+
+def _record(run: Run, result: TaskResult[Any, Any]) -> RunTask:
+    record = RunTask(
+        run_id=run.record.pk,
+        job=run.job.name,
+        fence=run.fence,
+        task_path=result.task.module_path,
+        backend=result.backend,
+    )
+    _take(record, result)
+    return record
+
+
+def _insert_enqueued(
+    connection: BaseDatabaseWrapper, run: Run, results: list[TaskResult[Any, Any]]
+) -> None:
+    """PostgreSQL: the records of tasks enqueued in this transaction, one ``INSERT`` from
+    arrays, without building a model instance per task."""
+    table = connection.ops.quote_name(RunTask._meta.db_table)
+    now = clock.now()
+    columns: list[list[Any]] = [
+        [result.task.module_path for result in results],
+        [result.backend for result in results],
+        [str(result.id) for result in results],
+        [_STATUS.get(result.status, TaskStatus.READY).value for result in results],
+        [result.enqueued_at or now for result in results],
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (run_id, job, fence, task_path, backend, result_id, status,"
+            " enqueued_at, error) SELECT %s, %s, %s, t.*, '' FROM unnest(%s::varchar[],"
+            " %s::varchar[], %s::varchar[], %s::varchar[], %s::timestamptz[]) AS t",
+            [run.record.pk, run.job.name, run.fence, *columns],
+        )
 
 
 def writes_to(task: Task[Any, Any], alias: str) -> bool:
@@ -204,9 +267,7 @@ def writes_to(task: Task[Any, Any], alias: str) -> bool:
     return isinstance(backend, DatabaseBackend) and router.db_for_write(DBTaskResult) == alias
 
 
-def _hand_over(
-    tasks: list[tuple[RunTask, Task[Any, Any], tuple[Any, ...], dict[str, Any]]],
-) -> None:
+def _hand_over(tasks: list[tuple[RunTask, HandOver]]) -> None:
     """Give the backend the tasks whose records just committed, once each, in order.
 
     Runs once, right after the commit. If this process dies before the backend has a task,
@@ -215,7 +276,7 @@ def _hand_over(
     fails); the tasks after it stay pending.
     """
     alias = lease.lease_db()
-    for record, task, args, kwargs in tasks:
+    for record, (task, args, kwargs) in tasks:
         try:
             with _dispatching(record.job, record.fence):
                 result = task.enqueue(*args, **kwargs)
