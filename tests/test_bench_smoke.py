@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-KEYS = ["Ceiling", "P1", "P2", "P3", "P4", "P4L", "P5", "P6", "P7", "P9"]
+KEYS = ["Ceiling", "P1", "P2", "P3", "P4", "P4L", "P5", "P6", "P7", "P8", "P9"]
 
 
 @pytest.mark.postgres_only
