@@ -19,6 +19,13 @@ late          critical  the dead man's switch: the first slot after the last suc
                         i.e. after the job was first seen live, see
                         :mod:`django_fencedjobs.baseline`) plus ``run_timeout`` plus
                         ``grace`` has passed
+late          critical  a task a run of the job enqueued (``run.enqueue``, see
+                        :mod:`django_fencedjobs.integrations.tasks`) has not finished
+                        (pending, ready or running) and its run's slot plus
+                        ``run_timeout`` plus ``grace`` has passed
+failing       critical  the job's latest task outcome is a failure: the latest slot among
+                        its finished tasks has a failed task (a later slot whose tasks
+                        all succeeded clears it)
 failing       warning   it never succeeded and has failed (fewer times than the threshold)
 running       healthy   a run holds an unexpired lease
 never_run     healthy   no success yet, but the first slot's deadline has not passed
@@ -28,6 +35,13 @@ ok            healthy   none of the above
 
 "Has passed" is strict: at the deadline instant itself a job is not yet late.
 
+A run's tasks (:class:`~django_fencedjobs.models.RunTask`) are judged too: absence covers
+the workers. A task still ``pending`` was never handed to its backend (the runner stopped
+between its commit and the hand-over), one still ``ready`` was taken by no worker, one still
+``running`` past the deadline has most likely lost its worker. :attr:`JobHealth.tasks`
+holds what was read: the oldest slot with unfinished tasks and the latest slot with a
+finished one (:class:`TaskSummary`).
+
 Deciding is all this module does. Its callers present what it decided: the admin and
 ``checkjobs`` write the times (:mod:`django_fencedjobs.instants`, the same presentation
 as the reasons here), ``checkjobs`` picks its exit status and writes JSON.
@@ -35,20 +49,27 @@ as the reasons here), ``checkjobs`` picks its exit status and writes JSON.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import Count, Max, Min, OuterRef, Subquery
 
 from django_fencedjobs import clock
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant
 from django_fencedjobs.lease import lease_db
 from django_fencedjobs.listing import describe_schedule
-from django_fencedjobs.models import JobLease, JobRun, Outcome
+from django_fencedjobs.models import (
+    UNFINISHED_TASK,
+    JobLease,
+    JobRun,
+    Outcome,
+    RunTask,
+    TaskStatus,
+)
 from django_fencedjobs.registry import Job, registry
 
 __all__ = [
@@ -56,6 +77,8 @@ __all__ = [
     "RunSummary",
     "Severity",
     "State",
+    "TaskSlot",
+    "TaskSummary",
     "all_health",
     "job_health",
 ]
@@ -64,6 +87,14 @@ __all__ = [
 FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT})
 #: Characters of a run's error kept in a reason or a list column.
 ERROR_EXCERPT_CHARS = 160
+#: Statuses of a task that has finished.
+FINISHED_TASK = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED)
+#: What an unfinished task past its deadline most likely means, by status.
+UNFINISHED_MEANING = {
+    TaskStatus.PENDING: "never handed to the task backend (the runner stopped between its "
+    "commit and the hand-over)",
+    TaskStatus.READY: "not started by any worker (is a worker running for its queue?)",
+}
 
 
 class State(StrEnum):
@@ -120,6 +151,44 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class TaskSlot:
+    """The tasks one run of a job enqueued (one slot), counted by status."""
+
+    #: The run's pk and slot (``JobRun.scheduled_for``).
+    run_pk: int
+    scheduled_for: datetime
+    pending: int = 0
+    ready: int = 0
+    running: int = 0
+    successful: int = 0
+    failed: int = 0
+    #: The earliest start among its running tasks.
+    running_since: datetime | None = None
+    #: A failed task's path and the last line of its error.
+    failed_task: str = ""
+    error_excerpt: str = ""
+
+    @property
+    def unfinished(self) -> int:
+        return self.pending + self.ready + self.running
+
+    @property
+    def total(self) -> int:
+        return self.unfinished + self.successful + self.failed
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """What health reads of a job's tasks: two slots, whatever the number of its tasks."""
+
+    #: The oldest slot with a task that has not finished (pending, ready or running).
+    unfinished: TaskSlot | None = None
+    #: The latest slot with a task that has finished: its outcome is the job's latest task
+    #: outcome (a failure when ``failed``).
+    last_outcome: TaskSlot | None = None
+
+
+@dataclass(frozen=True)
 class JobHealth:
     """One job's state, with a one-line human reason and the facts it was decided from."""
 
@@ -156,6 +225,8 @@ class JobHealth:
     lease_until: datetime | None = None
     last_run: RunSummary | None = None
     last_finished_run: RunSummary | None = None
+    #: Its runs' tasks; None for a job whose runs enqueued none (or none that health needs).
+    tasks: TaskSummary | None = None
 
     @property
     def healthy(self) -> bool:
@@ -173,8 +244,9 @@ def all_health(
 
     A constant number of queries whatever the number of jobs: the clock (when it is the
     database's), the lease rows with the ids of each job's latest run and latest finished run
-    (two correlated subqueries, each one index lookup on ``(job, -scheduled_for)``), and those
-    runs.
+    (two correlated subqueries, each one index lookup on ``(job, -scheduled_for)``) and of
+    the two runs whose tasks health reads (two more, on the tasks' ``(status, job)`` index),
+    those runs, and, when any job has tasks, the tasks of those runs counted by status.
     """
     if now is None:
         now = clock.now()
@@ -201,6 +273,7 @@ def all_health(
         if run_ids
         else {}
     )
+    tasks = _read_tasks(leases.values())
     result = []
     for name in wanted:
         row = leases.get(name)
@@ -209,7 +282,7 @@ def all_health(
             latest = runs.get(row.latest_run_id)  # type: ignore[attr-defined]
             finished = runs.get(row.latest_finished_id)  # type: ignore[attr-defined]
         job = registry.get(name) if name in registry else None
-        result.append(assess(name, job, row, latest, finished, now))
+        result.append(assess(name, job, row, latest, finished, now, tasks=tasks.get(name)))
     result.sort(key=lambda h: (h.severity.rank, h.name))
     return result
 
@@ -222,13 +295,65 @@ def job_health(name: str, *, now: datetime | None = None) -> JobHealth:
 
 def _read_leases(names: Sequence[str] | None) -> dict[str, JobLease]:
     recent = JobRun.objects.filter(job=OuterRef("name")).order_by("-scheduled_for")
+    # A task carries its run's fence, and a job's later runs have higher fences: the runs
+    # of its oldest unfinished task and of its latest finished one, without joining the runs.
+    tasks = RunTask.objects.filter(job=OuterRef("name"))
     rows = JobLease.objects.using(lease_db()).annotate(
         latest_run_id=Subquery(recent.values("pk")[:1]),
         latest_finished_id=Subquery(recent.exclude(outcome=Outcome.RUNNING).values("pk")[:1]),
+        tasks_waiting_run_id=Subquery(
+            tasks.filter(status__in=UNFINISHED_TASK).order_by("fence").values("run_id")[:1]
+        ),
+        tasks_outcome_run_id=Subquery(
+            tasks.filter(status__in=FINISHED_TASK).order_by("-fence").values("run_id")[:1]
+        ),
     )
     if names:
         rows = rows.filter(name__in=list(names))
     return {row.name: row for row in rows}
+
+
+def _read_tasks(leases: Iterable[JobLease]) -> dict[str, TaskSummary]:
+    """Each job's :class:`TaskSummary`, from the two runs :func:`_read_leases` found for it:
+    one query (none when no job has tasks), one row per run, status and task path."""
+    wanted = {
+        row.name: (row.tasks_waiting_run_id, row.tasks_outcome_run_id)  # type: ignore[attr-defined]
+        for row in leases
+    }
+    run_ids = {pk for pair in wanted.values() for pk in pair if pk is not None}
+    if not run_ids:
+        return {}
+    groups = (
+        RunTask.objects.using(lease_db())
+        .filter(run_id__in=run_ids)
+        .order_by()
+        .values("run_id", "run__scheduled_for", "status", "task_path")
+        # Within one run, status and path: the earliest start, and one failed task's error.
+        .annotate(count=Count("pk"), started=Min("started_at"), error=Max("error"))
+    )
+    counts: dict[int, dict[str, Any]] = {}
+    for group in sorted(groups, key=lambda g: (g["run_id"], g["task_path"])):
+        slot = counts.setdefault(
+            group["run_id"],
+            {"run_pk": group["run_id"], "scheduled_for": group["run__scheduled_for"]},
+        )
+        status = group["status"]
+        slot[status] = slot.get(status, 0) + group["count"]
+        started = group["started"]
+        if status == TaskStatus.RUNNING and started is not None:
+            since = slot.get("running_since")
+            slot["running_since"] = started if since is None else min(since, started)
+        if status == TaskStatus.FAILED and not slot.get("failed_task"):
+            slot.update(failed_task=group["task_path"], error_excerpt=error_excerpt(group["error"]))
+    slots = {pk: TaskSlot(**fields) for pk, fields in counts.items()}
+    return {
+        name: TaskSummary(
+            unfinished=slots.get(waiting) if waiting is not None else None,
+            last_outcome=slots.get(outcome) if outcome is not None else None,
+        )
+        for name, (waiting, outcome) in wanted.items()
+        if waiting is not None or outcome is not None
+    }
 
 
 # -- deciding ----------------------------------------------------------------------------------
@@ -241,12 +366,15 @@ def assess(
     latest: JobRun | None,
     finished: JobRun | None,
     now: datetime,
+    *,
+    tasks: TaskSummary | None = None,
 ) -> JobHealth:
-    """Decide one job's state from its declaration, lease row and latest runs, at ``now``.
+    """Decide one job's state from its declaration, lease row, latest runs and the tasks of
+    its runs (:class:`TaskSummary`), at ``now``.
 
     Pure: no query, no clock. :func:`all_health` gathers the inputs.
     """
-    facts: dict[str, Any] = {"name": name, "checked_at": now, "job": job}
+    facts: dict[str, Any] = {"name": name, "checked_at": now, "job": job, "tasks": tasks}
     if latest is not None:
         facts["last_run"] = RunSummary.of(latest)
     if finished is not None:
@@ -332,6 +460,25 @@ def assess(
         if finished is not None and finished.outcome != Outcome.SUCCEEDED:
             reason += f" (last run: {Outcome(finished.outcome).label})"
         return _health(facts, State.LATE, Severity.CRITICAL, reason)
+    waiting = tasks.unfinished if tasks is not None else None
+    if waiting is not None:
+        # The run's own deadline bounds its tasks too: absence covers the workers.
+        tasks_due = waiting.scheduled_for + job.run_timeout + job.grace
+        if now > tasks_due:
+            return _health(
+                facts, State.LATE, Severity.CRITICAL, _tasks_late(waiting, tasks_due, at)
+            )
+    outcome = tasks.last_outcome if tasks is not None else None
+    if outcome is not None and outcome.failed:
+        failed = f"{outcome.failed} of {outcome.total} tasks" if outcome.total > 1 else "its task"
+        excerpt = f": {outcome.error_excerpt}" if outcome.error_excerpt else ""
+        return _health(
+            facts,
+            State.FAILING,
+            Severity.CRITICAL,
+            f"the latest task outcome is a failure: {failed} of the slot "
+            f"{at(outcome.scheduled_for)} failed; {outcome.failed_task}{excerpt}",
+        )
     if last_success is None and lease.consecutive_failures:
         # A job that has failed is never healthy before its first success; below the
         # threshold, a warning (critical from the threshold on, late past the deadline).
@@ -378,6 +525,34 @@ def assess(
         State.OK,
         Severity.HEALTHY,
         f"last success {at(last_success)}; next run {_next(lease.next_run_at, now, tz)}",
+    )
+
+
+def _tasks_late(slot: TaskSlot, due: datetime, at: Callable[..., str]) -> str:
+    """Why unfinished tasks make a job late: how many, of which slot, and what each status
+    most likely means."""
+    count = slot.unfinished
+    tasks = "1 task" if count == 1 else f"{count} tasks"
+    has = "has" if count == 1 else "have"
+    parts = []
+    for status, n in (
+        (TaskStatus.PENDING, slot.pending),
+        (TaskStatus.READY, slot.ready),
+        (TaskStatus.RUNNING, slot.running),
+    ):
+        if not n:
+            continue
+        if status == TaskStatus.RUNNING:
+            first = "" if n == 1 else "the first "
+            since = at(slot.running_since, ref=slot.scheduled_for) if slot.running_since else "?"
+            their = "its" if n == 1 else "their"
+            meaning = f"{first}started at {since} and not finished ({their} worker may have died)"
+        else:
+            meaning = UNFINISHED_MEANING[status]
+        parts.append(f"{n} {status.value}: {meaning}")
+    return (
+        f"{tasks} of the slot {at(slot.scheduled_for)} {has} not finished by "
+        f"{at(due, ref=slot.scheduled_for)}: " + "; ".join(parts)
     )
 
 

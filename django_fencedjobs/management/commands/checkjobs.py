@@ -176,6 +176,22 @@ def _as_dict(h: health.JobHealth) -> dict[str, Any]:
             "error": summary.error_excerpt,
         }
 
+    def slot(summary: health.TaskSlot | None) -> dict[str, Any] | None:
+        if summary is None:
+            return None
+        return {
+            "scheduled_for": iso(summary.scheduled_for),
+            "pending": summary.pending,
+            "ready": summary.ready,
+            "running": summary.running,
+            "successful": summary.successful,
+            "failed": summary.failed,
+            "running_since": iso(summary.running_since),
+            "failed_task": summary.failed_task,
+            "error": summary.error_excerpt,
+        }
+
+    tasks = h.tasks
     return {
         "name": h.name,
         "state": h.state.value,
@@ -196,6 +212,10 @@ def _as_dict(h: health.JobHealth) -> dict[str, Any]:
         "lease_until": iso(h.lease_until),
         "last_run": run(h.last_run),
         "last_finished_run": run(h.last_finished_run),
+        # The tasks of its runs: the oldest slot with unfinished ones, the latest outcome.
+        "tasks": None
+        if tasks is None
+        else {"unfinished": slot(tasks.unfinished), "last_outcome": slot(tasks.last_outcome)},
     }
 
 
