@@ -25,7 +25,7 @@ import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, router
@@ -268,6 +268,35 @@ def check_sqlite_transaction_mode(
             hint=f'Add "OPTIONS": {{"transaction_mode": "IMMEDIATE", "timeout": 20}} to '
             f"DATABASES[{alias!r}] (see docs/configuration.md).",
             id="fencedjobs.W002",
+        )
+    ]
+
+
+@checks.register("fencedjobs")
+def check_task_database(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """django-tasks-db's queue must live in the lease database for a run's enqueue to be
+    part of its fenced transaction (exactly once). Routed elsewhere, the backend is handed
+    its tasks after the run commits, like any other backend: at most once per slot."""
+    from django_fencedjobs.apps import uses_tasks
+
+    if not uses_tasks() or not apps.is_installed("django_tasks_db"):
+        return []
+    from django_tasks_db.models import DBTaskResult
+
+    from django_fencedjobs.models import JobLease
+
+    leases, queue = router.db_for_write(JobLease), router.db_for_write(DBTaskResult)
+    if leases == queue:
+        return []
+    return [
+        checks.Warning(
+            f"django-tasks-db's queue is routed to database {queue!r}, the job leases to "
+            f"{leases!r}: a run's tasks are handed over after its transaction commits (at "
+            "most once per slot), not enqueued inside it (exactly once).",
+            hint="Route django_tasks_db to the database of the job leases (docs/tasks.md).",
+            id="fencedjobs.W003",
         )
     ]
 

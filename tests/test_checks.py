@@ -310,3 +310,27 @@ def test_runjobs_refuses_a_server_whose_default_isolation_is_stricter(child_env)
     assert result.returncode == 1, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert "SERIALIZABLE" in line and "READ COMMITTED" in line
+
+
+class _TaskQueueElsewhere:
+    """Routes django-tasks-db's queue to another database than the job leases."""
+
+    def db_for_write(self, model, **hints):
+        return "queue" if model.__module__.startswith("django_tasks_db.") else None
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_a_task_queue_outside_the_lease_database_is_warning_w003(elsewhere):
+    from django.test import override_settings
+
+    from django_fencedjobs.checks import check_task_database
+
+    routers = [f"{__name__}._TaskQueueElsewhere"] if elsewhere else []
+    with override_settings(DATABASE_ROUTERS=routers):
+        messages = check_task_database()
+    if elsewhere:
+        (warning,) = messages
+        assert warning.id == "fencedjobs.W003"
+        assert "'queue'" in warning.msg and "at most once" in warning.msg
+    else:
+        assert messages == []
