@@ -61,9 +61,10 @@ from django_fencedjobs.models import UNFINISHED_TASK, RunTask, TaskStatus
 from django_fencedjobs.registry import Job, job
 
 if find_spec("django.tasks") is not None:  # Django 6.0+: the framework is built in
-    from django.tasks import Task, TaskResult, TaskResultStatus
+    from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
     from django.tasks.signals import task_finished, task_started
 else:  # Django 5.2: the django-tasks backport
+    from django_tasks import task_backends  # type: ignore[no-redef,assignment,unused-ignore]
     from django_tasks.base import (  # type: ignore[no-redef,assignment,unused-ignore]
         Task,
         TaskResult,
@@ -220,6 +221,19 @@ class _Batch:
             transaction.on_commit(functools.partial(_hand_over, tasks), using=self.alias)
 
 
+def _queue_in(backend: str, alias: str) -> bool:
+    """Whether the task backend named ``backend`` writes its queue to database ``alias``."""
+    try:
+        from django_tasks_db.backend import DatabaseBackend
+        from django_tasks_db.models import DBTaskResult
+    except ImportError:
+        return False
+    return (
+        isinstance(task_backends[backend], DatabaseBackend)
+        and router.db_for_write(DBTaskResult) == alias
+    )
+
+
 def _record(run: Run, result: TaskResult[Any, Any]) -> RunTask:
     record = RunTask(
         run_id=run.record.pk,
@@ -258,13 +272,7 @@ def _insert_enqueued(
 def writes_to(task: Task[Any, Any], alias: str) -> bool:
     """Whether ``task``'s backend writes its queue to database ``alias`` (django-tasks-db's
     ``DatabaseBackend`` routed there): then enqueueing is a write of the run's transaction."""
-    try:
-        from django_tasks_db.backend import DatabaseBackend
-        from django_tasks_db.models import DBTaskResult
-    except ImportError:
-        return False
-    backend = task.get_backend()
-    return isinstance(backend, DatabaseBackend) and router.db_for_write(DBTaskResult) == alias
+    return _queue_in(task.backend, alias)
 
 
 def _hand_over(tasks: list[tuple[RunTask, HandOver]]) -> None:
@@ -350,10 +358,12 @@ class TaskFence:
     def _resolve(self) -> tuple[str, int]:
         if self.job is not None and self.fence is not None:
             return self.job, self.fence
-        deadline = time.monotonic() + RECORD_WAIT
-        rows = RunTask.objects.using(lease.lease_db()).filter(
-            backend=self.backend, result_id=self.result_id
-        )
+        alias = lease.lease_db()
+        # A task of a backend that writes to the lease database was recorded in the same
+        # transaction as itself: if its record is not there, there is none to wait for.
+        in_lease_db = _queue_in(self.backend, alias)
+        deadline = time.monotonic() + (0 if in_lease_db else RECORD_WAIT)
+        rows = RunTask.objects.using(alias).filter(backend=self.backend, result_id=self.result_id)
         while True:
             found = rows.values_list("job", "fence").first()
             if found is not None:
