@@ -38,6 +38,10 @@ OVERRUN = "faults.overrun"
 BYSTANDER = "faults.bystander"
 FAST = "faults.fast"
 SLOW = "faults.slow"
+TASK_DOUBLE_FIRE = "faults.task_double_fire"
+TASK_TAKEOVER = "faults.task_takeover"
+TASK_STUCK = "faults.task_stuck"
+TASK_HANDOVER = "faults.task_handover"
 #: ``fleet=N`` registers N jobs named ``faults.fleet.000`` ... (every ``fleet_every`` s).
 FLEET_PREFIX = "faults.fleet."
 
@@ -329,6 +333,83 @@ def slow(run: Run) -> None:
     report("slow_finished", fence=run.fence)
 
 
+# -- scheduled tasks (tests/test_tasks_faults.py) ---------------------------------------------
+#
+# The tasks live in tests.taskapp.tasks (a worker process imports them by path). A task's
+# ``seq`` says which run enqueued it: the round, or ``fence * 100 + n``.
+
+
+def task_double_fire(run: Run) -> None:
+    """Enqueue one unfenced task (``seq`` = the round) for the slot, holding the lease for a
+    random moment as :func:`double_fire` does."""
+    from tests.taskapp.tasks import plain_write
+
+    round_ = _int("round", -1)
+    report("executed", fence=run.fence, round=round_, scheduled_for=run.scheduled_for.isoformat())
+    time.sleep(random.uniform(0, 0.05))
+    result = run.enqueue(plain_write, run.job.name, round_)
+    report("enqueued", fence=run.fence, round=round_, result_id=str(result.id))
+
+
+def task_takeover(run: Run) -> None:
+    """Enqueue ``tasks`` (default 3) fenced tasks (``record_write``, ``seq = fence * 100 +
+    n``), each reported ``enqueued`` once its enqueue committed.
+
+    Role ``A`` is the run that will be taken over. With ``pause_inside=1`` it enqueues one
+    task in a fenced block and, still inside it (before the commit), reports ``pause_point``
+    and waits for ``resume-<label>``; otherwise it enqueues its tasks and reports
+    ``pause_point`` outside any transaction, and waits there. Role ``B``, the successor,
+    enqueues its tasks and, with ``hold=1``, keeps its lease (reports ``holding``) until
+    ``release-<label>`` exists.
+    """
+    from tests.taskapp.tasks import record_write
+
+    role = CONFIG["role"]
+    base = run.fence * 100
+    try:
+        if role == "A" and CONFIG.get("pause_inside") == "1":
+            with fenced_atomic():
+                result = run.enqueue(record_write, run.job.name, base)
+                report("pause_point", fence=run.fence, inside=True, result_id=str(result.id))
+                wait_until(lambda: exists(f"resume-{label()}"))
+            report("enqueued", fence=run.fence, seq=base, result_id=str(result.id))
+            return
+        for n in range(_int("tasks", 3)):
+            result = run.enqueue(record_write, run.job.name, base + n)
+            report("enqueued", fence=run.fence, seq=base + n, result_id=str(result.id))
+        if role == "A":
+            report("pause_point", fence=run.fence)
+            wait_until(lambda: exists(f"resume-{label()}"))
+        elif CONFIG.get("hold") == "1":
+            report("holding", fence=run.fence)
+            wait_until(lambda: exists(f"release-{label()}"))
+        report("done", fence=run.fence)
+    except BaseException as exc:
+        report("raised", fence=run.fence, type=type(exc).__name__, error=traceback.format_exc())
+        raise
+
+
+def task_stuck(run: Run) -> None:
+    """Enqueue one task that blocks (``block_until``) until the file ``release`` exists,
+    having created the file ``task-started``."""
+    from tests.taskapp.tasks import block_until
+
+    result = run.enqueue(
+        block_until, run.job.name, run.fence, path("task-started"), path("release")
+    )
+    report("enqueued", fence=run.fence, result_id=str(result.id))
+
+
+def task_handover(run: Run) -> None:
+    """Enqueue one task on the backend that hands it over after the commit (and kills this
+    process there while its marker file exists): ``seq`` = the slot's epoch second."""
+    from tests.taskapp.tasks import handed_over_write
+
+    report("enqueueing", fence=run.fence, scheduled_for=run.scheduled_for.isoformat())
+    run.enqueue(handed_over_write, run.job.name, int(run.scheduled_for.timestamp()))
+    report("enqueued", fence=run.fence, scheduled_for=run.scheduled_for.isoformat())
+
+
 def _spin(deadline: float) -> None:
     total = 0
     while time.monotonic() < deadline:
@@ -355,6 +436,19 @@ def register() -> None:
     job(every=HOURLY, name=BYSTANDER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(bystander)
     job(every=timedelta(seconds=2), name=FAST, lease_ttl=timedelta(seconds=5))(fast)
     job(every=timedelta(minutes=1), name=SLOW, timeout=timedelta(seconds=30))(slow)
+    job(every=HOURLY, name=TASK_DOUBLE_FIRE, lease_ttl=timedelta(seconds=5), timeout=LONG_TIMEOUT)(
+        task_double_fire
+    )
+    job(every=HOURLY, name=TASK_TAKEOVER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(task_takeover)
+    # Small bounds: a task of theirs not finished 3 s after its slot makes the job late.
+    for name, handler in ((TASK_STUCK, task_stuck), (TASK_HANDOVER, task_handover)):
+        job(
+            every=HOURLY,
+            name=name,
+            lease_ttl=SHORT_TTL,
+            timeout=timedelta(seconds=2),
+            grace=timedelta(seconds=1),
+        )(handler)
     every = timedelta(seconds=_int("fleet_every", 3))
     for n in range(_int("fleet", 0)):
         job(every=every, name=f"{FLEET_PREFIX}{n:03d}", lease_ttl=timedelta(seconds=30))(fast)

@@ -3,12 +3,15 @@
     python -m tests.faults.worker once JOB [--wait-go] [--set KEY=VALUE ...]
     python -m tests.faults.worker loop JOB [--set KEY=VALUE ...]
     python -m tests.faults.worker rounds JOB [--set KEY=VALUE ...]
+    python -m tests.faults.worker tasks - [--set KEY=VALUE ...]
 
 * ``once``: ``runjobs --once --job JOB``; with ``--wait-go``, only after reading ``go``
   from stdin (the process is started early, so that its start-up is not on the clock).
 * ``loop``: ``runjobs --job JOB``, the loop, until SIGTERM.
 * ``rounds``: for each line ``go N`` on stdin, ``runjobs --once --job JOB``, then the event
   ``round_done``: one process per contender, reused for every round of a double-fire test.
+* ``tasks``: django-tasks-db's worker, ``db_worker`` (``batch=1``: until the queue is empty;
+  else until SIGTERM), under the id ``<label>``; JOB is not used.
 
 The environment is the test's ``child_env`` (its test database, ``tests.settings``). The jobs
 of :mod:`tests.faults.jobs` are registered here, not autodiscovered. Events go to
@@ -25,7 +28,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults.worker")
-    parser.add_argument("mode", choices=["once", "loop", "rounds"])
+    parser.add_argument("mode", choices=["once", "loop", "rounds", "tasks"])
     parser.add_argument("job")
     parser.add_argument("--wait-go", action="store_true")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -62,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         call_command("runjobs", "--once", *selected)
     elif args.mode == "loop":
         call_command("runjobs", *selected)
+    elif args.mode == "tasks":
+        options = ["--interval", "0.05", "--no-startup-delay", "--worker-id", jobs.label()]
+        if jobs.CONFIG.get("batch") == "1":
+            options.append("--batch")
+        call_command("db_worker", *options)
     else:
         for line in sys.stdin:
             word, number = line.split()
