@@ -9,7 +9,7 @@ permission on jobs is what allows "run now", "pause" and "resume"; a user with o
 admin log. States and reasons come from :mod:`django_fencedjobs.health`.
 
 - :mod:`~django_fencedjobs.admin.jobs`: the jobs pages and the operations;
-- :mod:`~django_fencedjobs.admin.runs`: the run history;
+- :mod:`~django_fencedjobs.admin.runs`: the run history, with the tasks each run enqueued;
 - :mod:`~django_fencedjobs.admin.timeline`: the slot timeline, drawn by
   ``templates/admin/fencedjobs/joblease/timeline.html``;
 - :mod:`~django_fencedjobs.admin.paginator`: a paginator that does not count a large table;
