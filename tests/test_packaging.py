@@ -63,6 +63,8 @@ def test_the_wheel_ships_py_typed_migrations_and_templates(wheel: zipfile.ZipFil
     assert "django_fencedjobs/py.typed" in names
     assert "django_fencedjobs/migrations/0001_initial.py" in names
     assert "django_fencedjobs/integrations/prometheus.py" in names
+    assert "django_fencedjobs/integrations/tasks.py" in names
+    assert "django_fencedjobs/migrations/0002_run_tasks.py" in names
     assert any(n.startswith("django_fencedjobs/templates/") for n in names)
     assert not any(n.startswith(("tests/", "example_project/", "bench/")) for n in names)
 
@@ -73,7 +75,11 @@ def test_the_wheel_carries_the_one_version_and_the_extras(wheel: zipfile.ZipFile
     metadata = wheel_metadata(wheel)
     assert metadata["Version"] == version
     assert metadata["Requires-Python"] == ">=3.11"
-    assert {"postgres", "sentry", "prometheus"} <= set(metadata.get_all("Provides-Extra") or [])
+    assert {"postgres", "sentry", "prometheus", "tasks"} <= set(
+        metadata.get_all("Provides-Extra") or []
+    )
+    requires = metadata.get_all("Requires-Dist") or []
+    assert any(r.startswith("django-tasks-db") and 'extra == "tasks"' in r for r in requires)
     assert "Typing :: Typed" in (metadata.get_all("Classifier") or [])
 
 
