@@ -14,6 +14,21 @@ appears in Sentry at its first run and a changed schedule is updated at the next
 * A run whose process died sends nothing more; Sentry marks its ``in_progress`` check-in
   timed out after ``max_runtime``.
 
+**A run that enqueued tasks** (``run.enqueue``, :mod:`django_fencedjobs.integrations.tasks`)
+is not ``ok`` until its tasks have finished. When it succeeds with tasks still unfinished,
+its runner sends no closing check-in; the worker that finishes the run's last task does
+(``run_tasks_finished``): ``ok``, or ``error`` when any task of the run failed, with the
+duration from the run's start to its last task's end. A run whose tasks had all finished
+when it ended is closed by its runner the same way; a run that did not succeed is closed
+``error`` at once, whatever its tasks. The worker is another process, so the check-in id
+is derived from the run alone (:func:`check_in_id`: a UUID 5 of the job, the run's pk and
+its slot) and both processes send the same one. Each side writes its own end first and
+then reads the other's (the runner its outcome, then the tasks; the worker its task's
+status, then the run's outcome), so at least one of them closes the check-in (both may,
+with the same id and status). If the tasks never finish (never handed over, no worker,
+a worker that died), no closing check-in arrives and Sentry marks the check-in timed out
+after ``max_runtime``; ``checkjobs`` calls the job late past the slot's deadline.
+
 The monitor config (:func:`monitor_config`): the cron expression (aliases expanded) or the
 interval in the largest whole unit, the job's zone, ``checkin_margin`` = grace + jitter and
 ``max_runtime`` = run_timeout (both in whole minutes, rounded up: Sentry's unit), and
@@ -27,26 +42,29 @@ import hashlib
 import logging
 import math
 import re
-import threading
-from datetime import timedelta
+import sys
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import DatabaseError
+from django.db.models import Count, Max, Q
 from django.dispatch import receiver
 
 from django_fencedjobs import signals
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.models import JobRun, Outcome
+from django_fencedjobs.lease import lease_db
+from django_fencedjobs.models import UNFINISHED_TASK, JobRun, Outcome, RunTask, TaskStatus
 from django_fencedjobs.registry import Job
 
 logger = logging.getLogger("django_fencedjobs")
 
 #: Sentry's limit on a monitor slug.
 MAX_SLUG = 50
-#: Check-in ids of runs in progress, by run pk; bounded in case outcomes are never recorded.
-MAX_OPEN_CHECKINS = 10_000
-
-_open: dict[int, str] = {}
-_lock = threading.Lock()
+#: The namespace of the check-in ids (:func:`check_in_id`); fixed, so that every process
+#: and every version derives the same id for a run.
+CHECK_IN_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "django-fencedjobs:sentry-check-in")
 
 _UNITS = (
     ("week", timedelta(weeks=1)),
@@ -74,6 +92,13 @@ def monitor_slug(name: str) -> str:
         digest = hashlib.blake2b(name.encode(), digest_size=4).hexdigest()
         slug = f"{slug[: MAX_SLUG - 9].rstrip('-')}-{digest}"
     return slug
+
+
+def check_in_id(record: JobRun) -> str:
+    """The check-in id of a run: the same in every process that reports on it (its runner,
+    and the worker that finishes its last task), from the run alone."""
+    key = f"{record.job}\n{record.pk}\n{record.scheduled_for.isoformat()}"
+    return uuid.uuid5(CHECK_IN_NAMESPACE, key).hex
 
 
 def _minutes(delta: timedelta) -> int:
@@ -115,30 +140,87 @@ def run_started(*, job: Job, record: JobRun, **kwargs: Any) -> None:
         return
     from sentry_sdk.crons import capture_checkin
 
-    check_in_id = capture_checkin(
+    capture_checkin(
         monitor_slug=monitor_slug(job.name),
+        check_in_id=check_in_id(record),
         status="in_progress",
         monitor_config=monitor_config(job),  # type: ignore[arg-type]
     )
-    if check_in_id is not None:
-        with _lock:
-            if len(_open) >= MAX_OPEN_CHECKINS:
-                _open.pop(next(iter(_open)))
-            _open[record.pk] = check_in_id
 
 
 @receiver(signals.run_finished, dispatch_uid="django_fencedjobs.integrations.sentry.finished")
 def run_finished(*, job: Job, record: JobRun, **kwargs: Any) -> None:
-    with _lock:
-        check_in_id = _open.pop(record.pk, None)
     if record.outcome == Outcome.MISSED or not enabled():
         return
+    duration = record.duration
+    failed = record.outcome != Outcome.SUCCEEDED
+    if not failed and (tasks := _tasks_of(record)) is not None:
+        if tasks.unfinished:
+            return  # the worker that finishes the run's last task closes it
+        failed = tasks.failed > 0
+        duration = _until(record, tasks.last_finished_at, duration)
+    _close(job, record, failed=failed, duration=duration)
+
+
+@receiver(signals.run_tasks_finished, dispatch_uid="django_fencedjobs.integrations.sentry.tasks")
+def run_tasks_finished(*, job: Job | None, record: JobRun, failed: bool, **kwargs: Any) -> None:
+    """The last task of a run finished (in a worker): close the run's check-in, if the run
+    succeeded. A run still running is closed by its runner when it ends (its tasks have
+    finished by then); one that did not succeed was closed ``error`` already."""
+    if record.outcome != Outcome.SUCCEEDED or not enabled():
+        return
+    tasks = _tasks_of(record)
+    last = tasks.last_finished_at if tasks is not None else None
+    _close(job, record, failed=failed, duration=_until(record, last, None))
+
+
+def _close(job: Job | None, record: JobRun, *, failed: bool, duration: float | None) -> None:
     from sentry_sdk.crons import capture_checkin
 
     capture_checkin(
-        monitor_slug=monitor_slug(job.name),
-        check_in_id=check_in_id,
-        status="ok" if record.outcome == Outcome.SUCCEEDED else "error",
-        duration=record.duration,
-        monitor_config=monitor_config(job),  # type: ignore[arg-type]
+        monitor_slug=monitor_slug(record.job),
+        check_in_id=check_in_id(record),
+        status="error" if failed else "ok",
+        duration=duration,
+        # A worker that does not declare the job sends no config: the monitor keeps its own.
+        monitor_config=monitor_config(job) if job is not None else None,  # type: ignore[arg-type]
     )
+
+
+@dataclass(frozen=True)
+class _Tasks:
+    unfinished: int
+    failed: int
+    last_finished_at: datetime | None
+
+
+def _tasks_of(record: JobRun) -> _Tasks | None:
+    """The run's tasks, counted; None when it enqueued none, or they cannot be read (then
+    the run's own outcome closes its check-in, as for a run without tasks)."""
+    if "django_fencedjobs.integrations.tasks" not in sys.modules:
+        return None  # run.enqueue() imports it: no run of this process enqueued a task
+    try:
+        found = (
+            RunTask.objects.using(lease_db())
+            .filter(run_id=record.pk)
+            .aggregate(
+                total=Count("pk"),
+                unfinished=Count("pk", filter=Q(status__in=UNFINISHED_TASK)),
+                failed=Count("pk", filter=Q(status=TaskStatus.FAILED)),
+                last_finished_at=Max("finished_at"),
+            )
+        )
+    except DatabaseError:
+        logger.warning("could not read the tasks of run %s", record.pk, exc_info=True)
+        return None
+    if not found["total"]:
+        return None
+    return _Tasks(found["unfinished"], found["failed"], found["last_finished_at"])
+
+
+def _until(record: JobRun, last_task: datetime | None, default: float | None) -> float | None:
+    """Seconds from the run's start to the end of the later of the run and its last task."""
+    ends = [end for end in (record.finished_at, last_task) if end is not None]
+    if record.started_at is None or not ends or record.outcome == Outcome.ABANDONED:
+        return default
+    return (max(ends) - record.started_at).total_seconds()
