@@ -27,7 +27,9 @@ then reads the other's (the runner its outcome, then the tasks; the worker its t
 status, then the run's outcome), so at least one of them closes the check-in (both may,
 with the same id and status). If the tasks never finish (never handed over, no worker,
 a worker that died), no closing check-in arrives and Sentry marks the check-in timed out
-after ``max_runtime``; ``checkjobs`` calls the job late past the slot's deadline.
+after ``max_runtime``; ``checkjobs`` calls the job late past the slot's deadline. The
+workers' processes call ``sentry_sdk.init()`` too, or that is what happens to every such
+check-in.
 
 The monitor config (:func:`monitor_config`): the cron expression (aliases expanded) or the
 interval in the largest whole unit, the job's zone, ``checkin_margin`` = grace + jitter and
