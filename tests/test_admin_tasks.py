@@ -18,7 +18,7 @@ from django_fencedjobs import job
 from django_fencedjobs.admin import runs as runs_admin
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
-from django_fencedjobs.models import JobRun, RunTask, TaskStatus
+from django_fencedjobs.models import JobLease, JobRun, RunTask, TaskStatus
 from django_fencedjobs.registry import registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -226,3 +226,37 @@ def test_the_tasks_column_costs_one_query_per_page_whatever_the_number_of_runs(
     assert few == many
     html = superuser_client.get(url).content.decode()
     assert tasks_column(html).count("2 tasks: 1 ok, 1 failed") == 20
+
+
+def test_a_jobs_page_shows_its_oldest_unfinished_tasks_and_latest_task_outcome(
+    declared, superuser_client
+):
+    first = run_slot(SLOT)
+    add_task(first["t.digest"], TaskStatus.SUCCESSFUL, 1)
+    add_task(first["t.digest"], TaskStatus.FAILED, 2, error=TRACEBACK)
+    add_task(first["t.digest"], TaskStatus.RUNNING, 3, started_at=SLOT)
+    add_task(first["t.digest"], TaskStatus.PENDING, 4)
+    second = run_slot(SLOT + timedelta(minutes=15))
+    add_task(second["t.digest"], TaskStatus.READY, 1)
+
+    def job_page(name: str) -> str:
+        pk = JobLease.objects.get(name=name).pk
+        url = reverse("admin:fencedjobs_joblease_change", args=[pk])
+        return superuser_client.get(url).content.decode()
+
+    def field(html: str, name: str) -> str:
+        found = re.search(rf'field-{name}">.*?<div class="readonly">(.*?)</div>', html, flags=re.S)
+        assert found is not None, f"no {name} on the page"
+        return " ".join(re.sub(r"<[^>]+>", " ", found.group(1)).split())
+
+    html = job_page("t.digest")
+    assert 'class="fieldset-heading">Tasks</h2>' in html
+    assert field(html, "tasks_unfinished") == (
+        "2026-11-29 10:15:00 Europe/Berlin 2026-11-29 09:15:00 UTC : 1 pending, 1 running"
+    )
+    assert reverse("admin:fencedjobs_jobrun_change", args=[first["t.digest"].pk]) in html
+    assert field(html, "tasks_last_outcome") == (
+        "2026-11-29 10:15:00 Europe/Berlin 2026-11-29 09:15:00 UTC : 1 successful, 1 failed "
+        "tests.taskapp.tasks.record_write: RuntimeError: &lt;b&gt;upstream&lt;/b&gt; said no"
+    )
+    assert "field-tasks_unfinished" not in job_page("t.plain")

@@ -1,5 +1,7 @@
 """The jobs pages: every job with its health and its recent slots; a job's page with its slot
-timeline, next fire times, lease and watermarks; run now, pause, resume.
+timeline, next fire times, lease and watermarks (and, for a job whose runs enqueued
+``django.tasks`` tasks, its oldest unfinished ones and its latest task outcome, as health
+read them); run now, pause, resume.
 
 Each row's health is decided once per request, in :meth:`JobLeaseAdmin.get_queryset` (one
 clock reading, one :func:`~django_fencedjobs.health.all_health`), and comes with the row:
@@ -145,7 +147,11 @@ class JobLeaseAdmin(_ModelAdmin):
         "lease_expiry",
         "first_seen",
         "watermarks",
+        "tasks_unfinished",
+        "tasks_last_outcome",
     )
+    #: Shown on the page of a job whose runs enqueued ``django.tasks`` tasks.
+    tasks_fieldset = (_("Tasks"), {"fields": ("tasks_unfinished", "tasks_last_outcome")})
 
     class Media:
         css = {"all": ("fencedjobs/admin.css",)}
@@ -210,6 +216,13 @@ class JobLeaseAdmin(_ModelAdmin):
                 setattr(row, "fencedjobs_slots", (windows[row.name], runs[row.name]))  # noqa: B010
         changelist.result_list = rows
         return changelist
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        h = health_of(obj) if obj is not None else None
+        if h is not None and h.tasks is not None:
+            return [*fieldsets, self.tasks_fieldset]
+        return fieldsets
 
     def change_view(
         self,
@@ -304,6 +317,45 @@ class JobLeaseAdmin(_ModelAdmin):
         label = Outcome(run.outcome).label + (" (capped)" if run.capped else "")
         return format_html(
             "{}<br>{}", badge(run.outcome, label, run.error_excerpt), instant(when, h.tz)
+        )
+
+    @admin.display(description=_("oldest unfinished"))
+    def tasks_unfinished(self, row: JobLease) -> SafeString | str:
+        """The oldest slot whose tasks have not all finished, counted by status."""
+        h = health_of(row)
+        slot = h.tasks.unfinished if h is not None and h.tasks is not None else None
+        if h is None or slot is None:
+            return "-"
+        counts = ", ".join(
+            f"{n} {status}"
+            for status, n in (
+                ("pending", slot.pending),
+                ("ready", slot.ready),
+                ("running", slot.running),
+            )
+            if n
+        )
+        return format_html(
+            "{}: {}", _run_link(slot.run_pk, instant(slot.scheduled_for, h.tz)), counts
+        )
+
+    @admin.display(description=_("latest outcome"))
+    def tasks_last_outcome(self, row: JobLease) -> SafeString | str:
+        """The latest slot with finished tasks: how many failed, and one failure's error."""
+        h = health_of(row)
+        slot = h.tasks.last_outcome if h is not None and h.tasks is not None else None
+        if h is None or slot is None:
+            return "-"
+        counts = f"{slot.successful} successful, {slot.failed} failed"
+        link = _run_link(slot.run_pk, instant(slot.scheduled_for, h.tz))
+        if not slot.failed:
+            return format_html("{}: {}", link, counts)
+        return format_html(
+            "{}: {}<br>{}: {}",
+            link,
+            counts,
+            slot.failed_task,
+            slot.error_excerpt or "-",
         )
 
     @admin.display(description=_("failures"), ordering="consecutive_failures")
@@ -478,3 +530,9 @@ _OPERATIONS = {
     "pause": JobLeaseAdmin.pause,
     "resume": JobLeaseAdmin.resume,
 }
+
+
+def _run_link(pk: int, label: SafeString | str) -> SafeString:
+    return format_html(
+        '<a href="{}">{}</a>', reverse("admin:fencedjobs_jobrun_change", args=[pk]), label
+    )
