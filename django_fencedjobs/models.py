@@ -181,8 +181,10 @@ class RunTask(models.Model):
         indexes = [
             # A worker finds the task it starts by the backend's id.
             models.Index(fields=["backend", "result_id"], name="fencedjobs_task_result"),
-            # Health reads the unfinished tasks, and the latest outcomes, per job.
+            # Health reads each job's oldest unfinished task (few rows of these statuses)...
             models.Index(fields=["status", "job"], name="fencedjobs_task_status"),
+            # ... and its latest finished one (later runs have higher fences).
+            models.Index(fields=["job", "-fence"], name="fencedjobs_task_job_recent"),
         ]
 
     def __str__(self) -> str:
