@@ -169,15 +169,25 @@ def test_on_the_immediate_backend_the_task_runs_after_the_commit(jobs):
             run.enqueue(tasks.immediate_note, "t.immediate", 1)
             seen["in block"] = list(tasks.NOTES)
         seen["after block"] = list(tasks.NOTES)
+        run.enqueue(tasks.immediate_note, "t.immediate", 2)  # in a fenced block of its own
+        seen["outside any block"] = list(tasks.NOTES)
 
     tick()
     (run,) = run_slot(T0 + HOUR)
     assert run.outcome == Outcome.SUCCEEDED, run.error
-    assert seen == {"in block": [], "after block": [("t.immediate", 1)]}
-    assert Write.objects.filter(job="t.immediate").count() == 1  # its fenced write committed
-    (record,) = RunTask.objects.all()
-    assert (record.backend, record.status, record.fence) == ("immediate", "successful", run.fence)
-    assert record.result_id and record.finished_at is not None
+    # Handed over once the block's transaction had committed: no transaction open then.
+    assert seen == {
+        "in block": [],
+        "after block": [("t.immediate", 1, False)],
+        "outside any block": [("t.immediate", 1, False), ("t.immediate", 2, False)],
+    }
+    # Their fenced writes committed (checked against the run's fence, as it still held).
+    assert sorted(Write.objects.filter(job="t.immediate").values_list("seq", flat=True)) == [1, 2]
+    records = list(RunTask.objects.order_by("id"))
+    assert [(r.backend, r.status, r.fence) for r in records] == [
+        ("immediate", "successful", run.fence)
+    ] * 2
+    assert all(r.result_id and r.finished_at is not None for r in records)
 
 
 def test_on_the_immediate_backend_a_rolled_back_block_never_runs_its_task(jobs):

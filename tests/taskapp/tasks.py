@@ -8,6 +8,8 @@ import time
 from importlib.util import find_spec
 from pathlib import Path
 
+from django.db import connection
+
 from django_fencedjobs import fenced_atomic
 from tests.testapp.models import Write
 
@@ -41,15 +43,16 @@ def immediate_write(job: str, seq: int) -> None:
         Write.objects.create(job=job, fence=-1, seq=seq)
 
 
-#: What :func:`immediate_note` was called with, in this process, in order: a side effect that
-#: no transaction rolls back, so a test sees whether the task ran at all.
-NOTES: list[tuple[str, int]] = []
+#: What :func:`immediate_note` was called with, in this process, in order, and whether a
+#: transaction was open on the database when it ran: a side effect that no transaction rolls
+#: back, so a test sees whether (and when) the task ran at all.
+NOTES: list[tuple[str, int, bool]] = []
 
 
 @task(backend="immediate")
 def immediate_note(job: str, seq: int) -> None:
     """Note the call (outside any transaction), then write one row fenced by its run."""
-    NOTES.append((job, seq))
+    NOTES.append((job, seq, connection.in_atomic_block))
     with fenced_atomic():
         Write.objects.create(job=job, fence=-1, seq=seq)
 
