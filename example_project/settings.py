@@ -60,8 +60,18 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_fencedjobs",
+    "django_tasks_db",  # the task queue's table, and `manage.py db_worker`
     "example_project.demo",  # app label "demo"
 ]
+
+# Django's Tasks framework: built in from Django 6.0 (django.tasks), the django-tasks
+# backport on 5.2 (both read this setting). The backend is django-tasks-db's
+# DatabaseBackend, on the default database, where the leases are too: a run's enqueue is
+# a write of its fenced transaction, so each slot's task is enqueued exactly once
+# (docs/tasks.md). The demo runs `manage.py db_worker` next to runjobs to execute them.
+TASKS = {
+    "default": {"BACKEND": "django_tasks_db.backend.DatabaseBackend"},
+}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -1,9 +1,11 @@
 """``make demo``, end to end: the real demo command (``manage.py demo``, what the Makefile
 runs once the virtualenv exists) on a fresh SQLite file and a free port.
 
-It must record a succeeded run of every demo job, serve the admin's login page, and on
-Ctrl-C (SIGINT to its process group, as a terminal sends it) stop the scheduler and the
-web server, release the leases, and leave no process behind.
+It must record a succeeded run of every demo job, have its ``db_worker`` process run the
+task a run of the scheduled task ``demo.write_digest`` enqueued, serve the admin's login
+page, and on Ctrl-C (SIGINT to its process group, as a terminal sends it) stop the
+scheduler, the worker and the web server, release the leases, and leave no process
+behind.
 
 The demo always uses its own SQLite file, whatever database the suite runs on, so it is
 marked ``system`` and the SQLite pass of ``make test`` deselects it: it runs once.
@@ -11,6 +13,7 @@ marked ``system`` and the SQLite pass of ``make test`` deselects it: it runs onc
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -25,7 +28,14 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEMO_JOBS = {"demo.send_due_reminders", "demo.minutely_rollup", "demo.weekday_report_berlin"}
+DEMO_JOBS = {
+    "demo.send_due_reminders",
+    "demo.minutely_rollup",
+    "demo.weekday_report_berlin",
+    "demo.write_digest",
+}
+#: The scheduled task's job, and the path of the task its runs enqueue.
+TASK_JOB, TASK_PATH = "demo.write_digest", "example_project.demo.tasks.write_digest"
 #: Bound on the wait for every job's first succeeded run (the demo asks for them at once).
 FIRST_RUNS_TIMEOUT = 90
 
@@ -57,7 +67,20 @@ def _query(db: Path, sql: str) -> list[tuple]:
         return []
 
 
-def test_the_demo_runs_every_job_serves_the_admin_and_stops_cleanly_on_ctrl_c(tmp_path):
+def _first_task_run_by_the_worker(db: Path) -> tuple | None:
+    """The first task a run of TASK_JOB enqueued that finished: (the run's job, the run's
+    fence, the task's fence, its path, its status, its result id), or None yet."""
+    rows = _query(
+        db,
+        "SELECT r.job, r.fence, t.fence, t.task_path, t.status, t.result_id "
+        "FROM fencedjobs_runtask t JOIN fencedjobs_jobrun r ON r.id = t.run_id "
+        f"WHERE t.job = '{TASK_JOB}' AND t.status IN ('successful', 'failed') "
+        "ORDER BY t.finished_at, t.id LIMIT 1",
+    )
+    return rows[0] if rows else None
+
+
+def test_the_demo_runs_every_job_and_a_scheduled_task_on_its_worker_and_stops_on_ctrl_c(tmp_path):
     db = tmp_path / "demo.sqlite3"
     log_path = tmp_path / "demo.log"
     port = _free_port()
@@ -77,6 +100,8 @@ def test_the_demo_runs_every_job_serves_the_admin_and_stops_cleanly_on_ctrl_c(tm
         return log_path.read_text(errors="replace")[-6000:]
 
     child_pids: list[int] = []
+    worker_pid = 0
+    task = None
     with log_path.open("wb") as out:
         demo = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "manage.py"), "demo"],
@@ -93,20 +118,46 @@ def test_the_demo_runs_every_job_serves_the_admin_and_stops_cleanly_on_ctrl_c(tm
         while time.monotonic() - started < FIRST_RUNS_TIMEOUT:
             assert demo.poll() is None, f"the demo exited with {demo.returncode}:\n{log()}"
             if not child_pids and (
-                m := re.search(r"runjobs \(pid (\d+)\).*runserver \(pid (\d+)\)", log())
+                m := re.search(
+                    r"runjobs \(pid (\d+)\), db_worker \(pid (\d+)\) and runserver \(pid (\d+)\)",
+                    log(),
+                )
             ):
-                child_pids = [int(m[1]), int(m[2])]
+                child_pids = [int(m[1]), int(m[2]), int(m[3])]
+                worker_pid = int(m[2])
             succeeded = {
                 job
                 for (job,) in _query(
                     db, "SELECT job FROM fencedjobs_jobrun WHERE outcome = 'succeeded'"
                 )
             }
-            if succeeded >= DEMO_JOBS and child_pids:
+            task = _first_task_run_by_the_worker(db)
+            if succeeded >= DEMO_JOBS and child_pids and task is not None:
                 break
             time.sleep(0.5)
         assert succeeded >= DEMO_JOBS, f"succeeded runs only of {sorted(succeeded)}:\n{log()}"
         assert {name for (name,) in _query(db, "SELECT name FROM fencedjobs_joblease")} == DEMO_JOBS
+
+        # The scheduled task: enqueued by a run of its job (recorded with the run, under the
+        # run's fence), run to success by the db_worker process (not runjobs), its write
+        # fenced and carrying that run's fence.
+        assert task is not None, f"no task of {TASK_JOB} finished:\n{log()}"
+        run_job, run_fence, task_fence, task_path, status, result_id = task
+        assert (run_job, task_path, status) == (TASK_JOB, TASK_PATH, "successful"), log()
+        assert task_fence == run_fence
+        queued = _query(
+            db,
+            "SELECT status, worker_ids FROM django_tasks_database_dbtaskresult "
+            f"WHERE id = '{result_id.replace('-', '')}'",
+        )
+        assert len(queued) == 1 and queued[0][0] == "SUCCESSFUL", queued
+        assert json.loads(queued[0][1]), "no worker claimed the task in the queue table"
+        digests = _query(db, f"SELECT worker_pid FROM demo_digest WHERE fence = {run_fence}")
+        assert digests == [(worker_pid,)], (digests, worker_pid, log())
+        assert worker_pid not in (demo.pid, child_pids[0], child_pids[2])
+        while "db_worker ran the task" not in log():  # the demo says so too
+            assert time.monotonic() - started < FIRST_RUNS_TIMEOUT, log()
+            time.sleep(0.2)
         while "every demo job has a succeeded run" not in log():  # the demo says so too
             assert time.monotonic() - started < FIRST_RUNS_TIMEOUT, log()
             time.sleep(0.2)
@@ -131,6 +182,10 @@ def test_the_demo_runs_every_job_serves_the_admin_and_stops_cleanly_on_ctrl_c(tm
             (0,)
         ]
         assert _query(db, "SELECT name FROM fencedjobs_joblease WHERE owner != ''") == []
+        # db_worker stopped gracefully too: it finished the task it had started, if any.
+        assert _query(db, "SELECT count(*) FROM fencedjobs_runtask WHERE status = 'running'") == [
+            (0,)
+        ]
     finally:
         for pid in [demo.pid, *child_pids]:
             try:

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from example_project.demo.models import Event, Reminder, Report, Rollup
+from example_project.demo.models import Digest, Event, Reminder, Report, Rollup
 
 
 @admin.register(Reminder)
@@ -26,3 +26,9 @@ class RollupAdmin(admin.ModelAdmin):
 @admin.register(Report)
 class ReportAdmin(admin.ModelAdmin):
     list_display = ["day", "created_at", "reminders_sent", "events", "fence"]
+
+
+@admin.register(Digest)
+class DigestAdmin(admin.ModelAdmin):
+    list_display = ["written_at", "reminders_sent", "reminders_pending", "worker_pid", "fence"]
+    date_hierarchy = "written_at"

@@ -8,6 +8,9 @@
   transaction: a missed minute is caught up by the next run, a double tick adds nothing.
 * ``demo.weekday_report_berlin``: a local-time job, weekdays at 09:00 in Europe/Berlin
   (07:00 or 08:00 UTC, depending on daylight saving time), with a stable jitter.
+* ``demo.write_digest``: a scheduled ``django.tasks`` task, in one line. Every 30 seconds
+  a run enqueues the task ``write_digest`` (``tasks.py``) once, in its fenced transaction;
+  the demo's ``db_worker`` process runs it and writes a ``Digest`` row.
 
 ``manage.py demo`` asks for one run of each right away ("run now"), so every job has a
 recorded run within the demo's first seconds; after that each runs on its schedule.
@@ -20,7 +23,9 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django_fencedjobs import Run, fenced_atomic, job
+from django_fencedjobs.integrations.tasks import schedule_task
 from example_project.demo.models import Event, Reminder, Report, Rollup
+from example_project.demo.tasks import write_digest
 
 logger = logging.getLogger("example_project.demo")
 
@@ -92,6 +97,18 @@ def weekday_report_berlin(run: Run) -> None:
             },
         )
         run.add_items(1)
+
+
+# The run enqueues the task; the worker runs it. The job reads late when a task has not
+# finished within the run's timeout plus its grace after its slot, 50 s here (no worker
+# took it, or its worker died).
+schedule_task(
+    write_digest,
+    every=timedelta(seconds=30),
+    name="demo.write_digest",
+    timeout=timedelta(seconds=20),
+    grace=timedelta(seconds=30),
+)
 
 
 def _floor_minute(value: datetime) -> datetime:

@@ -64,3 +64,22 @@ class Report(models.Model):
 
     def __str__(self) -> str:
         return f"report for {self.day}"
+
+
+class Digest(models.Model):
+    """Written by the task ``demo.write_digest`` that the job of the same name enqueues every
+    30 seconds: a ``db_worker`` process runs it, not the scheduler."""
+
+    written_at = models.DateTimeField()
+    reminders_sent = models.PositiveIntegerField()
+    reminders_pending = models.PositiveIntegerField()
+    worker_pid = models.PositiveIntegerField(
+        help_text="Process id of the db_worker that ran the task."
+    )
+    fence = models.BigIntegerField(help_text="Fence of the run that enqueued the task.")
+
+    class Meta:
+        ordering = ["-written_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"digest at {self.written_at:%Y-%m-%d %H:%M:%S}"

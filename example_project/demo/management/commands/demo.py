@@ -4,12 +4,14 @@ scheduler and the admin together in the foreground until Ctrl-C.
 1. apply migrations; create or reset the ``admin`` login; seed reminders and events;
 2. ask for one run of every job now ("run now", through the lease as any run), so each
    job has a recorded run in the first seconds; then they run on their own schedules;
-3. start ``manage.py runjobs`` and ``manage.py runserver --noreload``, each in its own
-   process group, print the admin's address and the login, and report once every job
-   has a succeeded run;
-4. on Ctrl-C (or SIGTERM, SIGHUP): forward it, wait for both (runjobs finishes its
-   current batch and releases its lease), kill what is left after a bounded wait, and
-   check that nothing is left.
+3. start ``manage.py runjobs``, ``manage.py db_worker`` (django-tasks-db's worker, which
+   runs the tasks the scheduled job ``demo.write_digest`` enqueues) and ``manage.py
+   runserver --noreload``, each in its own process group, print the admin's address and
+   the login, report once every job has a succeeded run, and once the worker has run a
+   task a run enqueued;
+4. on Ctrl-C (or SIGTERM, SIGHUP): forward it, wait for all three (runjobs finishes its
+   current batch and releases its lease, db_worker its current task), kill what is left
+   after a bounded wait, and check that nothing is left.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from django_fencedjobs import clock, lease, runner
-from django_fencedjobs.models import JobRun, Outcome
+from django_fencedjobs.models import JobRun, Outcome, RunTask, TaskStatus
 from example_project.demo.management.commands.demo_seed import seed
-from example_project.demo.models import Reminder, Rollup
+from example_project.demo.models import Digest, Reminder, Rollup
 from example_project.demo.supervise import Supervisor
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
@@ -40,10 +42,14 @@ MANAGE_PY = REPO_ROOT / "manage.py"
 PASSWORD_FILE = REPO_ROOT / ".demo" / "admin-password"
 #: How long to watch for every job's first succeeded run before saying it is missing.
 FIRST_RUNS_DEADLINE = 120.0
+#: The scheduled task's job: its runs enqueue a task that db_worker runs.
+TASK_JOB = "demo.write_digest"
 
 
 class Command(BaseCommand):
-    help = "Run the demo: migrate, seed, then the scheduler and the admin until Ctrl-C."
+    help = (
+        "Run the demo: migrate, seed, then the scheduler, a task worker and the admin until Ctrl-C."
+    )
     requires_system_checks: list[str] = []  # the children run them
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -79,10 +85,18 @@ class Command(BaseCommand):
         python = sys.executable
         try:
             jobs = supervisor.start("runjobs", [python, str(MANAGE_PY), "runjobs"])
+            # --no-reload: the worker is this process, not a reloader's child (DEBUG
+            # turns the reloader on by default).
+            worker = supervisor.start(
+                "db_worker", [python, str(MANAGE_PY), "db_worker", "--no-reload"]
+            )
             web = supervisor.start(
                 "runserver", [python, str(MANAGE_PY), "runserver", address, "--noreload"]
             )
-            say(f"started runjobs (pid {jobs.pid}) and runserver (pid {web.pid})")
+            say(
+                f"started runjobs (pid {jobs.pid}), db_worker (pid {worker.pid}) and "
+                f"runserver (pid {web.pid})"
+            )
             supervisor.wait(30, until=lambda: _accepts(port))
             if not supervisor.stopping and supervisor.first_exited() is None:
                 say("")
@@ -90,12 +104,15 @@ class Command(BaseCommand):
                 lines += [(label, f"http://{address}{path}") for label, path in _admin_pages()]
                 for label, value in lines:
                     say(f"  {label + ':':<11}{value}")
-                say("  Ctrl-C stops the scheduler and the web server.")
+                say("  Ctrl-C stops the scheduler, the worker and the web server.")
                 say("")
             self._watch(supervisor, names, kicked_at, started)
         finally:
             if supervisor.children:
-                say("stopping: runjobs finishes its current batch and releases its lease")
+                say(
+                    "stopping: runjobs finishes its current batch and releases its lease, "
+                    "db_worker its current task"
+                )
                 supervisor.stop()
         left = supervisor.leftovers()
         if left:
@@ -115,6 +132,7 @@ class Command(BaseCommand):
         self, supervisor: Supervisor, names: list[str], since: datetime, started: float
     ) -> None:
         pending = set(names)
+        task_pending = TASK_JOB in names
         deadline = time.monotonic() + FIRST_RUNS_DEADLINE
         while not supervisor.stopping:
             exited = supervisor.first_exited()
@@ -137,6 +155,16 @@ class Command(BaseCommand):
                         f"still no succeeded run of {', '.join(sorted(pending))}; see the log"
                     )
                     pending.clear()
+                    connections.close_all()
+            if task_pending:
+                ran = _task_run_by_worker(since)
+                if ran is not None:
+                    self._say(ran)
+                    task_pending = False
+                    connections.close_all()
+                elif time.monotonic() > deadline:
+                    self._say(f"no task of {TASK_JOB} has finished yet; see db_worker's log")
+                    task_pending = False
                     connections.close_all()
             supervisor.wait(1.0)
 
@@ -162,7 +190,14 @@ def _admin_pages() -> list[tuple[str, str]]:
 
     from django_fencedjobs.models import JobLease
 
-    pages = [("jobs", JobLease), ("runs", JobRun), ("rollups", Rollup), ("reminders", Reminder)]
+    pages = [
+        ("jobs", JobLease),
+        ("runs", JobRun),
+        ("tasks", RunTask),
+        ("digests", Digest),
+        ("rollups", Rollup),
+        ("reminders", Reminder),
+    ]
     return [
         (label, reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist"))
         for label, model in pages
@@ -224,4 +259,28 @@ def _succeeded(names: set[str], since: datetime) -> set[str]:
         JobRun.objects.filter(job__in=names, outcome=Outcome.SUCCEEDED, started_at__gte=since)
         .values_list("job", flat=True)
         .distinct()
+    )
+
+
+def _task_run_by_worker(since: datetime) -> str | None:
+    """What to say once a task that a run of ``demo.write_digest`` enqueued (at or after
+    ``since``) has finished on the worker; None before."""
+    task = (
+        RunTask.objects.filter(
+            job=TASK_JOB,
+            run__started_at__gte=since,
+            status__in=[TaskStatus.SUCCESSFUL, TaskStatus.FAILED],
+        )
+        .order_by("finished_at")
+        .first()
+    )
+    if task is None:
+        return None
+    if task.status == TaskStatus.FAILED:
+        return f"the task {task.task_path} of run fence {task.fence} failed: {task.error[-300:]}"
+    digest = Digest.objects.filter(fence=task.fence).order_by("written_at").first()
+    wrote = f", wrote digest #{digest.pk} in worker pid {digest.worker_pid}" if digest else ""
+    return (
+        f"db_worker ran the task {task.task_path} that the run of {TASK_JOB} with fence "
+        f"{task.fence} enqueued{wrote}"
     )
