@@ -73,8 +73,9 @@ def purge_runs(
         ids = list(expired.order_by("scheduled_for").values_list("pk", flat=True)[:batch_size])
         if not ids:
             break
-        count, _by_model = JobRun.objects.using(alias).filter(pk__in=ids).delete()
-        deleted += count
+        # The runs' task records (RunTask) go with them; only the runs are counted.
+        _, by_model = JobRun.objects.using(alias).filter(pk__in=ids).delete()
+        deleted += by_model.get(JobRun._meta.label, 0)
         if len(ids) < batch_size:
             break
     if deleted:

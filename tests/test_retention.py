@@ -94,7 +94,9 @@ def test_deleting_is_bounded_per_statement_and_per_call():
     with CaptureQueriesContext(connection) as queries:
         assert purge_runs(NOW, batch_size=4, max_batches=3) == 12
     deletes = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("DELETE")]
-    assert len(deletes) == 3
+    # Per batch, one DELETE of runs and one of their task records (RunTask).
+    assert sum('"fencedjobs_jobrun"' in sql.split("WHERE")[0] for sql in deletes) == 3
+    assert len(deletes) == 6
     assert purge_runs(NOW, batch_size=4, max_batches=3) == 12
     assert purge_runs(NOW, batch_size=4, max_batches=3) == 6  # the backlog drains
     assert purge_runs(NOW, batch_size=4, max_batches=3) == 0
@@ -118,3 +120,18 @@ def test_the_runner_purges_after_a_tick_at_most_once_per_interval():
     retention.reset_throttle()
     tick()
     assert len(kept("r.older")) == 3
+
+
+def test_a_deleted_run_takes_its_task_records_with_it_and_only_runs_are_counted():
+    from django_fencedjobs.models import RunTask
+
+    runs("r.tasks", 4, newest=NOW - timedelta(days=10), step=timedelta(days=1))
+    for run in JobRun.objects.filter(job="r.tasks"):
+        RunTask.objects.bulk_create(
+            RunTask(run=run, job=run.job, fence=run.fence, task_path="t.x", backend="default")
+            for _ in range(5)
+        )
+    deleted = purge_runs(NOW)
+    assert deleted == 1  # four runs, the newest three kept
+    assert RunTask.objects.count() == 15
+    assert not RunTask.objects.exclude(run__in=JobRun.objects.all()).exists()
