@@ -387,7 +387,8 @@ def _record(run: Run, outcome: str, error: str) -> JobRun:
     loop to retry if the database stays away."""
     for attempt in (1, 2):
         try:
-            record_end(run, outcome, error)
+            if record_end(run, outcome, error):
+                return run.record  # what it wrote is on the record already
             break
         except DatabaseError as exc:
             logger.warning(
@@ -402,6 +403,7 @@ def _record(run: Run, outcome: str, error: str) -> JobRun:
                 _pending.append((run, outcome, error))
                 return run.record
             time.sleep(0.5)
+    # Recorded already, by its supervisor at the timeout or by a successor's takeover.
     run.record.refresh_from_db(using=lease.lease_db())
     return run.record
 
