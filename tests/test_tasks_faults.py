@@ -167,7 +167,8 @@ def test_an_enqueue_paused_before_its_commit_and_taken_over_never_commits(spawn,
 def test_the_tasks_of_a_run_taken_over_write_nothing_and_the_successors_do(spawn, round_):
     """A commits its enqueues and is stopped (outside any transaction) past its lease; B
     takes over, enqueues its own and keeps the lease while a worker runs all the tasks:
-    A's are refused (FenceLost, recorded as their failure), B's commit."""
+    A's are refused (FenceLost, recorded as their failure), B's commit. Resumed, A cannot
+    enqueue another."""
     prepare(TASK_TAKEOVER)
     a = spawn("once", TASK_TAKEOVER, "A", role="A")
     b = spawn("once", TASK_TAKEOVER, "B", wait_go=True, role="B", hold=1)
@@ -206,10 +207,13 @@ def test_the_tasks_of_a_run_taken_over_write_nothing_and_the_successors_do(spawn
     assert set(records.filter(fence=fence_b).values_list("status", flat=True)) == {
         TaskStatus.SUCCESSFUL
     }
-    # (A's own run may read succeeded: everything it wrote had committed before the
-    # takeover. Its tasks ran after it, and those are what the fence refuses.)
+    # Resumed, A could enqueue nothing more: refused by the fence (in its enqueue, or
+    # before, by its supervisor), and its run recorded so.
+    assert fence_a * 100 + 99 not in rows
+    assert [e["seq"] for e in a.events("enqueued")] == seqs_a, a.log()
+    assert any(e["type"] == "FenceLost" for e in a.events("raised")), a.log()
     run_a, run_b = runs(TASK_TAKEOVER)
-    assert (run_a.fence, run_b.fence) == (fence_a, fence_b)
+    assert (run_a.fence, run_a.outcome) == (fence_a, Outcome.FENCE_LOST), run_a.error
     assert run_b.outcome == Outcome.SUCCEEDED, run_b.error
 
 

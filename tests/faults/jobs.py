@@ -358,7 +358,8 @@ def task_takeover(run: Run) -> None:
     Role ``A`` is the run that will be taken over. With ``pause_inside=1`` it enqueues one
     task in a fenced block and, still inside it (before the commit), reports ``pause_point``
     and waits for ``resume-<label>``; otherwise it enqueues its tasks and reports
-    ``pause_point`` outside any transaction, and waits there. Role ``B``, the successor,
+    ``pause_point`` outside any transaction, and waits there; resumed, it tries to enqueue
+    one more task (``seq = fence * 100 + 99``), outside any block. Role ``B``, the successor,
     enqueues its tasks and, with ``hold=1``, keeps its lease (reports ``holding``) until
     ``release-<label>`` exists.
     """
@@ -380,6 +381,12 @@ def task_takeover(run: Run) -> None:
         if role == "A":
             report("pause_point", fence=run.fence)
             wait_until(lambda: exists(f"resume-{label()}"))
+            try:
+                result = run.enqueue(record_write, run.job.name, base + 99)
+            except FenceLost:
+                report("enqueue_refused", fence=run.fence)
+                raise
+            report("enqueued", fence=run.fence, seq=base + 99, result_id=str(result.id))
         elif CONFIG.get("hold") == "1":
             report("holding", fence=run.fence)
             wait_until(lambda: exists(f"release-{label()}"))
