@@ -6,6 +6,12 @@ simulated clock (``dst.py``).
     python3 bench/peers/run.py --keep          # keep it (its path is printed)
     python3 bench/peers/run.py --venv DIR      # reuse (or create) the virtualenv DIR
     python3 bench/peers/run.py --python /path/to/python3.13
+    python3 scripts/throwaway_postgres.py -- python3 bench/peers/run.py   # and PostgreSQL
+
+Two measurements: ``dst.py`` (each scheduler's next-fire-time code across the 2026 New
+York DST days) and ``double_fire.py`` (two scheduler processes of each database-based
+peer on one database: on a new SQLite file, and on PostgreSQL when ``DATABASE_URL`` names
+one, as ``scripts/throwaway_postgres.py`` sets it).
 
 Standard library only; needs the network to PyPI. Not part of ``make test``: nothing in the
 test suite imports it. The peers pin the versions docs/tasks.md reports on (``PEERS``);
@@ -21,6 +27,8 @@ django-crontask 2.2.0 requires 3.14): by default the newest of 3.14 and 3.13 tha
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +43,7 @@ PEERS = [
     "django-periodic-tasks==0.2.1",
     "django-scheduled-tasks==0.3.0",
     "django-celery-beat==2.9.0",
+    "psycopg[binary]>=3.1",
 ]
 #: Requires Python 3.14: installed apart, without its Requires-Python check on 3.13.
 CRONTASK = "django-crontask==2.2.0"
@@ -75,12 +84,61 @@ def version_of(python: str) -> tuple[int, int]:
     return int(out[0]), int(out[1])
 
 
+def double_fire(venv_python: Path, seconds: float, *, as_json: bool) -> None:
+    """Two scheduler processes per database-based peer, on SQLite and on PostgreSQL (when
+    ``DATABASE_URL`` names one)."""
+    url = os.environ.get("DATABASE_URL", "")
+    databases = ["sqlite", *(["postgresql"] if url.startswith("postgres") else [])]
+    print(
+        f"\n$ {venv_python} bench/peers/double_fire.py PEER --seconds {seconds:g}"
+        f"   # on {' and '.join(databases)}\n",
+        flush=True,
+    )
+    results = []
+    for peer in ("scheduled-tasks", "periodic-tasks"):
+        for db in databases:
+            env = dict(os.environ)
+            if db == "sqlite":
+                env.pop("DATABASE_URL", None)
+            out = subprocess.run(
+                [str(venv_python), str(HERE / "double_fire.py"), peer, "--seconds", str(seconds)],
+                cwd=HERE,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    if as_json:
+        print(json.dumps(results, indent=2))
+        return
+    print(
+        "| peer | database | slots | enqueues | slots enqueued twice | of which the tick "
+        "committed twice | errors logged |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | --- | ---: |")
+    for r in results:
+        committed = r["slots_committed_twice_or_more"]
+        print(
+            f"| django-{r['peer']} | {r['database']} | {r['slots']} | {r['enqueues']} "
+            f"| {r['slots_enqueued_twice_or_more']} "
+            f"| {'n/a (no transaction)' if committed is None else committed} "
+            f"| {r['errors']}{': ' + r['first_error'][:80] if r['errors'] else ''} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", help="interpreter for the virtualenv (3.13 or newer)")
     parser.add_argument("--venv", type=Path, help="virtualenv to use or create (kept)")
     parser.add_argument("--keep", action="store_true", help="keep the new virtualenv")
     parser.add_argument("--json", action="store_true", help="print the raw results as JSON")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=30.0,
+        help="how long the two scheduler processes run, per peer and database (default 30)",
+    )
     options = parser.parse_args()
 
     python = options.python or find_python()
@@ -110,6 +168,7 @@ def main() -> None:
             cwd=REPO_ROOT,
             check=True,
         )
+        double_fire(venv_python, options.seconds, as_json=options.json)
     finally:
         if remove:
             shutil.rmtree(venv, ignore_errors=True)
