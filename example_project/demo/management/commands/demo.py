@@ -193,7 +193,6 @@ def _admin_pages() -> list[tuple[str, str]]:
     pages = [
         ("jobs", JobLease),
         ("runs", JobRun),
-        ("tasks", RunTask),
         ("digests", Digest),
         ("rollups", Rollup),
         ("reminders", Reminder),
