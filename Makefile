@@ -102,8 +102,8 @@ bench: venv
 	$(PY) scripts/throwaway_postgres.py --durable -- $(BIN)/python bench/run.py $(BENCH_ARGS)
 
 # The example project in the foreground (docs/demo.md): migrate its SQLite file, create
-# or reset the admin login, seed data, then the scheduler (runjobs) and the admin
-# (runserver) together until Ctrl-C. DEMO_PORT picks the port (default 8000);
+# or reset the admin login, seed data, then the scheduler (runjobs), a task worker
+# (db_worker, for the scheduled task) and the admin (runserver) together until Ctrl-C. DEMO_PORT picks the port (default 8000);
 # DATABASE_URL another database.
 demo: venv
 	$(BIN)/python manage.py demo
