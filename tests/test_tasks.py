@@ -18,10 +18,12 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult
 
-from django_fencedjobs import fenced_atomic, job, lease
+from django_fencedjobs import fenced_atomic, job, lease, signals
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.integrations.tasks import schedule_task
 from django_fencedjobs.loop import tick
@@ -237,6 +239,76 @@ def test_a_tasks_record_follows_the_worker_ready_then_successful_or_failed(jobs)
     assert failed.finished_at is not None
     assert result_of(written).status == "SUCCESSFUL"
     assert result_of(failed).status == "FAILED"
+
+
+def finished_runs(received: list[dict]) -> list[tuple[int, bool]]:
+    return [(kwargs["record"].pk, kwargs["failed"]) for kwargs in received]
+
+
+@pytest.fixture
+def tasks_finished():
+    """The ``run_tasks_finished`` signals sent during the test (their keyword arguments)."""
+    received: list[dict] = []
+
+    def receive(sender, **kwargs):
+        received.append(kwargs)
+
+    signals.run_tasks_finished.connect(receive, dispatch_uid="test_tasks.tasks_finished")
+    yield received
+    signals.run_tasks_finished.disconnect(dispatch_uid="test_tasks.tasks_finished")
+
+
+def test_run_tasks_finished_is_sent_once_when_the_workers_finish_a_runs_last_task(
+    jobs, tasks_finished
+):
+    @job("0 * * * *", name="t.last_task")
+    def last_task(run):
+        run.enqueue(tasks.record_write, "t.last_task", 1)
+        run.enqueue(tasks.fail, "one of them broke")
+
+    tick()
+    (run,) = run_slot(T0 + HOUR)
+    assert tasks_finished == []
+    run_worker()
+    assert finished_runs(tasks_finished) == [(run.pk, True)]
+
+
+def test_run_tasks_finished_is_sent_for_a_task_handed_over_after_the_commit(jobs, tasks_finished):
+    tasks.NOTES.clear()
+
+    @job("0 * * * *", name="t.last_immediate")
+    def last_immediate(run):
+        run.enqueue(tasks.immediate_note, "t.last_immediate", 1)
+
+    tick()
+    (run,) = run_slot(T0 + HOUR)
+    assert RunTask.objects.get(run=run).status == TaskStatus.SUCCESSFUL
+    assert finished_runs(tasks_finished) == [(run.pk, False)]
+
+
+def test_a_task_a_fast_worker_finished_before_its_id_was_recorded_reads_finished(
+    jobs, tasks_finished
+):
+    """A backend that does not write to the lease database: the runner records the task's id
+    after the backend returned it. A worker that starts and finishes the task before that
+    reports to no record; the run's record must still end as the task did (and the run's
+    last task be announced), not as the runner last read it."""
+    fast = {"BACKEND": "tests.taskapp.backends.FastWorkerBackend"}
+    with override_settings(TASKS={**settings.TASKS, "fast": fast}):
+        on_fast_worker = tasks.plain_write.using(backend="fast")
+
+        @job("0 * * * *", name="t.fast_worker")
+        def fast_worker(run):
+            run.enqueue(on_fast_worker, "t.fast_worker", 1)
+
+        tick()
+        (run,) = run_slot(T0 + HOUR)
+    assert run.outcome == Outcome.SUCCEEDED, run.error
+    record = RunTask.objects.get(run=run)
+    assert record.result_id
+    assert record.status == TaskStatus.SUCCESSFUL, record.status
+    assert record.finished_at is not None
+    assert finished_runs(tasks_finished) == [(run.pk, False)]
 
 
 # -- the fence inside the task ----------------------------------------------------------------
