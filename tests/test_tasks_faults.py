@@ -34,7 +34,13 @@ from tests.faults.harness import (
     wait_lease_expired,
     wait_until,
 )
-from tests.faults.jobs import TASK_DOUBLE_FIRE, TASK_HANDOVER, TASK_STUCK, TASK_TAKEOVER
+from tests.faults.jobs import (
+    TASK_DOUBLE_FIRE,
+    TASK_HANDOVER,
+    TASK_HELD,
+    TASK_STUCK,
+    TASK_TAKEOVER,
+)
 from tests.taskapp.backends import KILL_MARKER_ENV
 from tests.testapp.models import Write
 
@@ -214,6 +220,54 @@ def test_the_tasks_of_a_run_taken_over_write_nothing_and_the_successors_do(spawn
     run_a, run_b = runs(TASK_TAKEOVER)
     assert (run_a.fence, run_a.outcome) == (fence_a, Outcome.FENCE_LOST), run_a.error
     assert run_b.outcome == Outcome.SUCCEEDED, run_b.error
+
+
+# -- a worker paused inside a task's fenced transaction ----------------------------------------
+
+
+# SQLite: the paused task holds the database's write lock (a lock on the file) and nothing
+# ends it; every writer waits for it to resume. PostgreSQL can end the paused session.
+@pytest.mark.postgres_only
+def test_a_worker_paused_inside_a_tasks_fenced_block_does_not_freeze_the_job(spawn, tmp_path):
+    """A task's fenced block locks its job's lease row (shared) until it commits, so that no
+    later run is granted the lease in between. A worker paused there (SIGSTOP, a suspended
+    VM, a long GC pause) must not hold that lock for ever: as for a run's own transaction,
+    the server ends the paused session once it has sat idle for the job's lease TTL, the
+    task's write rolls back, and the job's next run starts."""
+    prepare(TASK_HELD)
+    runner = spawn("once", TASK_HELD, "R1")
+    assert runner.wait_exit() == 0, runner.log()
+    (first,) = runs(TASK_HELD)
+    worker = spawn("tasks", "-", "T")
+    wait_until(
+        lambda: (tmp_path / "task-in-block").exists(),
+        what="the worker to be inside the task's fenced block",
+        diagnostics=spawn.logs,
+    )
+    worker.stop()
+    worker.touch("release")  # seen as soon as it runs again
+    wait_until(
+        lambda: lease.make_due(TASK_HELD, clock.now()),
+        timeout=15,
+        what="the paused task's transaction to be ended by the server (the job's lease row "
+        "stays locked by a worker paused inside a task's fenced block)",
+        diagnostics=spawn.logs,
+    )
+    successor = spawn("once", TASK_HELD, "R2")
+    assert successor.wait_exit() == 0, successor.log()
+    _, second = runs(TASK_HELD)
+    assert second.outcome == Outcome.SUCCEEDED, second.error
+    worker.cont()
+    wait_until(
+        lambda: (
+            worker.proc.poll() is not None
+            or RunTask.objects.filter(run=first, status__in=UNFINISHED_TASK).count() == 0
+        ),
+        what="the resumed worker to end the paused task",
+        diagnostics=spawn.logs,
+    )
+    # The paused task's write never committed.
+    assert not Write.objects.filter(job=TASK_HELD, seq=first.fence).exists()
 
 
 # -- d: a worker killed in the middle of a task -----------------------------------------------

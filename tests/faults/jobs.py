@@ -42,6 +42,7 @@ TASK_DOUBLE_FIRE = "faults.task_double_fire"
 TASK_TAKEOVER = "faults.task_takeover"
 TASK_STUCK = "faults.task_stuck"
 TASK_HANDOVER = "faults.task_handover"
+TASK_HELD = "faults.task_held"
 #: ``fleet=N`` registers N jobs named ``faults.fleet.000`` ... (every ``fleet_every`` s).
 FLEET_PREFIX = "faults.fleet."
 
@@ -407,6 +408,15 @@ def task_stuck(run: Run) -> None:
     report("enqueued", fence=run.fence, result_id=str(result.id))
 
 
+def task_held(run: Run) -> None:
+    """Enqueue one task that waits inside its fenced block (``hold_in_fence``, ``seq`` = the
+    fence) until the file ``release`` exists, having created the file ``task-in-block``."""
+    from tests.taskapp.tasks import hold_in_fence
+
+    run.enqueue(hold_in_fence, run.job.name, run.fence, path("task-in-block"), path("release"))
+    report("enqueued", fence=run.fence)
+
+
 def task_handover(run: Run) -> None:
     """Enqueue one task on the backend that hands it over after the commit (and kills this
     process there while its marker file exists): ``seq`` = the slot's epoch second."""
@@ -447,6 +457,7 @@ def register() -> None:
         task_double_fire
     )
     job(every=HOURLY, name=TASK_TAKEOVER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(task_takeover)
+    job(every=HOURLY, name=TASK_HELD, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(task_held)
     # Small bounds: a task of theirs not finished 3 s after its slot makes the job late.
     for name, handler in ((TASK_STUCK, task_stuck), (TASK_HANDOVER, task_handover)):
         job(

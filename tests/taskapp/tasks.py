@@ -76,3 +76,16 @@ def handed_over_write(job: str, seq: int) -> None:
     (:class:`tests.taskapp.backends.KillOnEnqueueBackend`)."""
     with fenced_atomic():
         Write.objects.create(job=job, fence=-1, seq=seq)
+
+
+@task()
+def hold_in_fence(job: str, seq: int, entered: str, release: str) -> None:
+    """Write one row fenced by its run and, still inside the fenced block (the lease row
+    locked), create the file ``entered`` and wait (at most a minute) for the file
+    ``release``: a task a test can pause in the middle of its fenced transaction."""
+    with fenced_atomic():
+        Write.objects.create(job=job, fence=-1, seq=seq)
+        Path(entered).touch()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.01)
