@@ -340,7 +340,9 @@ def _begin_with(connection: BaseDatabaseWrapper) -> str:
     return "BEGIN"
 
 
-def lock_task_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
+def lock_task_fence(
+    connection: BaseDatabaseWrapper, name: str, fence: int, *, ttl: timedelta
+) -> bool:
     """The fence check of ``fenced_atomic`` inside a ``django.tasks`` task that a run of
     ``name`` enqueued with ``fence``: True while no later run of the job has been granted the
     lease.
@@ -353,11 +355,24 @@ def lock_task_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> b
     but *shared* on PostgreSQL: the tasks of one run run side by side on many workers, and
     they must not queue on each other, only keep an acquisition (which skips the locked
     row and retries) from landing between their check and their commit.
+
+    A task is not supervised as a run is, so the same statement limits how long *this
+    transaction* may sit idle to ``ttl`` (the job's ``lease_ttl``): a worker paused inside a
+    task's fenced block (SIGSTOP, a hung call) is ended by the server like a paused run,
+    and its shared lock released, instead of keeping every later run of the job waiting.
     """
     table, free = _table(connection), connection.ops.adapt_datetimefield_value(LEASE_FREE)
     condition = "name = %s AND (fence = %s OR (fence = %s AND lease_until = %s))"
     params: list[Any] = [name, fence, fence + 1, free]
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            limit = f"{max(int(ttl.total_seconds() * 1000), 1)}ms"
+            cursor.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, true)"
+                f" FROM {table} WHERE {condition} FOR SHARE",
+                [limit, *params],
+            )
+            return cursor.fetchone() is not None
         if connection.features.has_select_for_update:
             cursor.execute(f"SELECT 1 FROM {table} WHERE {condition} FOR SHARE", params)
             return cursor.fetchone() is not None

@@ -58,7 +58,7 @@ from django_fencedjobs.fencing import (
     set_current_run,
 )
 from django_fencedjobs.models import UNFINISHED_TASK, RunTask, TaskStatus
-from django_fencedjobs.registry import Job, job
+from django_fencedjobs.registry import DEFAULT_LEASE_TTL, Job, job, registry
 
 if find_spec("django.tasks") is not None:  # Django 6.0+: the framework is built in
     from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
@@ -283,35 +283,53 @@ def _hand_over(tasks: list[tuple[RunTask, HandOver]]) -> None:
     late. A task the backend refuses is recorded failed, and the error raised (the run
     fails); the tasks after it stay pending.
     """
-    alias = lease.lease_db()
+    rows = RunTask.objects.using(lease.lease_db())
     for record, (task, args, kwargs) in tasks:
         try:
             with _dispatching(record.job, record.fence):
                 result = task.enqueue(*args, **kwargs)
         except Exception as exc:
-            RunTask.objects.using(alias).filter(pk=record.pk).update(
+            rows.filter(pk=record.pk).update(
                 status=TaskStatus.FAILED,
                 finished_at=clock.now(),
                 error=f"Not enqueued: the backend {record.backend!r} refused the task: {exc!r}",
             )
             raise
-        _take(record, result)
-        if record.status not in (TaskStatus.SUCCESSFUL, TaskStatus.FAILED):
+        # The id first: from now on a worker's reports find the record...
+        record.result_id = str(result.id)
+        rows.filter(pk=record.pk).update(
+            result_id=record.result_id, enqueued_at=result.enqueued_at or clock.now()
+        )
+        if result.status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) and (
+            backend_reports(task)
+        ):
             try:
-                # A worker may have started (or finished) the task before its id was
-                # recorded here, and its report found nothing to update.
-                result = task.get_result(result.id) if backend_reports(task) else result
-                _take(record, result)
+                # ... and what a worker did before that is read back from the backend.
+                result = task.get_result(result.id)
             except Exception:  # the backend's own account is a bonus, not a requirement
                 logger.debug("could not read task %s back", result.id, exc_info=True)
-        RunTask.objects.using(alias).filter(pk=record.pk).update(
-            result_id=record.result_id,
+        _take(record, result)
+        # Forward only: a worker's report that landed meanwhile is never overwritten.
+        behind = _BEHIND[TaskStatus(record.status)]
+        moved = rows.filter(pk=record.pk, status__in=behind).update(
             status=record.status,
-            enqueued_at=record.enqueued_at,
             started_at=record.started_at,
             finished_at=record.finished_at,
             error=record.error,
         )
+        if moved and record.status in _FINISHED:
+            _after_task(result)
+
+
+#: A task's statuses in the order they come; a record moves only forward.
+_BEHIND = {
+    TaskStatus.PENDING: (),
+    TaskStatus.READY: (TaskStatus.PENDING,),
+    TaskStatus.RUNNING: (TaskStatus.PENDING, TaskStatus.READY),
+    TaskStatus.SUCCESSFUL: UNFINISHED_TASK,
+    TaskStatus.FAILED: UNFINISHED_TASK,
+}
+_FINISHED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED)
 
 
 def backend_reports(task: Task[Any, Any]) -> bool:
@@ -378,7 +396,8 @@ class TaskFence:
 
     def _check_fence(self, connection: BaseDatabaseWrapper) -> None:
         name, fence = self._resolve()
-        if not lease.lock_task_fence(connection, name, fence):
+        ttl = registry.get(name).lease_ttl if name in registry else DEFAULT_LEASE_TTL
+        if not lease.lock_task_fence(connection, name, fence, ttl=ttl):
             raise FenceLost(
                 f"job {name!r}: a later run has been granted the lease since the run (fence "
                 f"{fence}) that enqueued task {self.result_id or '(this task)'}; nothing in "
@@ -445,7 +464,6 @@ def _task_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: An
 def _after_task(task_result: TaskResult[Any, Any]) -> None:
     """Send ``run_tasks_finished`` when the task just reported was its run's last."""
     from django_fencedjobs import signals
-    from django_fencedjobs.registry import registry
 
     alias = lease.lease_db()
     try:
