@@ -15,10 +15,14 @@ import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode
 
 import pytest
 from django.conf import settings
+
+if TYPE_CHECKING:
+    from tests.test_sentry import CapturingTransport
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -139,3 +143,27 @@ def unmigrated_env(child_env: dict[str, str], tmp_path: Path) -> Iterator[dict[s
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sentry() -> Iterator[CapturingTransport]:
+    """sentry-sdk initialised for one test, its envelopes captured
+    (:class:`tests.test_sentry.CapturingTransport`): no network."""
+    import sentry_sdk
+
+    from tests.test_sentry import CapturingTransport
+
+    transport = CapturingTransport()
+    sentry_sdk.init(
+        dsn="https://public@sentry.invalid/1",
+        transport=transport,
+        default_integrations=False,
+        auto_enabling_integrations=False,
+        environment="test",
+    )
+    try:
+        yield transport
+    finally:
+        client = sentry_sdk.get_client()
+        sentry_sdk.get_global_scope().set_client(None)
+        client.close()

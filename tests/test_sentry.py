@@ -3,7 +3,6 @@ a monitor config derived from the job. Envelopes are captured by a transport: no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -37,24 +36,6 @@ class CapturingTransport(Transport):
             for item in envelope.items
             if item.headers.get("type") == "check_in"
         ]
-
-
-@pytest.fixture
-def sentry() -> Iterator[CapturingTransport]:
-    transport = CapturingTransport()
-    sentry_sdk.init(
-        dsn="https://public@sentry.invalid/1",
-        transport=transport,
-        default_integrations=False,
-        auto_enabling_integrations=False,
-        environment="test",
-    )
-    try:
-        yield transport
-    finally:
-        client = sentry_sdk.get_client()
-        sentry_sdk.get_global_scope().set_client(None)
-        client.close()
 
 
 def run_once(name: str) -> None:

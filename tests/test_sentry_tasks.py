@@ -6,12 +6,9 @@ in this process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-import sentry_sdk
-from django_tasks_db.management.commands.db_worker import Worker
 
 from django_fencedjobs import fenced_atomic, job, signals
 from django_fencedjobs.clock import fake_clock
@@ -21,43 +18,11 @@ from django_fencedjobs.models import JobRun, Outcome, RunTask, TaskStatus
 from tests.conftest import JOBS_T0 as T0
 from tests.taskapp import tasks
 from tests.test_sentry import CapturingTransport
+from tests.test_tasks import run_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture
-def sentry() -> Iterator[CapturingTransport]:
-    transport = CapturingTransport()
-    sentry_sdk.init(
-        dsn="https://public@sentry.invalid/1",
-        transport=transport,
-        default_integrations=False,
-        auto_enabling_integrations=False,
-        environment="test",
-    )
-    try:
-        yield transport
-    finally:
-        client = sentry_sdk.get_client()
-        sentry_sdk.get_global_scope().set_client(None)
-        client.close()
-
-
-def run_worker() -> None:
-    """Run every ready task of the database backend in this process, then return: what
-    ``manage.py db_worker --batch`` does (without its signal handlers)."""
-    Worker(
-        queue_names=["default"],
-        interval=0,
-        batch=True,
-        backend_name="default",
-        startup_delay=False,
-        max_tasks=None,
-        worker_id="test-worker",
-        excluded_queue_names=[],
-    ).run()
 
 
 def run_slot() -> JobRun:
