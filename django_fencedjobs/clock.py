@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-from django.db import connections, router
+from django.db import connections
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
@@ -34,19 +34,21 @@ def database_now() -> datetime:
     On PostgreSQL this is ``clock_timestamp()`` (the real time, not the start of the current
     transaction as ``now()`` would be). A SQLite database is a file on one host, so that
     host's clock *is* the database's clock and no query is needed.
-    """
-    from django_fencedjobs.models import JobLease
 
-    connection = connections[router.db_for_write(JobLease)]
+    As the first statement of a transaction (a run's acquisition reads the clock first) it
+    costs no round trip of its own: it goes with the transaction's ``BEGIN``.
+    """
+    from django_fencedjobs import lease
+
+    connection = connections[lease.lease_db()]
     if connection.vendor == "postgresql":
         sql = "SELECT clock_timestamp()"
     elif connection.vendor == "mysql":
         sql = "SELECT UTC_TIMESTAMP(6)"
     else:
         return system_now()
-    with connection.cursor() as cursor:
-        cursor.execute(sql)
-        value: datetime = cursor.fetchone()[0]
+    row = lease.first_statement(connection, sql, [])
+    value: datetime = row[0]  # type: ignore[index]  # one row, always
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC)

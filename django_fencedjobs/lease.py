@@ -23,6 +23,7 @@ import contextlib
 import functools
 import hashlib
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -274,31 +275,37 @@ def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
     so here ``BEGIN`` and the check go together instead (:func:`_begin_with`), and a fenced
     one-row transaction takes as many round trips as a plain one. The lock is the same.
     """
-    begin = _begin_with(connection)
-    if begin:
-        # psycopg's own cursor: Django's wrapper (query logging, execute wrappers) would
-        # cost as much as the round trip saved.
-        with connection.wrap_database_errors, connection.connection.cursor() as raw:
-            raw.execute(
-                f"{begin}; SELECT 1 FROM {_table(connection)}"
-                " WHERE name = %s AND fence = %s FOR UPDATE",
-                [name, fence],
-            )
-            raw.nextset()  # past BEGIN's result, to the check's
-            return raw.fetchone() is not None
+    if connection.features.has_select_for_update:
+        sql = f"SELECT 1 FROM {_table(connection)} WHERE name = %s AND fence = %s FOR UPDATE"
+        return first_statement(connection, sql, [name, fence]) is not None
     with connection.cursor() as cursor:
-        if connection.features.has_select_for_update:
-            cursor.execute(
-                f"SELECT 1 FROM {_table(connection)} WHERE name = %s AND fence = %s FOR UPDATE",
-                [name, fence],
-            )
-            return cursor.fetchone() is not None
         cursor.execute(
             f"UPDATE {_table(connection)} SET fence = fence WHERE name = %s AND fence = %s",
             [name, fence],
         )
         updated: int = cursor.rowcount
         return updated == 1
+
+
+def first_statement(
+    connection: BaseDatabaseWrapper, sql: str, params: list[Any]
+) -> tuple[Any, ...] | None:
+    """Run ``sql`` and return its first row (or None). As the first statement of an open
+    transaction on PostgreSQL, it goes in the same round trip as the transaction's
+    ``BEGIN`` (:func:`_begin_with`); elsewhere it is any statement."""
+    begin = _begin_with(connection)
+    if begin:
+        # psycopg's own cursor: Django's wrapper (query logging, execute wrappers) would
+        # cost as much as the round trip saved.
+        with connection.wrap_database_errors, connection.connection.cursor() as raw:
+            raw.execute(f"{begin}; {sql}", params)
+            raw.nextset()  # past BEGIN's result, to the statement's
+            row: tuple[Any, ...] | None = raw.fetchone()
+            return row
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found: tuple[Any, ...] | None = cursor.fetchone()
+        return found
 
 
 def _begin_with(connection: BaseDatabaseWrapper) -> str:
@@ -462,10 +469,12 @@ def bounded_wait(seconds: float = LOCK_WAIT) -> Iterator[BaseDatabaseWrapper]:
         return
     with transaction.atomic(using=alias):
         if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT set_config('lock_timeout', %s, true)", [f"{int(seconds * 1000)}ms"]
-                )
+            # In BEGIN's round trip: this runs at every run's end and every renewal.
+            first_statement(
+                connection,
+                "SELECT set_config('lock_timeout', %s, true)",
+                [f"{int(seconds * 1000)}ms"],
+            )
         yield connection
 
 
@@ -609,20 +618,52 @@ def limit_idle_transactions(
     Python (or a sleep, or a call to another service) for longer than ``ttl`` inside one
     transaction: that is indistinguishable from a pause, and the lease says how long a
     holder may go quiet. One statement, which also says who the session is.
+
+    In a thread that :func:`keep_run_sessions` (a worker of the runner's pool), the limit
+    stays on the connection from one run to the next: it is set only when the connection
+    or the job's ``lease_ttl`` changed, and never reset.
     """
     if connection.vendor != "postgresql":
         return None
+    kept = getattr(_run_sessions, "kept", None)
+    if ttl is None:
+        if kept is None:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET idle_in_transaction_session_timeout")
+        return None
+    if kept and kept[0] is connection.connection and kept[1] == ttl:
+        backend: Backend | None = kept[2]
+        return backend
     with connection.cursor() as cursor:
-        if ttl is None:
-            cursor.execute("RESET idle_in_transaction_session_timeout")
-            return None
         cursor.execute(
             "SELECT set_config('idle_in_transaction_session_timeout', %s, false),"
             " pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()",
             [f"{max(int(ttl.total_seconds() * 1000), 1)}ms"],
         )
         row = cursor.fetchone()
-    return Backend(row[1], row[2]) if row else None
+    backend = Backend(row[1], row[2]) if row else None
+    if kept is not None:
+        _run_sessions.kept = (connection.connection, ttl, backend)
+    return backend
+
+
+#: Per thread: the session whose idle limit was set for runs, and to what, in a thread
+#: that keeps it (:func:`keep_run_sessions`).
+_run_sessions = threading.local()
+
+
+def keep_run_sessions() -> None:
+    """Declare that this thread's connection to the lease database serves runs only, one
+    after another, and is closed with the thread (a worker of the runner's pool).
+
+    Then a run's idle limit (:func:`limit_idle_transactions`) is left on the connection for
+    the next run instead of being reset, and the next run sets it again only when its job's
+    ``lease_ttl`` differs or the connection was replaced (after an interrupted run, or a
+    database restart): two statements less per run. Elsewhere (a one-off run in the
+    admin's request, a test) the connection goes back to the server's default after the
+    run, for whatever it serves next.
+    """
+    _run_sessions.kept = ()
 
 
 def terminate(backend: Backend) -> None:

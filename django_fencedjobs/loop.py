@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_fencedjobs import clock, lease, signals
 from django_fencedjobs.conf import get_settings
@@ -140,6 +141,7 @@ class Pool:
         worker.thread.start()
 
     def _work_loop(self, worker: _Worker) -> None:
+        lease.keep_run_sessions()  # this thread's connection serves its runs only
         try:
             while not worker.retired.is_set():
                 item = self._work.get()
@@ -166,8 +168,7 @@ class Pool:
             self._finish(job.name, _latest_run(job.name))
 
         try:
-            # A connection broken by a database restart is replaced before the run.
-            connections[lease.lease_db()].close_if_unusable_or_obsolete()
+            _keep_or_replace(connections[lease.lease_db()])
             return run_job(job, row, on_abandon=give_up)
         except DatabaseError as exc:
             logger.error(
@@ -189,6 +190,19 @@ class Pool:
             else:
                 self._not_before[name] = time.monotonic() + RETRY_LOCKED.total_seconds()
         _wake.set()
+
+
+def _keep_or_replace(connection: BaseDatabaseWrapper) -> None:
+    """Before a worker's run: replace its connection if it is broken (a database restart)
+    or past a positive ``CONN_MAX_AGE``; keep it otherwise.
+
+    Django's default ``CONN_MAX_AGE`` of 0 closes a connection at the end of each web
+    request. A worker has no requests: read that way, it would open a new session, a new
+    server process on PostgreSQL, for every run. Its connection lives as long as it does.
+    """
+    if connection.settings_dict.get("CONN_MAX_AGE") == 0:
+        connection.close_at = None
+    connection.close_if_unusable_or_obsolete()
 
 
 def _latest_run(name: str) -> JobRun | None:

@@ -112,16 +112,19 @@ def run_job(job: Job, row: lease.LeaseRow, *, on_abandon: Any = None) -> JobRun 
     (but ``KeyboardInterrupt``, after recording). ``on_abandon()`` is called, from the
     supervisor's thread, if the handler is given up on."""
     owner = get_settings().owner
-    now = clock.now()
-    if not row.is_due(now):
-        return None
     schedule = job.valid_schedule
-    scheduled_for, missed = _slot(job, row, now)
-    next_run_at = schedule.next_after(now)
-    too_late = job.starting_deadline is not None and now - scheduled_for > job.starting_deadline
     alias = lease.lease_db()
     try:
         with transaction.atomic(using=alias):
+            # The clock first: the database's goes with the transaction's BEGIN.
+            now = clock.now()
+            if not row.is_due(now):
+                return None
+            scheduled_for, missed = _slot(job, row, now)
+            next_run_at = schedule.next_after(now)
+            too_late = (
+                job.starting_deadline is not None and now - scheduled_for > job.starting_deadline
+            )
             fence = lease.acquire(
                 row, owner=owner, now=now, ttl=job.lease_ttl, next_run_at=next_run_at
             )

@@ -116,7 +116,8 @@ class Supervisor(threading.Thread):
 
     def release_session(self) -> None:
         """Back to the server's default idle limit, once the run is over (in the handler's
-        thread, on the connection the run used)."""
+        thread, on the connection the run used), unless the thread keeps it for its next
+        run (:func:`lease.keep_run_sessions`)."""
         lease.limit_idle_transactions(connections[lease.lease_db()], None)
 
     # -- the thread ------------------------------------------------------------------------

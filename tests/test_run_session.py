@@ -1,0 +1,185 @@
+"""A run's database session on PostgreSQL: the idle limit each run needs is in force, and it
+costs no statement a run does not need (a pool worker keeps it from run to run; a one-off
+run leaves the session as it found it); the app's bounded waits cost no round trip."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.db.backends.signals import connection_created
+
+from django_fencedjobs import job, lease, manual
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.loop import tick
+from django_fencedjobs.models import JobLease, JobRun, Outcome
+from tests.conftest import JOBS_T0 as T0
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
+
+
+def show_idle_limit() -> tuple[int, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_backend_pid(), current_setting('idle_in_transaction_session_timeout')"
+        )
+        pid, limit = cursor.fetchone()
+    return pid, limit
+
+
+@pytest.fixture
+def worker_statements():
+    """The statements sent on connections opened while the test runs (the pool's workers
+    open theirs), by thread name."""
+    sent: list[str] = []
+
+    def count(execute: Callable[..., Any], sql: str, *args: Any) -> Any:
+        sent.append(sql)
+        return execute(sql, *args)
+
+    def wrap(sender: Any, connection: Any, **kwargs: Any) -> None:
+        connection.execute_wrappers.append(count)
+
+    connection_created.connect(wrap, weak=False, dispatch_uid="test_run_session")
+    try:
+        yield sent
+    finally:
+        connection_created.disconnect(dispatch_uid="test_run_session")
+
+
+def test_a_pool_worker_sets_the_idle_limit_once_for_runs_of_one_lease_ttl(jobs, worker_statements):
+    seen: dict[str, tuple[int, str]] = {}
+
+    def handler(run):
+        seen[run.job.name] = show_idle_limit()
+
+    for name, ttl in (("t.session_a", 40), ("t.session_b", 40), ("t.session_c", 90)):
+        job("*/15 * * * *", name=name, lease_ttl=timedelta(seconds=ttl))(handler)
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15, seconds=2))
+    result = tick(workers=1)
+    assert sorted(r.outcome for r in result.runs) == [Outcome.SUCCEEDED] * 3
+    # One worker, one session, and each run had its own job's limit in force ...
+    assert len({pid for pid, _ in seen.values()}) == 1
+    assert {name: limit for name, (_, limit) in seen.items()} == {
+        "t.session_a": "40s",
+        "t.session_b": "40s",
+        "t.session_c": "90s",
+    }
+    # ... set twice (a's stays for b, earlier due-ness order is by name), never reset.
+    sets = [sql for sql in worker_statements if "set_config('idle_in_transaction" in sql]
+    assert len(sets) == 2, sets
+    assert not [sql for sql in worker_statements if sql.startswith("RESET")]
+
+
+def test_a_new_worker_session_gets_the_limit_again(jobs):
+    """A worker's connection thrown away (after an interrupted run, a database restart) is
+    replaced by one without the limit: the next run sets it on the new session."""
+    seen: list[tuple[int, str]] = []
+
+    @job("*/15 * * * *", name="t.session_new", lease_ttl=timedelta(seconds=40))
+    def handler(run):
+        seen.append(show_idle_limit())
+        if len(seen) == 1:
+            connection.close()  # the next run of this worker opens a new session
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15, seconds=2))
+    tick(workers=1)
+    fake_clock.set(T0 + timedelta(minutes=30, seconds=2))
+    tick(workers=1)
+    assert JobRun.objects.filter(outcome=Outcome.SUCCEEDED).count() == 2
+    assert [limit for _, limit in seen] == ["40s", "40s"]
+
+
+def test_a_one_off_run_leaves_its_session_at_the_server_default(jobs):
+    seen: list[tuple[int, str]] = []
+
+    @job("*/15 * * * *", name="t.session_manual", lease_ttl=timedelta(seconds=40))
+    def handler(run):
+        seen.append(show_idle_limit())
+
+    default = show_idle_limit()
+    record = manual.run_now(handler.job)
+    assert record.outcome == Outcome.SUCCEEDED, record.error
+    assert seen == [(default[0], "40s")]  # this thread's session, limited for the run ...
+    assert show_idle_limit() == default  # ... and back as it was after
+
+
+def round_trips_of(block: Callable[[], None]) -> int:
+    """Counted in the wire protocol: a round trip ends with the server's ReadyForQuery."""
+    connection.ensure_connection()
+    raw = connection.connection
+    with tempfile.TemporaryFile("w+") as trace:
+        raw.pgconn.trace(trace.fileno())
+        try:
+            block()
+        finally:
+            raw.pgconn.untrace()
+        trace.seek(0)
+        return sum("\tReadyForQuery" in line for line in trace.read().splitlines())
+
+
+def test_a_bounded_wait_costs_no_round_trip(jobs):
+    """The end of every run and every renewal is a one-row update in a bounded wait: its
+    lock timeout goes in the transaction's first round trip, with BEGIN."""
+
+    @job("*/15 * * * *", name="t.session_wait")
+    def handler(run):
+        pass
+
+    tick()
+    rows = JobLease.objects.filter(name="t.session_wait")
+
+    def plain() -> None:
+        with transaction.atomic():
+            rows.update(owner="plain")
+
+    def bounded() -> None:
+        with lease.bounded_wait(0.5):
+            rows.update(owner="bounded")
+
+    assert round_trips_of(plain) == 3
+    assert round_trips_of(bounded) == 3
+    assert rows.get().owner == "bounded"
+    # The timeout is the transaction's own: set inside, gone after.
+    with lease.bounded_wait(0.5), connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "500ms"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "0"
+    assert connection.get_autocommit() and connection.connection.autocommit
+
+
+def test_the_database_clock_read_first_in_a_transaction_costs_no_round_trip(jobs):
+    """A run's acquisition reads the clock first in its transaction: with BEGIN."""
+    from django_fencedjobs.clock import database_now
+
+    @job("*/15 * * * *", name="t.session_clock")
+    def handler(run):
+        pass
+
+    tick()
+    rows = JobLease.objects.filter(name="t.session_clock")
+    read: list[Any] = []
+
+    def plain() -> None:
+        with transaction.atomic():
+            rows.update(owner="plain")
+
+    def clock_first() -> None:
+        with transaction.atomic():
+            read.append(database_now())
+            rows.update(owner="clock")
+
+    assert round_trips_of(plain) == 3
+    assert round_trips_of(clock_first) == 3
+    assert rows.get().owner == "clock"
+    assert read[0].tzinfo is not None
+    # Outside a transaction it is a statement like any other.
+    assert round_trips_of(database_now) == 1
