@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -42,6 +43,10 @@ logger = logging.getLogger("django_fencedjobs")
 #: A job that was due but could not be acquired (its row locked by a run inside a fenced
 #: transaction) is tried again after this long, not in a busy loop.
 RETRY_LOCKED = timedelta(seconds=1)
+
+#: While other processes drain the same due jobs (a fleet), the loop reads the due rows
+#: again after a job was passed over, at most this often: what it read is going stale.
+RESCAN_AFTER = timedelta(seconds=0.2)
 
 
 #: Wakes the dispatching thread: a worker became free, or a stop was requested.
@@ -84,6 +89,7 @@ class Pool:
         self._busy: set[str] = set()
         self._not_before: dict[str, float] = {}
         self._done: list[JobRun] = []
+        self._passed_over = 0
 
     def free(self) -> int:
         with self._lock:
@@ -97,6 +103,13 @@ class Pool:
         with self._lock:
             self._not_before = {n: t for n, t in self._not_before.items() if t > now}
             return self._busy | set(self._not_before)
+
+    def passed_over(self) -> int:
+        """How many handed-out jobs were not acquired (another process took them first, or
+        their row was locked) since the last call."""
+        with self._lock:
+            count, self._passed_over = self._passed_over, 0
+            return count
 
     def submit(self, job: Job, row: lease.LeaseRow) -> None:
         with self._lock:
@@ -189,6 +202,7 @@ class Pool:
                 self._done.append(record)
             else:
                 self._not_before[name] = time.monotonic() + RETRY_LOCKED.total_seconds()
+                self._passed_over += 1
         _wake.set()
 
 
@@ -221,13 +235,31 @@ class TickResult:
 
 def _scan(jobs: Sequence[Job]) -> tuple[list[lease.LeaseRow], datetime | None]:
     """The due rows, earliest slot first, and the next wakeup: one read of the lease rows
-    (after creating or rescheduling the rows of new or changed jobs)."""
+    (after creating or rescheduling the rows of new or changed jobs).
+
+    Jobs due at the same instant come in an order of this process's own
+    (:func:`_tiebreak`): several runners that read the same stampede of due jobs then
+    start at different ends of it, instead of each trying the jobs another has just
+    taken, one failed acquisition after another.
+    """
     names = [job.name for job in jobs]
     now = clock.now()
     seen = lease.scan(names, now)
     if sync(jobs, now, seen.fingerprints):
         seen = lease.scan(names, now)
-    return sorted(seen.due, key=lambda r: (r.next_run_at, r.name)), seen.wakeup
+    return sorted(seen.due, key=lambda r: (r.next_run_at, _tiebreak(r.name))), seen.wakeup
+
+
+#: Per job name, a random number drawn once per process: the order of a process's jobs
+#: among those due at the same instant.
+_tiebreaks: dict[str, float] = {}
+
+
+def _tiebreak(name: str) -> float:
+    try:
+        return _tiebreaks[name]
+    except KeyError:
+        return _tiebreaks.setdefault(name, random.random())
 
 
 def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> TickResult:
@@ -284,7 +316,10 @@ def loop(
 
     One read of the lease rows (a tick) serves until its due jobs are all handed out: when
     many jobs are due at once (a stampede), each freed worker takes the next one from that
-    read instead of the loop reading every row again.
+    read instead of the loop reading every row again. When a job from it could not be
+    acquired (other runners are draining the same jobs), the read is stale: the loop reads
+    again, at most every :data:`RESCAN_AFTER`, rather than try every job the others have
+    run meanwhile.
     """
     jobs = runnable_jobs(names)  # unknown names fail now, not at the first tick
     by_name = {job.name: job for job in jobs}
@@ -292,6 +327,7 @@ def loop(
     pool = Pool(workers or default_workers())
     backlog: list[lease.LeaseRow] = []
     wakeup: datetime | None = None
+    scanned = 0.0
     backoff = 0.5
     ticks = 0
     try:
@@ -303,8 +339,16 @@ def loop(
                     if max_ticks is not None and ticks >= max_ticks:
                         break
                     ticks += 1
+                    pool.passed_over()
                     backlog, wakeup = _scan(jobs)
+                    scanned = time.monotonic()
                     signals.send(signals.tick_finished, now=clock.now())
+                elif (
+                    time.monotonic() - scanned >= RESCAN_AFTER.total_seconds()
+                    and pool.passed_over()
+                ):
+                    backlog, wakeup = _scan(jobs)
+                    scanned = time.monotonic()
                 held_back = pool.held_back()
                 backlog = [row for row in backlog if row.name not in held_back]
                 while backlog and pool.free() and not stop.is_set():

@@ -1,0 +1,102 @@
+"""How the loop hands a stampede of due jobs to its workers when other runners drain the
+same jobs: in an order of its own, and from a fresh read once its read went stale."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.test import override_settings
+
+from django_fencedjobs import job, lease, loop, signals
+from django_fencedjobs.clock import fake_clock
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORDER_OF_THIS_PROCESS = """
+import django
+django.setup()
+from django_fencedjobs.loop import _tiebreak
+names = [f"t.tenant{n:02d}" for n in range(40)]
+print(",".join(sorted(names, key=_tiebreak)))
+"""
+
+
+def _order_in_a_new_process() -> list[str]:
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings")
+    out = subprocess.run(
+        [sys.executable, "-c", ORDER_OF_THIS_PROCESS],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.strip().split(",")
+
+
+def _declare_tenants(count: int) -> list[str]:
+    names = [f"t.tenant{n:02d}" for n in range(count)]
+    for name in names:
+        job(every=timedelta(minutes=1), name=name)(lambda run: None)
+    return names
+
+
+def test_jobs_due_at_one_instant_come_in_an_order_of_each_process(jobs):
+    names = _declare_tenants(40)
+    loop._scan(loop.runnable_jobs())  # creates the rows
+    fake_clock.advance(timedelta(minutes=1, seconds=1))
+    first = [row.name for row in loop._scan(loop.runnable_jobs())[0]]
+    again = [row.name for row in loop._scan(loop.runnable_jobs())[0]]
+    assert sorted(first) == names
+    assert first == again  # one process: one order, read after read
+    assert first != names  # not by name, which every runner would share
+    # Two other processes: two other orders (all three equal: about 1 in 10^95).
+    assert not (_order_in_a_new_process() == _order_in_a_new_process() == first)
+
+
+def test_the_loop_reads_again_when_other_runners_took_the_jobs_it_read(jobs, monkeypatch, caplog):
+    """Another runner takes all 30 due jobs right after this loop read them: the loop tries
+    one, is passed over, reads again and finds nothing left to try, instead of failing to
+    acquire each of the 30 in turn."""
+    _declare_tenants(30)
+    loop._scan(loop.runnable_jobs())
+    fake_clock.advance(timedelta(minutes=1, seconds=1))
+    monkeypatch.setattr(loop, "RESCAN_AFTER", timedelta(0))
+
+    taken: list[int | None] = []
+
+    def another_runner_takes_them_all(sender, now, **kwargs):
+        rows = lease.read([j.name for j in loop.runnable_jobs()])
+        with transaction.atomic(using=lease.lease_db()):
+            for row in rows.values():
+                if row.is_due(now):
+                    fence = lease.acquire(
+                        row,
+                        owner="elsewhere",
+                        now=now,
+                        ttl=timedelta(minutes=5),
+                        next_run_at=now + timedelta(minutes=1),
+                    )
+                    taken.append(fence)
+
+    signals.tick_finished.connect(another_runner_takes_them_all)
+    quick = {
+        "CLOCK": "django_fencedjobs.clock.fake_clock",
+        "LOOP_MAX_SLEEP": timedelta(seconds=0.1),
+    }
+    try:
+        with (
+            override_settings(FENCEDJOBS=quick),
+            caplog.at_level(logging.DEBUG, logger="django_fencedjobs"),
+        ):
+            loop.loop(workers=1, max_ticks=1)
+    finally:
+        signals.tick_finished.disconnect(another_runner_takes_them_all)
+    assert len(taken) == 30 and None not in taken
+    passed_over = [r for r in caplog.records if getattr(r, "event", None) == "passed_over"]
+    assert 1 <= len(passed_over) <= 2, len(passed_over)
