@@ -88,7 +88,8 @@ class Scan:
     fingerprints: dict[str, str]
     #: The rows due at ``now``, in full: what :func:`acquire` compares against.
     due: list[LeaseRow]
-    #: The earliest :attr:`LeaseRow.wakeup` of the rows that are not paused.
+    #: The earliest :attr:`LeaseRow.wakeup` of the rows that are neither paused nor due:
+    #: when the next of the jobs not due now can be acquired (the due ones are in ``due``).
     wakeup: datetime | None
 
 
@@ -109,7 +110,7 @@ def scan(names: list[str], now: datetime) -> Scan:
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
         rows = read(names)
-        wakeups = [row.wakeup for row in rows.values() if not row.paused]
+        wakeups = [row.wakeup for row in rows.values() if not row.paused and not row.is_due(now)]
         return Scan(
             {name: row.schedule_fingerprint for name, row in rows.items()},
             [row for row in rows.values() if row.is_due(now)],
@@ -121,7 +122,7 @@ def scan(names: list[str], now: datetime) -> Scan:
             " CASE WHEN due THEN fence END,"
             " CASE WHEN due THEN next_run_at END,"
             " CASE WHEN due THEN lease_until END,"
-            " CASE WHEN row_number() OVER () = 1 THEN min(CASE WHEN NOT paused"
+            " CASE WHEN row_number() OVER () = 1 THEN min(CASE WHEN NOT paused AND NOT due"
             "  THEN GREATEST(next_run_at, lease_until) END) OVER () END"
             " FROM (SELECT lease.*,"
             "  (NOT lease.paused AND lease.next_run_at <= %s AND lease.lease_until < %s) AS due"

@@ -291,10 +291,9 @@ def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> T
             pool.shutdown()
         runs = pool.finished()
         now = clock.now()
-        wakeup = lease.scan(list(by_name), now).wakeup
-        if wakeup is not None and wakeup <= now:
-            # Still due after this pass: acquisition passed a locked row by. Retry soon.
-            wakeup = now + RETRY_LOCKED
+        seen = lease.scan(list(by_name), now)
+        # Still due after this pass: acquisition passed a locked row by. Retry soon.
+        wakeup = now + RETRY_LOCKED if seen.due else seen.wakeup
     signals.send(signals.tick_finished, now=clock.now())
     return TickResult(runs, wakeup)
 
@@ -328,6 +327,8 @@ def loop(
     backlog: list[lease.LeaseRow] = []
     wakeup: datetime | None = None
     scanned = 0.0
+    #: A due job was held back since the last read: look at it again in a moment.
+    retry_soon = False
     backoff = 0.5
     ticks = 0
     try:
@@ -341,7 +342,7 @@ def loop(
                     ticks += 1
                     pool.passed_over()
                     backlog, wakeup = _scan(jobs)
-                    scanned = time.monotonic()
+                    scanned, retry_soon = time.monotonic(), False
                     signals.send(signals.tick_finished, now=clock.now())
                 elif (
                     time.monotonic() - scanned >= RESCAN_AFTER.total_seconds()
@@ -350,7 +351,11 @@ def loop(
                     backlog, wakeup = _scan(jobs)
                     scanned = time.monotonic()
                 held_back = pool.held_back()
-                backlog = [row for row in backlog if row.name not in held_back]
+                if any(row.name in held_back for row in backlog):
+                    # Due, but its row was locked (or taken) a moment ago, or its run here
+                    # has not acquired it yet.
+                    retry_soon = True
+                    backlog = [row for row in backlog if row.name not in held_back]
                 while backlog and pool.free() and not stop.is_set():
                     row = backlog.pop(0)
                     pool.submit(by_name[row.name], row)
@@ -361,11 +366,10 @@ def loop(
                 else:
                     sleep = max_sleep
                     if wakeup is not None:
+                        # The next job not due at the last read: however busy the others.
                         sleep = min(sleep, max((wakeup - clock.now()).total_seconds(), 0))
-                    if sleep <= 0 and held_back:
-                        # Due, but its row was locked a moment ago, or it is running here:
-                        # look again in a moment, never in a busy loop.
-                        sleep = min(max_sleep, RETRY_LOCKED.total_seconds())
+                    if retry_soon:
+                        sleep = min(sleep, RETRY_LOCKED.total_seconds())
             except DatabaseError as exc:
                 logger.error(
                     "database unavailable, retrying in %.1fs: %s",

@@ -13,7 +13,7 @@ import pytest
 from django.db import transaction
 from django.test import override_settings
 
-from django_fencedjobs import job, lease, loop, signals
+from django_fencedjobs import clock, job, lease, loop, signals
 from django_fencedjobs.clock import fake_clock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,3 +100,16 @@ def test_the_loop_reads_again_when_other_runners_took_the_jobs_it_read(jobs, mon
     assert len(taken) == 30 and None not in taken
     passed_over = [r for r in caplog.records if getattr(r, "event", None) == "passed_over"]
     assert 1 <= len(passed_over) <= 2, len(passed_over)
+
+
+def test_the_next_wakeup_is_the_next_job_not_due_whatever_is_due_now(jobs):
+    """A job due now (running, or about to) does not hide when the next one is due: the
+    loop sleeps until that one's slot, not a fixed retry interval past it."""
+    job(every=timedelta(hours=1), name="t.long")(lambda run: None)
+    job(every=timedelta(minutes=1), name="t.frequent")(lambda run: None)
+    loop._scan(loop.runnable_jobs())
+    lease.make_due("t.long", clock.now())
+    seen = lease.scan(["t.long", "t.frequent"], clock.now())
+    assert [row.name for row in seen.due] == ["t.long"]
+    assert seen.wakeup == lease.read(["t.frequent"])["t.frequent"].next_run_at
+    assert seen.wakeup > clock.now()
