@@ -12,7 +12,7 @@ caller they are deselected (and counted as such), never skipped.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -167,3 +167,23 @@ def sentry() -> Iterator[CapturingTransport]:
         client = sentry_sdk.get_client()
         sentry_sdk.get_global_scope().set_client(None)
         client.close()
+
+
+def round_trips_of(block: Callable[[], None]) -> int:
+    """How many round trips ``block`` makes on this thread's default connection
+    (PostgreSQL), counted in the wire protocol: a round trip ends with the server's
+    ReadyForQuery."""
+    import tempfile
+
+    from django.db import connection
+
+    connection.ensure_connection()
+    raw = connection.connection
+    with tempfile.TemporaryFile("w+") as trace:
+        raw.pgconn.trace(trace.fileno())
+        try:
+            block()
+        finally:
+            raw.pgconn.untrace()
+        trace.seek(0)
+        return sum("\tReadyForQuery" in line for line in trace.read().splitlines())

@@ -16,6 +16,7 @@ from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, Outcome
 from tests.conftest import JOBS_T0 as T0
+from tests.conftest import round_trips_of
 from tests.testapp.models import Write
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -286,8 +287,6 @@ def test_advisory_exclusion_refuses_a_second_concurrent_transaction(inside_run, 
 def test_a_fenced_one_row_transaction_takes_as_many_round_trips_as_a_plain_one(jobs):
     """The fence check goes with the transaction's BEGIN: counted in the wire protocol, a
     round trip ends with the server's ReadyForQuery."""
-    import tempfile
-
     from django_fencedjobs import lease, runner
 
     @job("*/5 * * * *", name="t.round_trips")
@@ -296,18 +295,6 @@ def test_a_fenced_one_row_transaction_takes_as_many_round_trips_as_a_plain_one(j
 
     runner.sync([round_trips.job], fake_clock())
     fence = JobLease.objects.get(name="t.round_trips").fence
-
-    def round_trips_of(block) -> int:
-        connection.ensure_connection()
-        raw = connection.connection
-        with tempfile.TemporaryFile("w+") as trace:
-            raw.pgconn.trace(trace.fileno())
-            try:
-                block()
-            finally:
-                raw.pgconn.untrace()
-            trace.seek(0)
-            return sum("\tReadyForQuery" in line for line in trace.read().splitlines())
 
     def plain() -> None:
         with transaction.atomic():

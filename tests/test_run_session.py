@@ -4,7 +4,6 @@ run leaves the session as it found it); the app's bounded waits cost no round tr
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -18,6 +17,7 @@ from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, JobRun, Outcome
 from tests.conftest import JOBS_T0 as T0
+from tests.conftest import round_trips_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
 
@@ -108,20 +108,6 @@ def test_a_one_off_run_leaves_its_session_at_the_server_default(jobs):
     assert record.outcome == Outcome.SUCCEEDED, record.error
     assert seen == [(default[0], "40s")]  # this thread's session, limited for the run ...
     assert show_idle_limit() == default  # ... and back as it was after
-
-
-def round_trips_of(block: Callable[[], None]) -> int:
-    """Counted in the wire protocol: a round trip ends with the server's ReadyForQuery."""
-    connection.ensure_connection()
-    raw = connection.connection
-    with tempfile.TemporaryFile("w+") as trace:
-        raw.pgconn.trace(trace.fileno())
-        try:
-            block()
-        finally:
-            raw.pgconn.untrace()
-        trace.seek(0)
-        return sum("\tReadyForQuery" in line for line in trace.read().splitlines())
 
 
 def test_a_bounded_wait_costs_no_round_trip(jobs):
