@@ -379,6 +379,16 @@ class Driver:
         self.hit(fault, self.target(fault.target), events)
 
     def hit(self, fault: Fault, runner: Runner | None, events: list[Any]) -> None:
+        if fault.kind == "term" and (runner is None or runner.stopped):
+            # The rarest fault (often drawn once in a soak) is not lost to bad timing: when
+            # its loop is down or stopped the other loop gets it, and when both are, it is
+            # tried again half a second later (until the fault phase ends).
+            others = (self.target(name) for name in ("A", "B"))
+            runner = next((r for r in others if r is not None and not r.stopped), None)
+            if runner is None:
+                when = time.monotonic() + 0.5
+                heapq.heappush(events, (when, 1, next(self._order), "fault", fault))
+                return
         if runner is None or (runner.stopped and fault.kind != "kill"):
             self.seen.skipped[f"{fault.kind}: {fault.target} not running or stopped"] += 1
             return
