@@ -29,14 +29,17 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_fencedjobs import lease
-from django_fencedjobs.exceptions import NotInRun
+from django_fencedjobs.exceptions import NotInRun, RunAborted
 
 
 class Run(Protocol):
     """What a fenced block asks of the current run (:class:`django_fencedjobs.run.Run`):
-    to check, inside the block's transaction, that it may still write."""
+    to check, inside the block's transaction, that it may still write; and whether the run
+    was stopped (timed out, or its fence found gone), when every fenced block must fail."""
 
     def _check_fence(self, connection: BaseDatabaseWrapper) -> None: ...
+
+    def _stopped(self) -> RunAborted | None: ...
 
 
 _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
@@ -106,6 +109,9 @@ class FencedAtomic(ContextDecorator):
 
     def __enter__(self) -> None:
         run = current_run()
+        stopped = run._stopped()
+        if stopped is not None:
+            raise stopped  # before BEGIN: the run's session may already have been ended
         leases = lease.lease_db()
         alias = self.using or leases
         if alias != leases:
@@ -142,15 +148,45 @@ class FencedAtomic(ContextDecorator):
         connection = connections[self.using or lease.lease_db()]
         block = connection.atomic_blocks[-1]
         deferred = block.deferred if isinstance(block, _FencedTransaction) else {}
-        if exc_type is None and deferred:
-            try:
-                for func in deferred.values():
-                    func()
-            except BaseException as exc:
-                block.__exit__(type(exc), exc, exc.__traceback__)
-                raise
-        block.__exit__(exc_type, exc_value, traceback)
+        try:
+            if exc_type is None and deferred:
+                try:
+                    for func in deferred.values():
+                        func()
+                except BaseException as exc:
+                    block.__exit__(type(exc), exc, exc.__traceback__)
+                    raise
+            block.__exit__(exc_type, exc_value, traceback)
+        except Exception as error:
+            _raise_if_stopped(error, connection)
+            raise
+        if isinstance(exc_value, Exception):
+            _raise_if_stopped(exc_value, None)
         return None
+
+
+def _raise_if_stopped(error: Exception, connection: BaseDatabaseWrapper | None) -> None:
+    """Once the run was stopped, a fenced block ends in the stop, never in an ordinary
+    error a handler's ``except Exception:`` would swallow and go on from.
+
+    The supervisor's interrupt can land between two steps of a database call: typically
+    after the COMMIT was sent, before its result was read. The library's cleanup then
+    meets a connection with a command still in progress, and its error (``can't change
+    'autocommit' now``, ``another command is already in progress``) replaces the
+    interrupt; the next blocks fail the same way, or on the session the supervisor ended.
+    Such an error is raised as the interrupt it hides (or ``FenceLost``), and a
+    connection left mid-command (``connection``, when given) is discarded.
+    """
+    stopped = _current_run.get()
+    reason = stopped._stopped() if stopped is not None else None
+    if reason is None:
+        return
+    if connection is not None:
+        connection.close()
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, RunAborted):
+        cause = cause.__context__
+    raise (reason if cause is None else type(cause)(*cause.args)) from error
 
 
 class _FencedClaim(FencedAtomic):

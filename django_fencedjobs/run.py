@@ -325,6 +325,11 @@ class Run:
         """True once the process was asked to stop (SIGTERM): finish what is committed."""
         return stop.is_set()
 
+    def _stopped(self) -> FenceLost | None:
+        """Called by ``fenced_atomic``: the error every fenced block raises once the run was
+        stopped (timed out, or its fence found gone), else None."""
+        return FenceLost(_fence_gone(self)) if self._lost else None
+
     def _check_fence(self, connection: BaseDatabaseWrapper) -> None:
         """Called by ``fenced_atomic`` inside its transaction."""
         if self._lost:

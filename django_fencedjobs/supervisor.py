@@ -11,7 +11,9 @@ Stopping the handler itself takes three steps, each for what the one before cann
 1. :class:`~django_fencedjobs.exceptions.JobTimeout` (or ``FenceLost``) is raised inside
    the handler, again every :data:`INTERRUPT_EVERY` seconds until it returns. Both derive
    from ``BaseException``, so the ``except Exception:`` of a handler that logs an item's
-   error and goes on with the next cannot swallow them.
+   error and goes on with the next cannot swallow them (nor the ordinary error that
+   replaces an interrupt landing inside a database call: a stopped run's fenced blocks
+   raise the interrupt instead, see ``fencing._raise_if_stopped``).
 2. A handler blocked where no Python exception lands (``time.sleep``, a socket read, C
    code) does not see the interrupt until the call returns. If it holds the lease row
    (inside a fenced transaction), its database session is ended, which rolls its

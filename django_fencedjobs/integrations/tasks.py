@@ -394,6 +394,10 @@ class TaskFence:
                 )
             time.sleep(0.05)
 
+    def _stopped(self) -> None:
+        """A task is never stopped from beside it: only its fence check can fail."""
+        return None
+
     def _check_fence(self, connection: BaseDatabaseWrapper) -> None:
         name, fence = self._resolve()
         ttl = registry.get(name).lease_ttl if name in registry else DEFAULT_LEASE_TTL
