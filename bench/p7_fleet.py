@@ -10,7 +10,15 @@ per job and slot) and every slot of every job ran.
 
 Goal: p99 lateness <= 2 s.
 
+Side by side, the floor under it on this machine: the same number of runs' work done by
+as many processes and threads with no scheduler at all, (1) the handler's write alone, one
+transaction each, and (2) that write plus a start record committed before it and an end
+record committed after it, one run at a time: the least a scheduler does that records
+every run before it starts. A slot cannot drain faster than (2) unless runs' starts and
+ends are committed several at once.
+
     python -m bench.p7_fleet --runner   (one runner process; started by the benchmark)
+    python -m bench.p7_fleet --floor    (one process of the floor; started by it too)
 """
 
 from __future__ import annotations
@@ -81,6 +89,83 @@ def runner_process(smoke: bool, counts: Path) -> None:
     counts.write_text(json.dumps({"statements": statements}))
 
 
+#: The floor's two kinds of run: the handler's write alone; with its start and end recorded.
+FLOOR_MODES = ("write", "recorded")
+
+
+def floor_process(mode: str, runs: int, go: Path, out: Path) -> None:
+    """One process of the floor: ``WORKERS`` threads share ``runs`` runs; they start when
+    ``go`` exists. Writes the process's first start and last end (epoch seconds)."""
+    import threading
+
+    from django.db import connections, transaction
+
+    from bench.benchapp.models import Row
+    from django_fencedjobs.conf import get_settings
+
+    threads = get_settings().WORKERS
+
+    def work(count: int) -> None:
+        connections["default"].ensure_connection()
+        while not go.exists():
+            time.sleep(0.001)
+        for seq in range(count):
+            if mode == "recorded":
+                with transaction.atomic():
+                    started = Row.objects.create(seq=seq, note="floor start")
+            with transaction.atomic():
+                Row.objects.create(seq=seq, note="floor write")
+            if mode == "recorded":
+                with transaction.atomic():
+                    Row.objects.filter(pk=started.pk).update(note="floor end")
+        connections.close_all()
+
+    workers = [
+        threading.Thread(target=work, args=(runs // threads + (n < runs % threads),))
+        for n in range(threads)
+    ]
+    for worker in workers:
+        worker.start()
+    while not go.exists():
+        time.sleep(0.001)
+    began = time.time()
+    for worker in workers:
+        worker.join()
+    out.write_text(json.dumps([began, time.time()]))
+
+
+def floor(runs: int, env: dict[str, str], rounds: int) -> dict[str, list[float]]:
+    """Seconds for ``runs`` runs' work by 4 processes, per mode, ``rounds`` alternating
+    samples of each."""
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    seconds: dict[str, list[float]] = {mode: [] for mode in FLOOR_MODES}
+    for sample in range(rounds * len(FLOOR_MODES)):
+        mode = FLOOR_MODES[sample % len(FLOOR_MODES)]
+        argv = [sys.executable, "-m", "bench.p7_fleet", "--floor"]
+        go = tmp / f"p7-floor-go-{os.getpid()}"
+        outs = [tmp / f"p7-floor-{os.getpid()}-{n}.json" for n in range(4)]
+        go.unlink(missing_ok=True)
+        procs = [
+            subprocess.Popen(
+                [*argv, mode, str(runs // 4 + (n < runs % 4)), str(go), str(out)],
+                cwd=common.REPO,
+                env=env,
+            )
+            for n, out in enumerate(outs)
+        ]
+        time.sleep(3)  # every process connected and waiting
+        go.touch()
+        for proc in procs:
+            if proc.wait(300) != 0:
+                raise RuntimeError(f"a floor process failed (exit {proc.returncode})")
+        spans = [json.loads(out.read_text()) for out in outs]
+        seconds[mode].append(max(end for _, end in spans) - min(start for start, _ in spans))
+        go.unlink()
+        for out in outs:
+            out.unlink()
+    return seconds
+
+
 def measure(smoke: bool) -> common.Report:
     from django.db import connection
 
@@ -107,6 +192,8 @@ def measure(smoke: bool) -> common.Report:
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(common.REPO), env.get("PYTHONPATH", "")) if p
     )
+    floors = floor(jobs, env, 1 if smoke else 3)
+    Row.objects.filter(note__startswith="floor").delete()
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     count_files = [tmp / f"p7-statements-{os.getpid()}-{n}.json" for n in range(4)]
     argv = [sys.executable, "-m", "bench.p7_fleet", "--runner", "--counts"]
@@ -144,9 +231,12 @@ def measure(smoke: bool) -> common.Report:
     for _, slot, started_at, *_ in measured:
         if started_at is not None:
             per_slot.setdefault(slot, []).append(started_at)
+    drain_seconds = [
+        max((max(starts) - slot).total_seconds(), 1e-3) for slot, starts in per_slot.items()
+    ]
     drain = [
-        len(starts) / max((max(starts) - slot).total_seconds(), 1e-3)
-        for slot, starts in per_slot.items()
+        len(per_slot[slot]) / seconds_
+        for slot, seconds_ in zip(per_slot, drain_seconds, strict=True)
     ]
     missing = len(whole) * jobs - len(measured)
     coalesced = sum(r[4] for r in measured)
@@ -190,7 +280,41 @@ def measure(smoke: bool) -> common.Report:
         f"Runners taking part: {len(owners)}. Runs missing from whole slots: {missing}; "
         f"slots coalesced: {coalesced}; slots run twice: {doubled}."
     )
+    write_floor = common.summarize(floors["write"])
+    recorded_floor = common.summarize(floors["recorded"])
+    fleet = common.percentile(drain_seconds, 50) if drain_seconds else float("nan")
+    report.add("")
+    report.add(
+        f"The floor on this machine: {jobs:,} runs' work by 4 processes of default workers "
+        "each, no scheduler, alternating samples (seconds from the first start to the last "
+        "end):"
+    )
+    report.add("")
+    for line in common.table(
+        ["the work of a slot", "seconds", "vs the write alone"],
+        [
+            [
+                "the handler's write alone (1 commit per run)",
+                write_floor.fmt(".2f"),
+                "1",
+            ],
+            [
+                "with a start and an end record (3 commits per run)",
+                recorded_floor.fmt(".2f"),
+                f"{recorded_floor.median / write_floor.median:.2f}",
+            ],
+            [
+                "the fleet: a slot drained (median, start of the last run)",
+                f"{fleet:.2f}",
+                f"{fleet / write_floor.median:.2f}",
+            ],
+        ],
+    ):
+        report.add(line)
     report.figures.update(
+        floor_write=write_floor.median,
+        floor_recorded=recorded_floor.median,
+        slot_drain=fleet,
         p50=p50,
         p99=p99,
         commits_per_run=(after - before) / max(total_runs, 1),
@@ -207,5 +331,9 @@ if __name__ == "__main__":
     if "--runner" in sys.argv:
         common.setup_django()
         runner_process("--smoke" in sys.argv, Path(sys.argv[sys.argv.index("--counts") + 1]))
+    elif "--floor" in sys.argv:
+        common.setup_django()
+        mode, count, go, out = sys.argv[sys.argv.index("--floor") + 1 :]
+        floor_process(mode, int(count), Path(go), Path(out))
     else:
         raise SystemExit(common.main(measure))
