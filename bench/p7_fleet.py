@@ -139,9 +139,9 @@ def floor(runs: int, env: dict[str, str], rounds: int) -> dict[str, list[float]]
     samples of each."""
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     seconds: dict[str, list[float]] = {mode: [] for mode in FLOOR_MODES}
+    argv = [sys.executable, "-m", "bench.p7_fleet", "--floor"]
     for sample in range(rounds * len(FLOOR_MODES)):
         mode = FLOOR_MODES[sample % len(FLOOR_MODES)]
-        argv = [sys.executable, "-m", "bench.p7_fleet", "--floor"]
         go = tmp / f"p7-floor-go-{os.getpid()}"
         outs = [tmp / f"p7-floor-{os.getpid()}-{n}.json" for n in range(4)]
         go.unlink(missing_ok=True)
@@ -231,13 +231,13 @@ def measure(smoke: bool) -> common.Report:
     for _, slot, started_at, *_ in measured:
         if started_at is not None:
             per_slot.setdefault(slot, []).append(started_at)
-    drain_seconds = [
-        max((max(starts) - slot).total_seconds(), 1e-3) for slot, starts in per_slot.items()
+    # Per slot: seconds until its last run started, and runs per second until then.
+    drained = [
+        (len(starts), max((max(starts) - slot).total_seconds(), 1e-3))
+        for slot, starts in per_slot.items()
     ]
-    drain = [
-        len(per_slot[slot]) / seconds_
-        for slot, seconds_ in zip(per_slot, drain_seconds, strict=True)
-    ]
+    drain_seconds = [seconds_ for _, seconds_ in drained]
+    drain = [count / seconds_ for count, seconds_ in drained]
     missing = len(whole) * jobs - len(measured)
     coalesced = sum(r[4] for r in measured)
     rows = list(Row.objects.filter(note__startswith="job").values_list("note", "seq").order_by())

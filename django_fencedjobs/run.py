@@ -331,9 +331,8 @@ class Run:
         return FenceLost(_fence_gone(self)) if self._lost else None
 
     def _check_fence(self, connection: BaseDatabaseWrapper) -> None:
-        """Called by ``fenced_atomic`` inside its transaction."""
-        if self._lost:
-            raise FenceLost(_fence_gone(self))
+        """Called by ``fenced_atomic`` inside its transaction (a stopped run's block has
+        already failed on :meth:`_stopped`, before its ``BEGIN``)."""
         refused = lease.guard(connection, self.job.name, self.fence, self.job.exclusion)
         if refused is not None:
             if self.job.exclusion != "advisory":
