@@ -123,6 +123,61 @@ def vacuum(*tables: str) -> None:
             cursor.execute(f"VACUUM ANALYZE {connection.ops.quote_name(table)}")
 
 
+# -- the machine's CPU ------------------------------------------------------------------
+
+
+class CpuSampler:
+    """The whole machine's busy CPU time (every process: runners, PostgreSQL, the rest),
+    read from Linux's ``/proc/stat`` every ``every`` seconds by a thread of its own.
+
+    ``busy(start, end)`` is how many CPU-seconds the machine's cores spent busy between two
+    epoch times, from the samples around them: what a piece of work cost in CPU, whoever
+    did it. ``available`` is False where there is no ``/proc/stat``; then nothing is
+    sampled.
+    """
+
+    STAT = Path("/proc/stat")
+
+    def __init__(self, every: float = 0.1) -> None:
+        import threading
+
+        self.every = every
+        self.cores = os.cpu_count() or 1
+        self.available = self.STAT.exists()
+        self._samples: list[tuple[float, float]] = []  # (epoch, busy CPU-seconds so far)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        if self.available:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _sample(self) -> None:
+        ticks = os.sysconf("SC_CLK_TCK")
+        while not self._stop.is_set():
+            # cpu user nice system idle iowait irq softirq steal ...: busy is all but idle
+            # and iowait.
+            fields = [int(v) for v in self.STAT.read_text().split("\n", 1)[0].split()[1:]]
+            busy = (sum(fields[:8]) - fields[3] - fields[4]) / ticks
+            self._samples.append((time.time(), busy))
+            self._stop.wait(self.every)
+
+    def busy(self, start: float, end: float) -> float:
+        """CPU-seconds spent between ``start`` and ``end`` (epoch seconds), widened to the
+        nearest samples outside them; NaN without samples around both."""
+        before = [busy for at, busy in self._samples if at <= start]
+        after = [busy for at, busy in self._samples if at >= end]
+        if not before or not after:
+            return float("nan")
+        return after[0] - before[-1]
+
+
 # -- statistics ----------------------------------------------------------------------------
 
 

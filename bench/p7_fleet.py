@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -85,8 +86,9 @@ def runner_process(smoke: bool, counts: Path) -> None:
     connection_created.connect(wrap, weak=False)
     connections.close_all()
     signal.signal(signal.SIGTERM, lambda *_: loop.request_stop())
+    cpu = time.process_time()
     loop.loop(names)
-    counts.write_text(json.dumps({"statements": statements}))
+    counts.write_text(json.dumps({"statements": statements, "cpu": time.process_time() - cpu}))
 
 
 #: The floor's two kinds of run: the handler's write alone; with its start and end recorded.
@@ -134,11 +136,14 @@ def floor_process(mode: str, runs: int, go: Path, out: Path) -> None:
     out.write_text(json.dumps([began, time.time()]))
 
 
-def floor(runs: int, env: dict[str, str], rounds: int) -> dict[str, list[float]]:
+def floor(
+    runs: int, env: dict[str, str], rounds: int, cpu: common.CpuSampler
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Seconds for ``runs`` runs' work by 4 processes, per mode, ``rounds`` alternating
-    samples of each."""
+    samples of each; and the machine's CPU-seconds per run in each sample."""
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     seconds: dict[str, list[float]] = {mode: [] for mode in FLOOR_MODES}
+    cpu_per_run: dict[str, list[float]] = {mode: [] for mode in FLOOR_MODES}
     argv = [sys.executable, "-m", "bench.p7_fleet", "--floor"]
     for sample in range(rounds * len(FLOOR_MODES)):
         mode = FLOOR_MODES[sample % len(FLOOR_MODES)]
@@ -159,14 +164,22 @@ def floor(runs: int, env: dict[str, str], rounds: int) -> dict[str, list[float]]
             if proc.wait(300) != 0:
                 raise RuntimeError(f"a floor process failed (exit {proc.returncode})")
         spans = [json.loads(out.read_text()) for out in outs]
-        seconds[mode].append(max(end for _, end in spans) - min(start for start, _ in spans))
+        began, ended = min(start for start, _ in spans), max(end for _, end in spans)
+        seconds[mode].append(ended - began)
+        time.sleep(2 * cpu.every)  # a sample after the end
+        cpu_per_run[mode].append(cpu.busy(began, ended) / runs)
         go.unlink()
         for out in outs:
             out.unlink()
-    return seconds
+    return seconds, cpu_per_run
 
 
 def measure(smoke: bool) -> common.Report:
+    with common.CpuSampler() as cpu:
+        return _measure(smoke, cpu)
+
+
+def _measure(smoke: bool, cpu: common.CpuSampler) -> common.Report:
     from django.db import connection
 
     from bench.benchapp.models import Row
@@ -192,7 +205,7 @@ def measure(smoke: bool) -> common.Report:
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(common.REPO), env.get("PYTHONPATH", "")) if p
     )
-    floors = floor(jobs, env, 1 if smoke else 3)
+    floors, floor_cpu = floor(jobs, env, 1 if smoke else 3, cpu)
     Row.objects.filter(note__startswith="floor").delete()
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     count_files = [tmp / f"p7-statements-{os.getpid()}-{n}.json" for n in range(4)]
@@ -213,7 +226,9 @@ def measure(smoke: bool) -> common.Report:
         for proc in procs:
             proc.wait(120)
     after = commits()
-    statements = sum(json.loads(p.read_text())["statements"] for p in count_files if p.exists())
+    counted = [json.loads(p.read_text()) for p in count_files if p.exists()]
+    statements = sum(c["statements"] for c in counted)
+    runner_cpu = sum(c["cpu"] for c in counted)
     for path in count_files:
         path.unlink(missing_ok=True)
 
@@ -238,6 +253,12 @@ def measure(smoke: bool) -> common.Report:
     ]
     drain_seconds = [seconds_ for _, seconds_ in drained]
     drain = [count / seconds_ for count, seconds_ in drained]
+    # The whole machine's CPU while each slot drained, per run started in it.
+    time.sleep(2 * cpu.every)
+    drain_cpu = [
+        cpu.busy(slot.timestamp(), max(starts).timestamp()) / len(starts)
+        for slot, starts in per_slot.items()
+    ]
     missing = len(whole) * jobs - len(measured)
     coalesced = sum(r[4] for r in measured)
     rows = list(Row.objects.filter(note__startswith="job").values_list("note", "seq").order_by())
@@ -283,6 +304,10 @@ def measure(smoke: bool) -> common.Report:
     write_floor = common.summarize(floors["write"])
     recorded_floor = common.summarize(floors["recorded"])
     fleet = common.percentile(drain_seconds, 50) if drain_seconds else float("nan")
+    # CPU-milliseconds per run, the whole machine's (median of the samples).
+    write_cpu = 1000 * statistics.median(floor_cpu["write"])
+    recorded_cpu = 1000 * statistics.median(floor_cpu["recorded"])
+    fleet_cpu = 1000 * statistics.median(drain_cpu) if drain_cpu else float("nan")
     report.add("")
     report.add(
         f"The floor on this machine: {jobs:,} runs' work by 4 processes of default workers "
@@ -291,29 +316,50 @@ def measure(smoke: bool) -> common.Report:
     )
     report.add("")
     for line in common.table(
-        ["the work of a slot", "seconds", "vs the write alone"],
+        ["the work of a slot", "seconds", "vs the write alone", "CPU ms per run"],
         [
             [
                 "the handler's write alone (1 commit per run)",
                 write_floor.fmt(".2f"),
                 "1",
+                f"{write_cpu:.2f}",
             ],
             [
                 "with a start and an end record (3 commits per run)",
                 recorded_floor.fmt(".2f"),
                 f"{recorded_floor.median / write_floor.median:.2f}",
+                f"{recorded_cpu:.2f}",
             ],
             [
                 "the fleet: a slot drained (median, start of the last run)",
                 f"{fleet:.2f}",
                 f"{fleet / write_floor.median:.2f}",
+                f"{fleet_cpu:.2f}",
             ],
         ],
     ):
         report.add(line)
+    cores = cpu.cores
+    report.add("")
+    report.add(
+        f"*CPU ms per run* is the whole machine's busy CPU time (every process: the "
+        f"runners, PostgreSQL, the rest; from `/proc/stat`) while the slot's work was "
+        f"done, per run. This machine has {cores} core(s): a slot of {jobs:,} runs "
+        f"cannot drain in less than its runs' CPU time shared among {cores} core(s): "
+        f"{jobs * write_cpu / 1000 / cores:.2f} s for the write alone, "
+        f"{jobs * recorded_cpu / 1000 / cores:.2f} s with each run's start and end "
+        f"committed, {jobs * fleet_cpu / 1000 / cores:.2f} s at the fleet's cost. "
+        f"The runner processes' own share: {1000 * runner_cpu / max(total_runs, 1):.2f} "
+        "CPU ms per run (their CPU time from the first tick to the stop, idle ticks "
+        "included, over every run they made)."
+    )
     report.figures.update(
         floor_write=write_floor.median,
         floor_recorded=recorded_floor.median,
+        cpu_ms_per_run_write=write_cpu,
+        cpu_ms_per_run_recorded=recorded_cpu,
+        cpu_ms_per_run_fleet=fleet_cpu,
+        runner_cpu_ms_per_run=1000 * runner_cpu / max(total_runs, 1),
         slot_drain=fleet,
         p50=p50,
         p99=p99,
