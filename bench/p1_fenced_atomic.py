@@ -10,7 +10,9 @@ that very transaction, the unit the fence's overhead is measured in. (A round tr
 far more between two durable commits than in a tight loop of ``SELECT 1``: the processes
 go idle while the WAL is flushed.) A fourth is the plain transaction with ``SELECT 1``
 sent in BEGIN's round trip, the way the fence's check is sent: the floor of what any check
-made by a statement can cost.
+made by a statement can cost. A fifth sends there the fence's own check without its row
+lock (the same lookup of the lease row by name and fence, no ``FOR UPDATE``): it splits
+what the fence costs above that floor into the lookup and the lock.
 
 Goals: overhead at most one statement round trip; throughput ratio (fenced / plain)
 >= 0.9 at 1 row, >= 0.95 at 100 rows.
@@ -31,9 +33,10 @@ def measure(smoke: bool) -> common.Report:
     from django.test.utils import CaptureQueriesContext, override_settings
 
     from bench.benchapp.models import Row
-    from django_fencedjobs import fenced_atomic, job, lease
+    from django_fencedjobs import Run, fenced_atomic, job, lease
     from django_fencedjobs.clock import fake_clock
     from django_fencedjobs.loop import tick
+    from django_fencedjobs.models import JobLease
     from django_fencedjobs.registry import registry
 
     repeats = 3 if smoke else 21
@@ -47,7 +50,7 @@ def measure(smoke: bool) -> common.Report:
     samples: dict[tuple[str, int], list[float]] = {}
     statements: dict[str, int] = {}
 
-    def handler(run: object) -> None:
+    def handler(run: Run) -> None:
         def fenced(rows: int) -> None:
             with fenced_atomic():
                 write(rows)
@@ -70,18 +73,35 @@ def measure(smoke: bool) -> common.Report:
                 lease.first_statement(connection, "SELECT 1", [])
                 write(rows)
 
+        def plain_with_read(rows: int) -> None:
+            # The fence's check without its lock: what the lookup alone costs. (Not a
+            # fence: without the lock a takeover can commit between it and the writes.)
+            with transaction.atomic():
+                lease.first_statement(
+                    connection,
+                    f"SELECT 1 FROM {table} WHERE name = %s AND fence = %s",
+                    [run.job.name, run.fence],
+                )
+                write(rows)
+
+        table = connection.ops.quote_name(JobLease._meta.db_table)
         variants = {
             "fenced": fenced,
             "plain": plain,
             "plain+1": plain_one_more,
             "plain+0": plain_with_begin,
+            "plain+read": plain_with_read,
         }
         for name in ("plain", "fenced"):
             with CaptureQueriesContext(connection) as captured:
                 variants[name](1)
             statements[name] = len(captured.captured_queries)
         for rows, per_block in plan.items():
-            names = ["fenced", "plain", "plain+1", "plain+0"] if rows == 1 else ["fenced", "plain"]
+            names = (
+                ["fenced", "plain", "plain+1", "plain+0", "plain+read"]
+                if rows == 1
+                else ["fenced", "plain"]
+            )
             for name in names:  # warm up: connection, ORM caches
                 common.timed(lambda f=variants[name], r=rows: f(r), max(per_block // 4, 1))
             for _, name in common.alternate(repeats, names):
@@ -189,6 +209,21 @@ def measure(smoke: bool) -> common.Report:
         "what it costs above the floor is "
         f"{fence.median - floor.median:.3f} ms."
     )
+    read = common.summarize(paired(("plain+read", 1), ("plain", 1)))
+    unlocked = common.summarize(
+        [p / r for p, r in zip(samples[("plain", 1)], samples[("plain+read", 1)], strict=True)]
+    )
+    report.add("")
+    report.add(
+        f"The same check without its row lock (the lookup alone, sent the same way) adds "
+        f"{read.fmt('.3f')} ms, a throughput ratio of {unlocked.fmt('.3f')}: of the "
+        f"fence's {fence.median:.3f} ms, {read.median - floor.median:.3f} ms is the lookup "
+        f"and {fence.median - read.median:.3f} ms the lock (the row lock is written to the "
+        "lease row's tuple and to the WAL; it is what makes the check hold until the "
+        "commit)."
+    )
+    report.figures["lookup_ms"] = read.median
+    report.figures["unlocked_ratio"] = unlocked.median
     report.figures["floor_ms"] = floor.median
     report.figures["ceiling_ratio"] = ceiling.median
     report.figures["overhead_ms"] = fence.median
