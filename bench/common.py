@@ -161,10 +161,10 @@ class CpuSampler:
     def _sample(self) -> None:
         ticks = os.sysconf("SC_CLK_TCK")
         while not self._stop.is_set():
-            # cpu user nice system idle iowait irq softirq steal ...: busy is all but idle
-            # and iowait.
+            # cpu user nice system idle iowait irq softirq steal ...: busy is user, nice,
+            # system, irq and softirq (steal is the hypervisor's, not this machine's work).
             fields = [int(v) for v in self.STAT.read_text().split("\n", 1)[0].split()[1:]]
-            busy = (sum(fields[:8]) - fields[3] - fields[4]) / ticks
+            busy = (sum(fields[:7]) - fields[3] - fields[4]) / ticks
             self._samples.append((time.time(), busy))
             self._stop.wait(self.every)
 

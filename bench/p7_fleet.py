@@ -17,6 +17,10 @@ record committed after it, one run at a time: the least a scheduler does that re
 every run before it starts. A slot cannot drain faster than (2) unless runs' starts and
 ends are committed several at once.
 
+For each of the three (the two floors and the fleet's drains), the whole machine's busy
+CPU time per run while the work was done (every process, the server's included, from
+``/proc/stat``): divided among the machine's cores, it says how far the work is CPU-bound.
+
     python -m bench.p7_fleet --runner   (one runner process; started by the benchmark)
     python -m bench.p7_fleet --floor    (one process of the floor; started by it too)
 """
