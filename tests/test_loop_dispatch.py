@@ -113,3 +113,28 @@ def test_the_next_wakeup_is_the_next_job_not_due_whatever_is_due_now(jobs):
     assert [row.name for row in seen.due] == ["t.long"]
     assert seen.wakeup == lease.read(["t.frequent"])["t.frequent"].next_run_at
     assert seen.wakeup > clock.now()
+
+
+def test_a_scan_reads_the_same_instants_as_the_orm_to_the_microsecond(jobs):
+    """The tick's read of due rows (:func:`lease.scan`, PostgreSQL's own query) gives the
+    values :func:`lease.acquire` compares against: the very instants the ORM reads, in UTC,
+    down to the microsecond, or no acquisition could match them."""
+    from django_fencedjobs.models import JobLease
+
+    names = [f"t.instant{n}" for n in range(3)]
+    for name in names:
+        job(every=timedelta(minutes=1), name=name)(lambda run: None)
+    loop._scan(loop.runnable_jobs())
+    now = clock.now()
+    for n, name in enumerate(names):
+        JobLease.objects.filter(name=name).update(
+            next_run_at=now - timedelta(seconds=n + 1, microseconds=123_457 + n),
+            lease_until=now - timedelta(hours=n + 1, microseconds=999_999 - n),
+        )
+    due = {row.name: row for row in lease.scan(names, now).due}
+    read = lease.read(names)
+    assert sorted(due) == names
+    for name in names:
+        assert due[name] == read[name]
+        assert due[name].next_run_at.utcoffset() == timedelta(0)
+        assert due[name].lease_until.utcoffset() == timedelta(0)
