@@ -379,12 +379,16 @@ class Driver:
         self.hit(fault, self.target(fault.target), events)
 
     def hit(self, fault: Fault, runner: Runner | None, events: list[Any]) -> None:
-        if fault.kind == "term" and (runner is None or runner.stopped):
+        if fault.kind == "term" and (runner is None or runner.stopped or runner.ended_by):
             # The rarest fault (often drawn once in a soak) is not lost to bad timing: when
-            # its loop is down or stopped the other loop gets it, and when both are, it is
-            # tried again half a second later (until the fault phase ends).
+            # its loop is down, stopped or already stopping on an earlier SIGTERM (a second
+            # one interrupts at once, by design: `runjobs`), the other loop gets it, and
+            # when neither can, it is tried again half a second later (until the fault
+            # phase ends).
             others = (self.target(name) for name in ("A", "B"))
-            runner = next((r for r in others if r is not None and not r.stopped), None)
+            runner = next(
+                (r for r in others if r is not None and not r.stopped and not r.ended_by), None
+            )
             if runner is None:
                 when = time.monotonic() + 0.5
                 heapq.heappush(events, (when, 1, next(self._order), "fault", fault))
@@ -596,7 +600,8 @@ class Driver:
         self.reap()
         alive = [r for r in self.runners if r.alive]
         for runner in alive:
-            self.terminate(runner)
+            if not runner.ended_by:  # one SIGTERM each: a second one interrupts at once
+                self.terminate(runner)
         for runner in alive:
             try:
                 runner.proc.wait(TERM_WAIT)
