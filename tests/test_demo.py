@@ -193,3 +193,60 @@ def test_the_demo_runs_every_job_and_a_scheduled_task_on_its_worker_and_stops_on
             except ProcessLookupError:
                 pass
         demo.wait(timeout=10)
+
+
+RUN_NOW_NEAR_A_SLOT = """
+import json
+from datetime import UTC, datetime
+
+import django
+django.setup()
+from django.conf import settings
+from django.core.management import call_command
+from django.test import override_settings
+
+from django_fencedjobs import lease
+from django_fencedjobs.clock import fake_clock
+from example_project.demo.management.commands.demo import _run_every_job_now
+
+fenced = {**getattr(settings, "FENCEDJOBS", {}), "CLOCK": "django_fencedjobs.clock.fake_clock"}
+with override_settings(FENCEDJOBS=fenced):
+    now = datetime(2026, 12, 2, 12, 3, 28, tzinfo=UTC)  # 2 s before a 30-s slot
+    fake_clock.set(now)
+    call_command("migrate", verbosity=0)  # which records the jobs' first sighting, now
+    _run_every_job_now()
+    rows = lease.read(%(names)r)
+    print(json.dumps({name: (row.next_run_at - now).total_seconds() for name, row in rows.items()}))
+"""
+
+
+def test_the_demo_asks_no_job_to_run_now_whose_next_slot_is_seconds_away(tmp_path):
+    """A run made due just before its job's slot is superseded by the slot's run at once;
+    the task ``demo.write_digest``'s first run enqueued then ended in ``FenceLost`` when the
+    worker, still starting, had not run it before the slot. Two seconds before a 30-s slot,
+    the demo leaves the two 30-s jobs to that slot and makes the others due now."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")
+    }
+    env.update(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        DJANGO_SETTINGS_MODULE="example_project.settings",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", RUN_NOW_NEAR_A_SLOT % {"names": sorted(DEMO_JOBS)}],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    next_slot_in = json.loads(out.stdout.strip().splitlines()[-1])
+    assert next_slot_in == {
+        "demo.send_due_reminders": 2.0,  # left to its slot
+        "demo.write_digest": 2.0,  # left to its slot
+        "demo.minutely_rollup": 0.0,  # made due now
+        "demo.weekday_report_berlin": 0.0,  # made due now
+    }

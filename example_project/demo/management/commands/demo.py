@@ -3,7 +3,8 @@ scheduler and the admin together in the foreground until Ctrl-C.
 
 1. apply migrations; create or reset the ``admin`` login; seed reminders and events;
 2. ask for one run of every job now ("run now", through the lease as any run), so each
-   job has a recorded run in the first seconds; then they run on their own schedules;
+   job has a recorded run in the first seconds, unless its next slot is that close anyway;
+   then they run on their own schedules;
 3. start ``manage.py runjobs``, ``manage.py db_worker`` (django-tasks-db's worker, which
    runs the tasks the scheduled job ``demo.write_digest`` enqueues) and ``manage.py
    runserver --noreload``, each in its own process group, print the admin's address and
@@ -21,7 +22,7 @@ import secrets
 import socket
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,12 @@ PASSWORD_FILE = REPO_ROOT / ".demo" / "admin-password"
 FIRST_RUNS_DEADLINE = 120.0
 #: The scheduled task's job: its runs enqueue a task that db_worker runs.
 TASK_JOB = "demo.write_digest"
+#: A job whose next slot is this close is not asked to run now as well: it runs at that
+#: slot within seconds anyway, and a run just before its slot is superseded by the slot's
+#: run at once. For ``demo.write_digest`` that would end the task the first run enqueued
+#: in ``FenceLost`` (its writes are fenced by the run that enqueued it) whenever the
+#: worker, still starting, had not run it before the slot.
+RUN_NOW_MARGIN = timedelta(seconds=10)
 
 
 class Command(BaseCommand):
@@ -73,9 +80,13 @@ class Command(BaseCommand):
             password = _ensure_admin()
             reminders, events = seed()
             say(f"seeded {reminders} reminders (3 due now, then one a minute) and {events} events")
-            names, kicked_at = _run_every_job_now()
+            names, soon, kicked_at = _run_every_job_now()
             for name in names:
-                say(f"run now: {name} (made due at once, through the lease like any run)")
+                if name in soon:
+                    seconds = max((soon[name] - kicked_at).total_seconds(), 0)
+                    say(f"{name}: its next slot is {seconds:.0f}s away; it runs then")
+                else:
+                    say(f"run now: {name} (made due at once, through the lease like any run)")
         except KeyboardInterrupt:
             raise CommandError("interrupted while setting up", returncode=130) from None
         connections.close_all()  # the children open their own
@@ -239,17 +250,25 @@ def _ensure_admin() -> str:
     return password
 
 
-def _run_every_job_now() -> tuple[list[str], datetime]:
+def _run_every_job_now() -> tuple[list[str], dict[str, datetime], datetime]:
     """Create the jobs' lease rows if needed and make every job due now: "run now", which
-    still goes through the lease (``lease.make_due``, then ``acquire`` in runjobs).
-    Returns the jobs' names and the instant they were made due."""
+    still goes through the lease (``lease.make_due``, then ``acquire`` in runjobs), but for
+    the jobs whose next slot is within :data:`RUN_NOW_MARGIN`. Returns the jobs' names,
+    the next slots of those left to their schedule, and the instant the others were made
+    due."""
     jobs = runner.runnable_jobs()
     names = [job.name for job in jobs]
     now = clock.now()
     runner.sync(jobs, now)
+    soon = {
+        name: row.next_run_at
+        for name, row in lease.read(names).items()
+        if row.next_run_at - now <= RUN_NOW_MARGIN
+    }
     for name in names:
-        lease.make_due(name, now)
-    return names, now
+        if name not in soon:
+            lease.make_due(name, now)
+    return names, soon, now
 
 
 def _succeeded(names: set[str], since: datetime) -> set[str]:
