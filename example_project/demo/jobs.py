@@ -12,8 +12,9 @@
   a run enqueues the task ``write_digest`` (``tasks.py``) once, in its fenced transaction;
   the demo's ``db_worker`` process runs it and writes a ``Digest`` row.
 
-``manage.py demo`` asks for one run of each right away ("run now"), so every job has a
-recorded run within the demo's first seconds; after that each runs on its schedule.
+``manage.py demo`` asks for one run of each right away ("run now"; a job whose slot is
+seconds away just runs at that slot), so every job has a recorded run within the demo's
+first seconds; after that each runs on its schedule.
 """
 
 from __future__ import annotations
