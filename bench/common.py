@@ -170,7 +170,10 @@ class CpuSampler:
 
     def busy(self, start: float, end: float) -> float:
         """CPU-seconds spent between ``start`` and ``end`` (epoch seconds), widened to the
-        nearest samples outside them; NaN without samples around both."""
+        nearest samples outside them (waiting for the one after ``end`` if it is to come);
+        NaN without samples around both."""
+        while self._thread.is_alive() and not (self._samples and self._samples[-1][0] >= end):
+            time.sleep(self.every / 2)
         before = [busy for at, busy in self._samples if at <= start]
         after = [busy for at, busy in self._samples if at >= end]
         if not before or not after:

@@ -137,15 +137,14 @@ def measure(smoke: bool) -> common.Report:
     def paired(a: tuple[str, int], b: tuple[str, int]) -> list[float]:
         return [(x - y) * 1000 for x, y in zip(samples[a], samples[b], strict=True)]
 
+    def ratios(a: tuple[str, int], b: tuple[str, int]) -> common.Summary:
+        """Throughput of ``b`` over ``a``, block by block: ``a``'s time over ``b``'s."""
+        return common.summarize([x / y for x, y in zip(samples[a], samples[b], strict=True)])
+
     out = []
     for rows in plan:
         plain, fenced = ms(("plain", rows)), ms(("fenced", rows))
-        ratio = common.summarize(
-            [
-                p / f
-                for p, f in zip(samples[("plain", rows)], samples[("fenced", rows)], strict=True)
-            ]
-        )
+        ratio = ratios(("plain", rows), ("fenced", rows))
         overhead = common.summarize(paired(("fenced", rows), ("plain", rows)))
         out.append(
             [
@@ -196,9 +195,7 @@ def measure(smoke: bool) -> common.Report:
         "(BEGIN, the fence, INSERT, COMMIT)."
     )
     floor = common.summarize(paired(("plain+0", 1), ("plain", 1)))
-    ceiling = common.summarize(
-        [p / f for p, f in zip(samples[("plain", 1)], samples[("plain+0", 1)], strict=True)]
-    )
+    ceiling = ratios(("plain", 1), ("plain+0", 1))
     report.add("")
     report.add(
         f"The floor of any check made by a statement: `SELECT 1` sent in BEGIN's round trip "
@@ -210,9 +207,7 @@ def measure(smoke: bool) -> common.Report:
         f"{fence.median - floor.median:.3f} ms."
     )
     read = common.summarize(paired(("plain+read", 1), ("plain", 1)))
-    unlocked = common.summarize(
-        [p / r for p, r in zip(samples[("plain", 1)], samples[("plain+read", 1)], strict=True)]
-    )
+    unlocked = ratios(("plain", 1), ("plain+read", 1))
     report.add("")
     report.add(
         f"The same check without its row lock (the lookup alone, sent the same way) adds "

@@ -170,7 +170,6 @@ def floor(
         spans = [json.loads(out.read_text()) for out in outs]
         began, ended = min(start for start, _ in spans), max(end for _, end in spans)
         seconds[mode].append(ended - began)
-        time.sleep(2 * cpu.every)  # a sample after the end
         cpu_per_run[mode].append(cpu.busy(began, ended) / runs)
         go.unlink()
         for out in outs:
@@ -258,7 +257,6 @@ def _measure(smoke: bool, cpu: common.CpuSampler) -> common.Report:
     drain_seconds = [seconds_ for _, seconds_ in drained]
     drain = [count / seconds_ for count, seconds_ in drained]
     # The whole machine's CPU while each slot drained, per run started in it.
-    time.sleep(2 * cpu.every)
     drain_cpu = [
         cpu.busy(slot.timestamp(), max(starts).timestamp()) / len(starts)
         for slot, starts in per_slot.items()

@@ -80,17 +80,24 @@ def _first_task_run_by_the_worker(db: Path) -> tuple | None:
     return rows[0] if rows else None
 
 
-def test_the_demo_runs_every_job_and_a_scheduled_task_on_its_worker_and_stops_on_ctrl_c(tmp_path):
-    db = tmp_path / "demo.sqlite3"
-    log_path = tmp_path / "demo.log"
-    port = _free_port()
+def _demo_env(db: Path, **more: str) -> dict[str, str]:
+    """This environment for a process of the example project on its own SQLite file ``db``
+    (not the suite's settings or database)."""
     env = {
         key: value
         for key, value in os.environ.items()
         if key not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")
     }
-    env.update(
-        DATABASE_URL=f"sqlite:///{db}",
+    env.update(DATABASE_URL=f"sqlite:///{db}", **more)
+    return env
+
+
+def test_the_demo_runs_every_job_and_a_scheduled_task_on_its_worker_and_stops_on_ctrl_c(tmp_path):
+    db = tmp_path / "demo.sqlite3"
+    log_path = tmp_path / "demo.log"
+    port = _free_port()
+    env = _demo_env(
+        db,
         DEMO_PORT=str(port),
         DEMO_ADMIN_PASSWORD="demo-test-password",  # leaves the checkout's .demo/ alone
         PYTHONUNBUFFERED="1",
@@ -225,15 +232,7 @@ def test_the_demo_asks_no_job_to_run_now_whose_next_slot_is_seconds_away(tmp_pat
     the task ``demo.write_digest``'s first run enqueued then ended in ``FenceLost`` when the
     worker, still starting, had not run it before the slot. Two seconds before a 30-s slot,
     the demo leaves the two 30-s jobs to that slot and makes the others due now."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")
-    }
-    env.update(
-        DATABASE_URL=f"sqlite:///{tmp_path / 'demo.sqlite3'}",
-        DJANGO_SETTINGS_MODULE="example_project.settings",
-    )
+    env = _demo_env(tmp_path / "demo.sqlite3", DJANGO_SETTINGS_MODULE="example_project.settings")
     out = subprocess.run(
         [sys.executable, "-c", RUN_NOW_NEAR_A_SLOT % {"names": sorted(DEMO_JOBS)}],
         cwd=REPO_ROOT,
