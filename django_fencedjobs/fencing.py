@@ -101,9 +101,6 @@ def in_fenced_block(using: str) -> bool:
 
 
 class FencedAtomic(ContextDecorator):
-    #: Whether entering the outermost block checks the fence (:class:`_FencedClaim` does not).
-    _checks_fence = True
-
     def __init__(self, using: str | None) -> None:
         self.using = using
 
@@ -123,7 +120,7 @@ class FencedAtomic(ContextDecorator):
         joined = in_fenced_block(alias)
         atomic = _FencedTransaction(alias, savepoint=True, durable=False)
         atomic.__enter__()
-        if joined or not self._checks_fence:
+        if joined:
             return  # joined the enclosing fenced block: its lock covers this transaction
         try:
             run._check_fence(connections[alias])
@@ -187,14 +184,6 @@ def _raise_if_stopped(error: Exception, connection: BaseDatabaseWrapper | None) 
     while cause is not None and not isinstance(cause, RunAborted):
         cause = cause.__context__
     raise (reason if cause is None else type(cause)(*cause.args)) from error
-
-
-class _FencedClaim(FencedAtomic):
-    """The fenced block of one batch of ``run.batches()`` on PostgreSQL: its first statement,
-    the claim, locks the fence itself (:func:`django_fencedjobs.lease.fence_held`), so
-    entering it does not check the fence first."""
-
-    _checks_fence = False
 
 
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])

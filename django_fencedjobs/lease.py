@@ -23,7 +23,6 @@ import contextlib
 import functools
 import hashlib
 import struct
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,8 +30,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import BooleanField, F
-from django.db.models.expressions import RawSQL
+from django.db.models import F
 from django.db.models.functions import Greatest
 
 from django_fencedjobs.models import LEASE_FREE, JobLease, JobRun, Outcome
@@ -205,7 +203,7 @@ def acquire(
     anyone else (a holder inside its fenced transaction, paused or not; another acquirer)
     is passed over at once instead of waited for, so one job's stuck holder never holds up
     the jobs behind it in a tick. The job is tried again at the next tick; a paused
-    holder's transaction is ended by the server (:func:`limit_idle_transactions`).
+    holder's transaction is ended by the server (:func:`lock_fence` bounds its idle time).
 
     Call inside the transaction that records the run, so that both commit or neither.
     """
@@ -260,8 +258,11 @@ def _table(connection: BaseDatabaseWrapper) -> str:
     return connection.ops.quote_name(JobLease._meta.db_table)
 
 
-def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
-    """The fence check of ``fenced_atomic``: True when ``fence`` is still current.
+def lock_fence(
+    connection: BaseDatabaseWrapper, name: str, fence: int, idle_limit: timedelta | None = None
+) -> HeldTransaction | None:
+    """The fence check of ``fenced_atomic``: the transaction that now holds the lease row,
+    while ``fence`` is still current; None when it is not.
 
     It must run inside the transaction that makes the run's writes, and it must *lock*
     the lease row, not merely read it: a plain SELECT is check-then-act, and a
@@ -277,6 +278,12 @@ def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
       UPDATE takes the database's write lock, which is held until this transaction ends,
       so no acquisition can commit in between.
 
+    On PostgreSQL the same statement bounds the transaction it locks in: with
+    ``idle_limit`` (the job's ``lease_ttl``), the server ends *this transaction* if it sits
+    idle longer than that (:func:`_limit_idle`), and it says which server transaction it is
+    (:class:`HeldTransaction`), so that a supervisor can end it and nothing else
+    (:func:`end_transaction`).
+
     No model instantiation: this runs in every fenced transaction, and its cost is the
     fence's whole price. On PostgreSQL it costs no round trip of its own either when it is
     the first statement of its transaction (as it is in a fenced block of its own): psycopg
@@ -285,15 +292,18 @@ def lock_fence(connection: BaseDatabaseWrapper, name: str, fence: int) -> bool:
     one-row transaction takes as many round trips as a plain one. The lock is the same.
     """
     if connection.features.has_select_for_update:
-        sql = f"SELECT 1 FROM {_table(connection)} WHERE name = %s AND fence = %s FOR UPDATE"
-        return first_statement(connection, sql, [name, fence]) is not None
+        sql = (
+            f"SELECT {_IDENTIFY}, {_limit_idle(idle_limit)}"
+            f" FROM {_table(connection)} WHERE name = %s AND fence = %s FOR UPDATE"
+        )
+        return _held(connection, first_statement(connection, sql, [name, fence]))
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_table(connection)} SET fence = fence WHERE name = %s AND fence = %s",
             [name, fence],
         )
         updated: int = cursor.rowcount
-        return updated == 1
+    return _held(connection, ()) if updated == 1 else None
 
 
 def first_statement(
@@ -397,40 +407,20 @@ def lock_task_fence(
         return updated == 1
 
 
-def fence_held(connection: BaseDatabaseWrapper, name: str, fence: int) -> RawSQL | None:
-    """:func:`lock_fence` as a condition for the claim statement of ``run.batches()``, so
-    that claiming a batch and checking the fence take one statement, not two.
-
-    ``EXISTS (SELECT ... FOR UPDATE)`` filtered on the fence: PostgreSQL runs it once per
-    statement, before the claimed rows are read (a one-time filter), and locks the lease
-    row until the transaction ends, exactly as :func:`lock_fence` does; when the fence is
-    stale the condition is false and nothing is claimed. One round trip less per batch
-    matters: a claim transaction is four round trips, and on a durable server a fifth
-    one costs its share of the throughput (bench P2, in docs/benchmarks.md).
-
-    None where the claim cannot carry the lock (no ``SELECT ... FOR UPDATE``, or not
-    PostgreSQL): the batch then checks the fence with :func:`lock_fence` first.
-    """
-    if connection.vendor != "postgresql" or not connection.features.has_select_for_update:
-        return None
-    return RawSQL(
-        f"EXISTS (SELECT 1 FROM {_table(connection)} WHERE name = %s AND fence = %s FOR UPDATE)",
-        [name, fence],
-        output_field=BooleanField(),
-    )
-
-
-def guard(connection: BaseDatabaseWrapper, name: str, fence: int, exclusion: str) -> str | None:
+def guard(
+    connection: BaseDatabaseWrapper,
+    name: str,
+    fence: int,
+    exclusion: str,
+    idle_limit: timedelta | None = None,
+) -> HeldTransaction | None:
     """The check ``fenced_atomic`` makes inside its transaction, by the job's exclusion: the
     fence (:func:`lock_fence`, the default) or the advisory lock
-    (:func:`try_advisory_xact_lock`). None when the block may go on; else why not."""
+    (:func:`try_advisory_xact_lock`). The transaction that passed it, or None when the
+    block may not go on."""
     if exclusion == "advisory":
-        if try_advisory_xact_lock(connection, name):
-            return None
-        return "another transaction of this job holds its advisory lock"
-    if lock_fence(connection, name, fence):
-        return None
-    return "another run took the lease over, or the run was revoked or has ended"
+        return try_advisory_xact_lock(connection, name, idle_limit)
+    return lock_fence(connection, name, fence, idle_limit)
 
 
 def advisory_key(name: str) -> int:
@@ -440,18 +430,20 @@ def advisory_key(name: str) -> int:
     return value
 
 
-def try_advisory_xact_lock(connection: BaseDatabaseWrapper, name: str) -> bool:
+def try_advisory_xact_lock(
+    connection: BaseDatabaseWrapper, name: str, idle_limit: timedelta | None = None
+) -> HeldTransaction | None:
     """``exclusion="advisory"``: a transaction-scoped advisory lock on the job's key.
 
     PostgreSQL releases it when the transaction ends, so it is held exactly as long as the
-    writes it guards are uncommitted: two transactions of the job never overlap. It does
+    writes it guards are uncommitted: two transactions of the job never overlap. Being the
+    transaction's, not the session's, it holds behind a transaction pooler too. It does
     not stop a stale holder from writing after a successor has finished; see
-    docs/fencing.md for when that is acceptable.
+    docs/fencing.md for when that is acceptable. Bounded and identified as
+    :func:`lock_fence` is.
     """
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [advisory_key(name)])
-        locked: bool = cursor.fetchone()[0]
-        return locked
+    sql = f"SELECT {_IDENTIFY}, {_limit_idle(idle_limit)} WHERE pg_try_advisory_xact_lock(%s)"
+    return _held(connection, first_statement(connection, sql, [advisory_key(name)]))
 
 
 #: The longest a statement of the app's own bookkeeping (renewal, the end of a run, an
@@ -602,89 +594,77 @@ def isolation_problem() -> str | None:
     )
 
 
-# -- the handler's connection ----------------------------------------------------------------
+# -- the handler's transaction ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Backend:
-    """A PostgreSQL server session: its pid and when it started (a pid alone can be reused)."""
+class HeldTransaction:
+    """The transaction of a fenced block, as its fence check found it: what a supervisor
+    ends when the block's handler will not stop (:func:`end_transaction`).
 
-    pid: int
-    started: datetime
-
-
-def limit_idle_transactions(
-    connection: BaseDatabaseWrapper, ttl: timedelta | None
-) -> Backend | None:
-    """PostgreSQL: end any transaction of this session that sits idle longer than ``ttl``
-    (None: back to the server's default); returns the session, for :func:`terminate`.
-
-    Set on a run's connection for the run's duration, to the job's ``lease_ttl``. A holder
-    paused (SIGSTOP, a suspended VM, a GC pause) inside its fenced transaction is, to the
-    server, a session idle in transaction: the server ends it after ``ttl``, its writes roll
-    back and its lock on the lease row goes, so the job is taken over at its next slot
-    instead of freezing until the holder resumes. The same holds for a handler that sits in
-    Python (or a sleep, or a call to another service) for longer than ``ttl`` inside one
-    transaction: that is indistinguishable from a pause, and the lease says how long a
-    holder may go quiet. One statement, which also says who the session is.
-
-    In a thread that :func:`keep_run_sessions` (a worker of the runner's pool), the limit
-    stays on the connection from one run to the next: it is set only when the connection
-    or the job's ``lease_ttl`` changed, and never reset.
+    PostgreSQL: the server process (``pid``) and the transaction's start (``started``). A
+    server session is no identity here: a connection pooler in transaction mode (PgBouncer,
+    Django's own pool) hands one server session to many clients in turn, and a handler may
+    reconnect during its run. A transaction is the handler's alone. SQLite: the DB-API
+    connection (``raw``), which only this process uses.
     """
-    if connection.vendor != "postgresql":
-        return None
-    kept = getattr(_run_sessions, "kept", None)
-    if ttl is None:
-        if kept is None:
-            with connection.cursor() as cursor:
-                cursor.execute("RESET idle_in_transaction_session_timeout")
-        return None
-    if kept and kept[0] is connection.connection and kept[1] == ttl:
-        backend: Backend | None = kept[2]
-        return backend
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('idle_in_transaction_session_timeout', %s, false),"
-            " pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()",
-            [f"{max(int(ttl.total_seconds() * 1000), 1)}ms"],
-        )
-        row = cursor.fetchone()
-    backend = Backend(row[1], row[2]) if row else None
-    if kept is not None:
-        _run_sessions.kept = (connection.connection, ttl, backend)
-    return backend
+
+    alias: str
+    pid: int = 0
+    started: datetime | None = None
+    raw: Any = None
 
 
-#: Per thread: the session whose idle limit was set for runs, and to what, in a thread
-#: that keeps it (:func:`keep_run_sessions`).
-_run_sessions = threading.local()
+#: What :class:`HeldTransaction` is made of, in the fence check's select list:
+#: ``now()`` is the transaction's start, as ``pg_stat_activity.xact_start`` shows it.
+_IDENTIFY = "pg_backend_pid(), now()"
 
 
-def keep_run_sessions() -> None:
-    """Declare that this thread's connection to the lease database serves runs only, one
-    after another, and is closed with the thread (a worker of the runner's pool).
+def _limit_idle(idle_limit: timedelta | None) -> str:
+    """The select-list item that limits how long the checking transaction may sit idle.
 
-    Then a run's idle limit (:func:`limit_idle_transactions`) is left on the connection for
-    the next run instead of being reset, and the next run sets it again only when its job's
-    ``lease_ttl`` differs or the connection was replaced (after an interrupted run, or a
-    database restart): two statements less per run. Elsewhere (a one-off run in the
-    admin's request, a test) the connection goes back to the server's default after the
-    run, for whatever it serves next.
+    A holder paused (SIGSTOP, a suspended VM, a GC pause) inside its fenced transaction is,
+    to the server, a session idle in transaction; so is a handler that sits in Python (a
+    sleep, a call to another service) for longer than that inside one. With
+    ``idle_in_transaction_session_timeout`` set to the job's ``lease_ttl`` the server ends
+    such a transaction after ``lease_ttl``: its writes roll back and its lock on the lease
+    row goes, so the job is taken over at its next slot instead of freezing until the
+    holder resumes. ``set_config(..., true)`` scopes the setting to this transaction, so
+    nothing of the run outlives it on the server session: behind a transaction pooler the
+    next client of that session never inherits it. ``NULL`` when there is no limit to set.
     """
-    _run_sessions.kept = ()
+    if idle_limit is None:
+        return "NULL"
+    limit = f"{max(int(idle_limit.total_seconds() * 1000), 1)}ms"
+    return f"set_config('idle_in_transaction_session_timeout', '{limit}', true)"  # digits only
 
 
-def terminate(backend: Backend) -> None:
-    """End a run's server session, rolling back its open transaction and freeing its locks.
+def _held(connection: BaseDatabaseWrapper, row: tuple[Any, ...] | None) -> HeldTransaction | None:
+    if row is None:
+        return None
+    if connection.vendor == "postgresql":
+        return HeldTransaction(connection.alias, pid=row[0], started=row[1])
+    return HeldTransaction(connection.alias, raw=connection.connection)
+
+
+def end_transaction(held: HeldTransaction) -> bool:
+    """End the fenced transaction ``held``, if it is still open: it rolls back and its locks
+    go. True when something was ended.
 
     For a handler past its timeout that holds the lease row (inside a fenced transaction,
-    blocked where no interrupt reaches it). Matched on pid *and* start time, so a pid the
-    server has since reused for another session is never touched.
+    blocked where no interrupt reaches it). PostgreSQL: the server process is terminated
+    only while that same transaction is open on it (pid *and* transaction start, checked in
+    the statement that terminates): not a later transaction of the handler, not another
+    client's that a pooler has since given the session to, not a reused pid. The session
+    goes with it, which a pooler replaces. SQLite: the connection is closed.
     """
-    with connections[lease_db()].cursor() as cursor:
+    if held.raw is not None:
+        held.raw.close()
+        return True
+    with connections[held.alias].cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE pid = %s AND backend_start = %s",
-            [backend.pid, backend.started],
+            " WHERE pid = %s AND xact_start = %s",
+            [held.pid, held.started],
         )
+        return cursor.fetchone() is not None

@@ -154,7 +154,6 @@ class Pool:
         worker.thread.start()
 
     def _work_loop(self, worker: _Worker) -> None:
-        lease.keep_run_sessions()  # this thread's connection serves its runs only
         try:
             while not worker.retired.is_set():
                 item = self._work.get()

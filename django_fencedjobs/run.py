@@ -21,7 +21,7 @@ from django.utils import timezone as dj_timezone
 
 from django_fencedjobs import clock, lease
 from django_fencedjobs.exceptions import FenceLost, WatermarkError
-from django_fencedjobs.fencing import FencedAtomic, _FencedClaim, current_run, in_fenced_block
+from django_fencedjobs.fencing import FencedAtomic, current_run, in_fenced_block
 from django_fencedjobs.models import JobRun, Watermark
 
 if TYPE_CHECKING:
@@ -79,6 +79,10 @@ class Run:
         #: fenced block found it stale) and once the run has been recorded: every fenced
         #: block and helper of it fails from then on, in whichever thread.
         self._lost = False
+        #: The transaction of the run's latest fenced block, as its fence check found it:
+        #: what the supervisor ends if the handler will not stop (it is ended only while
+        #: still open, so a registration that outlived its block is harmless).
+        self._held: lease.HeldTransaction | None = None
         self._iterators: list[Generator[Any, None, None]] = []
         self._aborting = False
 
@@ -237,14 +241,8 @@ class Run:
             skip_locked=features.has_select_for_update_skip_locked,
             of=("self",) if features.has_select_for_update_of else (),
         )
-        # Where it can, the claim statement itself locks the lease row on this run's fence:
-        # one statement per batch instead of the fence check and then the claim.
-        held = None
-        if self.job.exclusion == "lease":
-            held = lease.fence_held(connections[alias], self.job.name, self.fence)
-        if held is not None:
-            claim = claim.filter(held)
-        fenced = FencedAtomic(None) if held is None else _FencedClaim(None)
+        # Each batch is a fenced block: the fence check goes with its BEGIN, then the claim.
+        fenced = FencedAtomic(None)
         while True:
             if self._batch_count >= self.job.max_batches:
                 self._capped = queryset.using(alias).exists()
@@ -254,10 +252,6 @@ class Run:
             with fenced:
                 items = list(claim[:size])
                 if not items:
-                    if held is not None:
-                        # Nothing claimed: the queue is empty, or the fence is gone (then
-                        # this raises FenceLost, as fenced_atomic would have).
-                        self._check_fence(connections[alias])
                     return
                 try:
                     yield items
@@ -332,15 +326,22 @@ class Run:
 
     def _check_fence(self, connection: BaseDatabaseWrapper) -> None:
         """Called by ``fenced_atomic`` inside its transaction (a stopped run's block has
-        already failed on :meth:`_stopped`, before its ``BEGIN``)."""
-        refused = lease.guard(connection, self.job.name, self.fence, self.job.exclusion)
-        if refused is not None:
-            if self.job.exclusion != "advisory":
+        already failed on :meth:`_stopped`, before its ``BEGIN``). The transaction that
+        passes is the one the supervisor would end, and it may sit idle no longer than the
+        lease lasts."""
+        job = self.job
+        held = lease.guard(connection, job.name, self.fence, job.exclusion, job.lease_ttl)
+        if held is None:
+            if job.exclusion == "advisory":
+                refused = "another transaction of this job holds its advisory lock"
+            else:
                 self._lost = True
+                refused = "another run took the lease over, or the run was revoked or has ended"
             raise FenceLost(
-                f"job {self.job.name!r}: fence {self.fence} is no longer current ({refused}); "
+                f"job {job.name!r}: fence {self.fence} is no longer current ({refused}); "
                 "nothing in this fenced block was committed"
             )
+        self._held = held
 
 
 def _fence_gone(run: Run) -> str:

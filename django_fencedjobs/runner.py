@@ -227,11 +227,6 @@ def _execute(job: Job, run: Run, on_abandon: Any) -> JobRun:
         _discard_connection(lease.lease_db())
         if outcome not in (Outcome.TIMED_OUT, Outcome.FENCE_LOST):
             outcome, error = _outcome_of(None, run, supervisor)
-    else:
-        try:
-            supervisor.release_session()
-        except DatabaseError:
-            _discard_connection(lease.lease_db())
     if outcome == Outcome.SUCCEEDED and run._interrupted:
         outcome, error = (
             Outcome.INTERRUPTED,

@@ -16,11 +16,14 @@ Stopping the handler itself takes three steps, each for what the one before cann
    raise the interrupt instead, see ``fencing._raise_if_stopped``).
 2. A handler blocked where no Python exception lands (``time.sleep``, a socket read, C
    code) does not see the interrupt until the call returns. If it holds the lease row
-   (inside a fenced transaction), its database session is ended, which rolls its
-   transaction back and frees the row for the revocation.
-3. After :data:`GRACE` more seconds the run is given up on: its session is ended and the
-   runner that started it is told (``on_abandon``), so it goes on with other jobs. The
-   handler's thread is left to finish its blocking call, then meets the interrupt.
+   (inside a fenced transaction), that transaction is ended on the server, which rolls it
+   back and frees the row for the revocation. Only that transaction: the one its latest
+   fenced block registered, on whatever connection (a pooler's shared session, a session
+   the handler reconnected on), and only while it is still open.
+3. After :data:`GRACE` more seconds the run is given up on: its open fenced transaction
+   is ended and the runner that started it is told (``on_abandon``), so it goes on with
+   other jobs. The handler's thread is left to finish its blocking call, then meets the
+   interrupt.
 
 The supervisor renews without waiting on its own handler: a renewal that finds the lease
 row locked (the handler is inside a fenced transaction) waits at most until the next
@@ -91,8 +94,8 @@ class Supervisor(threading.Thread):
         self._on_abandon = on_abandon
         self.target_thread = threading.get_ident()
         connection = connections[lease.lease_db()]
-        #: The handler's session, to end if it must (PostgreSQL); SQLite: its connection.
-        self._backend = lease.limit_idle_transactions(connection, run.job.lease_ttl)
+        #: SQLite: the handler's connection, to close if it holds the database's write lock
+        #: outside a fenced block. (A fenced block registers its transaction on the run.)
         self._raw = connection.connection if connection.vendor == "sqlite" else None
         self._done = threading.Event()
         self._guard = threading.Lock()
@@ -115,12 +118,6 @@ class Supervisor(threading.Thread):
             if self.fired is not None:
                 _async_raise(self.target_thread, None)
         self._done.set()
-
-    def release_session(self) -> None:
-        """Back to the server's default idle limit, once the run is over (in the handler's
-        thread, on the connection the run used), unless the thread keeps it for its next
-        run (:func:`lease.keep_run_sessions`)."""
-        lease.limit_idle_transactions(connections[lease.lease_db()], None)
 
     # -- the thread ------------------------------------------------------------------------
 
@@ -201,7 +198,7 @@ class Supervisor(threading.Thread):
             return
         except DatabaseError:
             connections[lease.lease_db()].close()
-        self._end_session()
+        self._end_transaction()
         try:
             self._end(run, Outcome.TIMED_OUT, error, wait=lease.LOCK_WAIT)
         except DatabaseError as exc:
@@ -214,37 +211,44 @@ class Supervisor(threading.Thread):
                 extra={"event": "revoke_deferred", "job": run.job.name, "fence": run.fence},
             )
 
-    def _end_session(self) -> None:
-        """End the handler's database session: its open transaction rolls back and its locks
-        go. PostgreSQL: ``pg_terminate_backend``; SQLite: close its connection."""
+    def _end_transaction(self) -> None:
+        """End the handler's open fenced transaction, if it has one: it rolls back and its
+        lock on the lease row goes (:func:`lease.end_transaction`). The transaction is the
+        one its latest fenced block registered, on whichever connection it made it (the
+        handler may have reconnected since the run began); nothing else is touched. SQLite
+        without a fenced block: the handler's connection is closed."""
+        held = self.run_._held
         try:
-            if self._backend is not None:
-                lease.terminate(self._backend)
+            if held is not None:
+                lease.end_transaction(held)
             elif self._raw is not None:
                 self._raw.close()
         except Exception:
-            logger.warning("could not end the run's database session", exc_info=True)
+            logger.warning("could not end the run's database transaction", exc_info=True)
 
     def _abandon(self, reason: type[RunAborted]) -> None:
         from django_fencedjobs.models import Outcome
 
         run = self.run_
         self.abandoned = True
-        self._end_session()
+        self._end_transaction()
         outcome = Outcome.TIMED_OUT if reason is JobTimeout else Outcome.FENCE_LOST
         error = timed_out_error(run) if reason is JobTimeout else fence_lost_error(run)
-        logger.error(
-            "gave up on the handler of %s: it did not return within %.0fs of being stopped "
-            "(blocked in a call no interrupt reaches); its session was ended, nothing it "
-            "does from now on can commit",
-            run.job.name,
-            GRACE,
-            extra={"event": "handler_abandoned", "job": run.job.name, "fence": run.fence},
-        )
         try:
             self._end(run, outcome, error)
+            fate = "its fence is dead, so no fenced block of it can commit"
         except DatabaseError:
             logger.warning("recording the abandoned run failed", exc_info=True)
+            fate = "its run could not be recorded yet; its lease expires after lease_ttl"
+        logger.error(
+            "gave up on the handler of %s: it did not return within %.0fs of being stopped "
+            "(blocked in a call no interrupt reaches); its open fenced transaction, if any, "
+            "was ended and %s",
+            run.job.name,
+            GRACE,
+            fate,
+            extra={"event": "handler_abandoned", "job": run.job.name, "fence": run.fence},
+        )
         if self._on_abandon is not None:
             self._on_abandon()
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 SABOTAGE = ("time-only-lease", "check-then-act")
-NEEDED = ("lock_fence", "fence_held", "renew", "limit_idle_transactions")
+NEEDED = ("lock_fence", "renew", "HeldTransaction")
 
 
 def apply(name: str) -> None:
@@ -42,18 +42,17 @@ def apply(name: str) -> None:
     if missing:
         raise SystemExit(f"soak: sabotage needs django_fencedjobs.{', '.join(missing)}")
 
-    def plain_select(connection: Any, name: str, fence: int) -> bool:
+    def plain_select(connection: Any, name: str, fence: int, idle_limit: Any = None) -> Any:
         table = connection.ops.quote_name(JobLease._meta.db_table)
+        sql = f"SELECT {lease._IDENTIFY}, {lease._limit_idle(idle_limit)} FROM {table}"
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT 1 FROM {table} WHERE name = %s AND fence = %s", [name, fence])
-            return cursor.fetchone() is not None
+            cursor.execute(f"{sql} WHERE name = %s AND fence = %s", [name, fence])
+            return lease._held(connection, cursor.fetchone())
 
-    # run.batches() then claims without locking the lease row and checks with lock_fence.
-    lease.fence_held = lambda connection, name, fence: None
     if name == "check-then-act":
         lease.lock_fence = plain_select
         return
-    lease.lock_fence = lambda connection, name, fence: True
+    # Every fence check passes; the transaction it registers is none the server knows.
+    lease.lock_fence = lambda connection, *args: lease.HeldTransaction(connection.alias)
     lease.renew = lambda name, fence, until: True
-    lease.limit_idle_transactions = lambda connection, ttl: None
     supervisor.Supervisor.run = lambda self: None  # type: ignore[method-assign]

@@ -1,6 +1,6 @@
-"""A run's database session on PostgreSQL: the idle limit each run needs is in force, and it
-costs no statement a run does not need (a pool worker keeps it from run to run; a one-off
-run leaves the session as it found it); the app's bounded waits cost no round trip."""
+"""A run's database session on PostgreSQL: the idle limit a run needs is in force in each of
+its fenced transactions and never on the session (which a pooler may share with other
+clients); the app's bounded waits cost no round trip."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 
-from django_fencedjobs import job, lease, loop, manual
+from django_fencedjobs import fenced_atomic, job, lease, manual
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, JobRun, Outcome
@@ -51,54 +51,61 @@ def worker_statements():
         connection_created.disconnect(dispatch_uid="test_run_session")
 
 
-def test_a_pool_worker_sets_the_idle_limit_once_for_runs_of_one_lease_ttl(
-    jobs, worker_statements, monkeypatch
+def test_the_idle_limit_is_in_force_in_each_fenced_transaction_and_nowhere_else(
+    jobs, worker_statements
 ):
+    """Behind a transaction pooler the server session is shared with other clients: the
+    run's idle limit rides with each fenced transaction's fence check and ends with it."""
     seen: dict[str, tuple[int, str]] = {}
-    # Jobs due at one instant come to a process in an order drawn once per process; here
-    # a, b, c, so that the two jobs of one lease_ttl run one after the other.
-    monkeypatch.setattr(loop, "_tiebreaks", {"t.session_a": 1, "t.session_b": 2, "t.session_c": 3})
 
     def handler(run):
-        seen[run.job.name] = show_idle_limit()
+        seen[f"{run.job.name} before"] = show_idle_limit()
+        with fenced_atomic():
+            seen[f"{run.job.name} fenced"] = show_idle_limit()
+        with transaction.atomic():
+            seen[f"{run.job.name} plain"] = show_idle_limit()
+        seen[f"{run.job.name} after"] = show_idle_limit()
 
-    for name, ttl in (("t.session_a", 40), ("t.session_b", 40), ("t.session_c", 90)):
+    for name, ttl in (("t.session_a", 40), ("t.session_b", 90)):
         job("*/15 * * * *", name=name, lease_ttl=timedelta(seconds=ttl))(handler)
     tick()
+    default = show_idle_limit()[1]
     fake_clock.set(T0 + timedelta(minutes=15, seconds=2))
     result = tick(workers=1)
-    assert sorted(r.outcome for r in result.runs) == [Outcome.SUCCEEDED] * 3
-    # One worker, one session, and each run had its own job's limit in force ...
-    assert len({pid for pid, _ in seen.values()}) == 1
-    assert {name: limit for name, (_, limit) in seen.items()} == {
-        "t.session_a": "40s",
-        "t.session_b": "40s",
-        "t.session_c": "90s",
+    assert sorted(r.outcome for r in result.runs) == [Outcome.SUCCEEDED] * 2
+    assert {where: limit for where, (_, limit) in seen.items()} == {
+        "t.session_a before": default,
+        "t.session_a fenced": "40s",
+        "t.session_a plain": default,
+        "t.session_a after": default,
+        "t.session_b before": default,
+        "t.session_b fenced": "90s",
+        "t.session_b plain": default,
+        "t.session_b after": default,
     }
-    # ... set twice (a's stays for b), never reset.
-    sets = [sql for sql in worker_statements if "set_config('idle_in_transaction" in sql]
-    assert len(sets) == 2, sets
-    assert not [sql for sql in worker_statements if sql.startswith("RESET")]
+    # Nothing is ever set on the session, so nothing needs resetting.
+    assert not [sql for sql in worker_statements if ", false)" in sql or "RESET" in sql]
 
 
-def test_a_new_worker_session_gets_the_limit_again(jobs):
-    """A worker's connection thrown away (after an interrupted run, a database restart) is
-    replaced by one without the limit: the next run sets it on the new session."""
+def test_a_reconnected_handler_is_limited_again_in_its_next_fenced_block(jobs):
+    """A handler's connection replaced during its run (a server restart, a failover, a
+    killed session): the next fenced block on the new session carries the limit too."""
     seen: list[tuple[int, str]] = []
 
     @job("*/15 * * * *", name="t.session_new", lease_ttl=timedelta(seconds=40))
     def handler(run):
-        seen.append(show_idle_limit())
-        if len(seen) == 1:
-            connection.close()  # the next run of this worker opens a new session
+        with fenced_atomic():
+            seen.append(show_idle_limit())
+        connection.close()
+        with fenced_atomic():
+            seen.append(show_idle_limit())
 
     tick()
     fake_clock.set(T0 + timedelta(minutes=15, seconds=2))
     tick(workers=1)
-    fake_clock.set(T0 + timedelta(minutes=30, seconds=2))
-    tick(workers=1)
-    assert JobRun.objects.filter(outcome=Outcome.SUCCEEDED).count() == 2
+    assert JobRun.objects.get(job="t.session_new").outcome == Outcome.SUCCEEDED
     assert [limit for _, limit in seen] == ["40s", "40s"]
+    assert seen[0][0] != seen[1][0]  # two server sessions
 
 
 def test_a_one_off_run_leaves_its_session_at_the_server_default(jobs):
@@ -106,13 +113,14 @@ def test_a_one_off_run_leaves_its_session_at_the_server_default(jobs):
 
     @job("*/15 * * * *", name="t.session_manual", lease_ttl=timedelta(seconds=40))
     def handler(run):
-        seen.append(show_idle_limit())
+        with fenced_atomic():
+            seen.append(show_idle_limit())
 
     default = show_idle_limit()
     record = manual.run_now(handler.job)
     assert record.outcome == Outcome.SUCCEEDED, record.error
-    assert seen == [(default[0], "40s")]  # this thread's session, limited for the run ...
-    assert show_idle_limit() == default  # ... and back as it was after
+    assert seen == [(default[0], "40s")]  # this thread's session, limited in the block ...
+    assert show_idle_limit() == default  # ... and as it was after
 
 
 def test_a_bounded_wait_costs_no_round_trip(jobs):
