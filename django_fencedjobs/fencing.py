@@ -41,6 +41,8 @@ class Run(Protocol):
 
     def _stopped(self) -> RunAborted | None: ...
 
+    def _save_progress(self, connection: BaseDatabaseWrapper) -> None: ...
+
 
 _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
     "fencedjobs_current_run", default=None
@@ -145,11 +147,16 @@ class FencedAtomic(ContextDecorator):
         connection = connections[self.using or lease.lease_db()]
         block = connection.atomic_blocks[-1]
         deferred = block.deferred if isinstance(block, _FencedTransaction) else {}
+        outer = connection.atomic_blocks[:-1]
+        outermost = not any(isinstance(b, _FencedTransaction) for b in outer)
         try:
-            if exc_type is None and deferred:
+            if exc_type is None and (deferred or outermost):
                 try:
                     for func in deferred.values():
                         func()
+                    if outermost:
+                        # What the run did in this transaction, recorded with it.
+                        current_run()._save_progress(connection)
                 except BaseException as exc:
                     block.__exit__(type(exc), exc, exc.__traceback__)
                     raise

@@ -68,11 +68,19 @@ class Run:
         self.now: datetime = now
         self.owner: str = record.owner
         self._watermarks_at_start = dict(watermarks)
-        # The runner's bookkeeping, recorded on the run's row when it ends (runner.record_end):
-        # the watermarks as committed, the counts, whether it was capped or interrupted.
+        # The runner's bookkeeping. The watermarks as committed (what windows() goes on from)
+        # and the batches begun (what max_batches caps), whether the run was capped or
+        # interrupted; and its progress: what the open fenced transaction did (pending,
+        # written on the run's row by that transaction: _save_progress), what committed,
+        # and the items counted outside any fenced block (added when the run is recorded).
         self._watermarks = dict(watermarks)
-        self._items = 0
         self._batch_count = 0
+        self._pending = Progress()
+        self._committed = Progress()
+        self._loose_items = 0
+        #: The end of the window each windows() key is in: advancing to it completes a batch.
+        self._window_ends: dict[str, datetime] = {}
+        self._thread = threading.get_ident()
         self._capped = False
         self._interrupted = False
         #: Set when the run learned its fence is gone (renewal failed, timed out, or a
@@ -146,6 +154,12 @@ class Run:
         # The run's own view follows what commits: if this transaction rolls back (the
         # handler caught the error and went on), the window it covered is not done.
         transaction.on_commit(lambda: self._watermarks.__setitem__(key, value), using=alias)
+        if not key:
+            self._pending.watermark = watermark_text(value)
+        window_end = self._window_ends.get(key)
+        if window_end is not None and value >= window_end:  # type: ignore[operator]
+            del self._window_ends[key]
+            self._pending.batches += 1
 
     # -- bounded iteration ----------------------------------------------------------------
 
@@ -194,7 +208,9 @@ class Run:
             if not self._may_continue():
                 return
             window = Window(position, position + step)
+            self._window_ends[key] = window.end
             yield window
+            self._window_ends.pop(key, None)
             self._batch_count += 1
             reached = self._watermarks.get(key)
             if not isinstance(reached, datetime) or reached < window.end:
@@ -260,7 +276,9 @@ class Run:
                         raise  # the loop body failed: roll this batch back
                     # The loop stopped early (``break``): the batch it finished commits.
                     self._batch_count += 1
+                    self._pending.batches += 1
                     return
+                self._pending.batches += 1
             self._batch_count += 1
 
     def _close_iterators(self, *, abort: bool) -> None:
@@ -291,8 +309,39 @@ class Run:
     # -- progress and liveness -----------------------------------------------------------
 
     def add_items(self, n: int = 1) -> None:
-        """Count items processed, for the run record and the logs."""
-        self._items += n
+        """Count items processed, for the run record and the logs.
+
+        Inside a fenced block the count is the block's: it is recorded on the run's row in
+        the block's transaction, so it counts only if the block commits, and it stays
+        counted whatever happens to the process after that. Outside, it is counted at once.
+        """
+        if current_run() is self and in_fenced_block(lease.lease_db()):
+            self._pending.items += n
+        else:
+            self._loose_items += n
+
+    @property
+    def _items(self) -> int:
+        """Items of the run as its record says them, as far as this process knows."""
+        return self._committed.items + self._loose_items
+
+    def _save_progress(self, connection: BaseDatabaseWrapper) -> None:
+        """Called by ``fenced_atomic`` when the run's outermost fenced block ends without an
+        error, just before it commits: what the block did (items, completed batches, the
+        watermark) goes on the run's row in the same transaction. So the row says what
+        committed, whoever records the run's end (itself, its supervisor at the timeout, a
+        successor finding it abandoned after a SIGKILL)."""
+        progress, self._pending = self._pending, Progress()
+        if not progress:
+            return
+        table = connection.ops.quote_name(JobRun._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET items = items + %s, batches = batches + %s,"
+                " watermark_after = COALESCE(%s, watermark_after) WHERE id = %s",
+                [progress.items, progress.batches, progress.watermark, self.record.pk],
+            )
+        transaction.on_commit(lambda: self._committed.add(progress), using=connection.alias)
 
     def heartbeat(self) -> None:
         """Renew the lease now; raises :class:`FenceLost` when it is no longer this run's.
@@ -342,6 +391,26 @@ class Run:
                 "nothing in this fenced block was committed"
             )
         self._held = held
+        self._pending = Progress()  # a new transaction: nothing of it is done yet
+
+
+@dataclass
+class Progress:
+    """What fenced transactions of a run did: items counted, batches completed, the
+    default watermark reached (as recorded, or None)."""
+
+    items: int = 0
+    batches: int = 0
+    watermark: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.items or self.batches or self.watermark is not None)
+
+    def add(self, other: Progress) -> None:
+        self.items += other.items
+        self.batches += other.batches
+        if other.watermark is not None:
+            self.watermark = other.watermark
 
 
 def _fence_gone(run: Run) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
+from django.db.models import F
 
 from django_fencedjobs import clock, lease, signals
 from django_fencedjobs.conf import get_settings
@@ -156,6 +158,8 @@ def run_job(job: Job, row: lease.LeaseRow, *, on_abandon: Any = None) -> JobRun 
                 owner=owner,
                 missed_slots=missed,
                 watermark_before=watermark_text(watermarks.get("")),
+                # Until a fenced block of the run moves it (Run._save_progress).
+                watermark_after=watermark_text(watermarks.get("")),
                 error=(
                     f"Not started: {now - scheduled_for} after its slot, past the job's "
                     f"starting_deadline of {job.starting_deadline}."
@@ -326,6 +330,7 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = lease.LOCK_W
     """
     run._lost = True
     job, record = run.job, run.record
+    alias = lease.lease_db()
     with lease.bounded_wait(wait):
         released = lease.end(
             job.name,
@@ -333,22 +338,37 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = lease.LOCK_W
             succeeded_at=record.started_at if outcome == Outcome.SUCCEEDED else None,
             failed=outcome in (Outcome.FAILED, Outcome.TIMED_OUT),
         )
+        if not released and outcome == Outcome.TIMED_OUT:
+            # Its timeout came after a successor had taken the lease over: the run was
+            # paused (or stalled) past its lease, which is what ended it.
+            outcome, error = Outcome.FENCE_LOST, fence_lost_error(run)
         # From running (or abandoned, if a successor gave up on this run while it was
-        # paused: its own account is better), never from an outcome already recorded.
-        ended = {
+        # paused: its own account is better), never from an outcome already recorded. The
+        # items, batches and watermark are on the row already, as each of the run's
+        # transactions committed them (Run._save_progress); only the items counted outside
+        # any transaction are added here.
+        ended: dict[str, Any] = {
             "outcome": outcome,
             "finished_at": clock.now(),
-            "items": run._items,
-            "batches": run._batch_count,
             "capped": run._capped,
-            "watermark_after": watermark_text(run._watermarks.get("")),
             "error": error,
         }
-        recorded = (
-            JobRun.objects.using(lease.lease_db())
-            .filter(pk=record.pk, outcome__in=[Outcome.RUNNING, Outcome.ABANDONED])
-            .update(**ended)
+        rows = JobRun.objects.using(alias).filter(
+            pk=record.pk, outcome__in=[Outcome.RUNNING, Outcome.ABANDONED]
         )
+        recorded = rows.update(**ended, items=F("items") + run._loose_items)
+        if recorded and threading.get_ident() != run._thread:
+            # Recorded from beside the handler (its supervisor): the handler's last
+            # commit may be newer than what this thread has seen of it.
+            committed = JobRun.objects.using(alias).filter(pk=record.pk)
+            ended["items"], ended["batches"], ended["watermark_after"] = committed.values_list(
+                "items", "batches", "watermark_after"
+            ).get()
+        else:
+            ended["items"] = run._items
+            ended["batches"] = run._committed.batches
+            if run._committed.watermark is not None:
+                ended["watermark_after"] = run._committed.watermark
     if not recorded:
         return False
     if not released and outcome != Outcome.FENCE_LOST:
@@ -358,7 +378,7 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = lease.LOCK_W
             run.fence,
             extra=_log_fields(record, event="run_superseded"),
         )
-    for field, value in ended.items():  # what was written: no read back
+    for field, value in ended.items():  # what the row now says
         setattr(record, field, value)
     duration = record.duration
     log = logger.info if outcome == Outcome.SUCCEEDED else logger.error
