@@ -13,7 +13,7 @@ checks (``migrate``, ``runserver``, a project's own commands) shows them as warn
 carries on: a typo in one job must not block a deployment's migration or stop the
 development server. ``runjobs`` reports them itself, one line per invalid job.
 
-E009, E010, E014 and E015 concern the whole installation: they are errors for every command
+E009, E010 and E014 to E016 concern the whole installation: they are errors for every command
 that runs the checks. ``runjobs`` and ``checkjobs`` report a bad ``FENCEDJOBS`` in one line.
 """
 
@@ -236,6 +236,46 @@ def check_isolation(
             "fail with serialization errors against its own lease renewals.",
             "Leave 'isolation_level' out (PostgreSQL's default, READ COMMITTED), or give the "
             "code that needs a stricter level a database alias of its own.",
+        )
+    ]
+
+
+@checks.register("fencedjobs")
+def check_transaction_pooler(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Behind a pooler in transaction mode (``FENCEDJOBS["TRANSACTION_POOLER"]``), each
+    transaction may go to another server session, and a statement outside a transaction to
+    yet another. The app keeps nothing on a session (its limits are the transaction's own,
+    its advisory locks too), but Django's server-side cursors (``QuerySet.iterator()``) and
+    server-side binding (prepared statements) do: they fail at random there, on the lease
+    database as anywhere."""
+    from django_fencedjobs.conf import get_settings
+    from django_fencedjobs.models import JobLease
+
+    try:
+        pooled = get_settings().TRANSACTION_POOLER
+    except ImproperlyConfigured:
+        return []  # E010/E014 report it
+    alias = router.db_for_write(JobLease)
+    connection = connections[alias]
+    if not pooled or connection.vendor != "postgresql":
+        return []
+    wrong = []
+    if not connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+        wrong.append("DISABLE_SERVER_SIDE_CURSORS is not True")
+    if (connection.settings_dict.get("OPTIONS") or {}).get("server_side_binding"):
+        wrong.append("OPTIONS['server_side_binding'] is True")
+    if not wrong:
+        return []
+    return [
+        _error(
+            16,
+            f"FENCEDJOBS['TRANSACTION_POOLER'] is True but in DATABASES[{alias!r}] "
+            f"{' and '.join(wrong)}: server-side cursors and prepared statements belong to a "
+            "server session, which a transaction pooler shares between clients.",
+            "Set DATABASES[...]['DISABLE_SERVER_SIDE_CURSORS'] = True and leave "
+            "'server_side_binding' out (see docs/deployment.md, Connection poolers).",
         )
     ]
 

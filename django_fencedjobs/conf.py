@@ -41,6 +41,14 @@ class Settings:
     METRICS_TOKEN: str = ""
     #: How many jobs a runner process runs side by side (``runjobs --workers`` overrides).
     WORKERS: int = 4
+    #: A runner whose handlers given up on at their timeout (and still running, in threads
+    #: nothing but the end of the process ends) reach this many stops taking runs and
+    #: exits, for a new process to take over. None: as many as the runner has workers.
+    MAX_ABANDONED_HANDLERS: int | None = None
+    #: A pooler in transaction mode (PgBouncer ``pool_mode = transaction``) is between the
+    #: app and PostgreSQL: the system checks then hold the lease database to what such a
+    #: pooler needs (fencedjobs.E016). The app itself keeps nothing on a server session.
+    TRANSACTION_POOLER: bool = False
 
     @property
     def owner(self) -> str:
@@ -89,6 +97,11 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "METRICS_TOKEN": (lambda v: isinstance(v, str), "a str ('' for no token)"),
     "WORKERS": (lambda v: _is_int(v) and v >= 1, "an int of at least 1"),
+    "MAX_ABANDONED_HANDLERS": (
+        lambda v: v is None or (_is_int(v) and v >= 1),
+        "an int of at least 1, or None (as many as the runner's workers)",
+    ),
+    "TRANSACTION_POOLER": (lambda v: isinstance(v, bool), "True or False"),
 }
 
 

@@ -334,3 +334,27 @@ def test_a_task_queue_outside_the_lease_database_is_warning_w003(elsewhere):
         assert "'queue'" in warning.msg and "at most once" in warning.msg
     else:
         assert messages == []
+
+
+@pytest.mark.postgres_only
+def test_a_transaction_pooler_with_server_side_cursors_is_an_error(monkeypatch, settings):
+    from django.db import connection
+
+    from django_fencedjobs.checks import check_transaction_pooler
+
+    settings.FENCEDJOBS = {"TRANSACTION_POOLER": True}
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", False)
+    (error,) = check_transaction_pooler()
+    assert error.id == "fencedjobs.E016"
+    assert "DISABLE_SERVER_SIDE_CURSORS" in error.msg
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", {"server_side_binding": True})
+    (error,) = check_transaction_pooler()
+    assert "server_side_binding" in error.msg and "DISABLE_SERVER_SIDE_CURSORS" in error.msg
+    # Declared as Django's documentation asks for transaction pooling: no error.
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", {})
+    assert check_transaction_pooler() == []
+    # Not declared: nothing is asked of the database settings.
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", False)
+    settings.FENCEDJOBS = {}
+    assert check_transaction_pooler() == []
