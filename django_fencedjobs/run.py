@@ -352,9 +352,13 @@ class Run:
         if self._lost:
             raise FenceLost(_fence_gone(self))
         until = clock.now() + self.job.lease_ttl
-        if connections[lease.lease_db()].in_atomic_block:
-            # Inside the run's own transaction: a fenced block there holds the row already,
-            # and a lock timeout set here would outlive this statement.
+        connection = connections[lease.lease_db()]
+        if connection.in_atomic_block:
+            # Inside a transaction of the handler's: the renewal locks the lease row until
+            # it ends, as a fenced block does, so it is checked (and bounded, and can be
+            # ended) as a fenced block is; a lock timeout set here would outlive this
+            # statement.
+            self._check_fence(connection)
             renewed = lease.renew(self.job.name, self.fence, until)
         else:
             with lease.bounded_wait():

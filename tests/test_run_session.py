@@ -182,3 +182,23 @@ def test_the_database_clock_read_first_in_a_transaction_costs_no_round_trip(jobs
     assert read[0].tzinfo is not None
     # Outside a transaction it is a statement like any other.
     assert round_trips_of(database_now) == 1
+
+
+def test_a_heartbeat_inside_a_plain_transaction_is_bounded_as_a_fenced_block(jobs):
+    """Renewing inside the handler's own transaction locks the lease row until it ends: that
+    transaction gets the idle limit, and is the one the supervisor would end."""
+    seen: list[tuple[str, bool]] = []
+
+    @job("*/15 * * * *", name="t.session_heartbeat", lease_ttl=timedelta(seconds=40))
+    def handler(run):
+        with transaction.atomic():
+            run.heartbeat()
+            seen.append((show_idle_limit()[1], run._held is not None))
+        seen.append((show_idle_limit()[1], True))
+
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=15, seconds=2))
+    tick(workers=1)
+    assert JobRun.objects.get(job="t.session_heartbeat").outcome == Outcome.SUCCEEDED
+    default = show_idle_limit()[1]
+    assert seen == [("40s", True), (default, True)]
