@@ -398,6 +398,10 @@ class TaskFence:
         """A task is never stopped from beside it: only its fence check can fail."""
         return None
 
+    def _save_progress(self, connection: BaseDatabaseWrapper) -> None:
+        """A task has no progress of its run's to record: its run's row is the run's."""
+        return None
+
     def _check_fence(self, connection: BaseDatabaseWrapper) -> None:
         name, fence = self._resolve()
         ttl = registry.get(name).lease_ttl if name in registry else DEFAULT_LEASE_TTL
