@@ -3,28 +3,39 @@ fake clock (``loop.tick()``), the tasks run by django-tasks-db's worker in this 
 
 What is checked: a slot enqueues its task once, with its arguments; a run's enqueues are
 writes of its fenced transaction (they roll back with it on the database backend; on any
-other backend the task is handed over only once it has committed); the run's record of each
-task (``RunTask``) follows what the worker reports; inside a task, ``fenced_atomic()``
-checks the fence of the run that enqueued it (``FenceLost`` once a later run of the job has
-been granted the lease; ``NotInRun`` for a task no run enqueued); and a daily task in a
-zone with daylight saving time is enqueued once per slot of its schedule across both
-changes.
+other backend the task is handed over only once it has committed), and of the innermost
+savepoint in it (a savepoint that rolls back leaves no task and no record); the run's record
+of each task (``RunTask``) follows what the worker reports; inside a task,
+``fenced_atomic()`` checks the fence of the run that enqueued it (``FenceLost`` once a later
+run of the job has been granted the lease; ``NotInRun`` for a task no run enqueued); and a
+daily task in a zone with daylight saving time is enqueued once per slot of its schedule
+across both changes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
+import random
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from io import StringIO
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.db import transaction
 from django.test import override_settings
 from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult
 
 from django_fencedjobs import fenced_atomic, job, lease, signals
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.health import State, job_health
 from django_fencedjobs.integrations.tasks import schedule_task
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, JobRun, Outcome, RunTask, TaskStatus
@@ -64,6 +75,15 @@ def result_of(record: RunTask) -> DBTaskResult:
 
 def exception_name(result: DBTaskResult) -> str:
     return result.exception_class_path.rsplit(".", 1)[-1]
+
+
+def checkjobs(*args: str) -> int:
+    """``manage.py checkjobs``'s exit status."""
+    try:
+        call_command("checkjobs", *args, stdout=StringIO(), stderr=StringIO())
+    except CommandError as exc:
+        return exc.returncode
+    return 0
 
 
 # -- once per slot ----------------------------------------------------------------------------
@@ -380,6 +400,221 @@ def test_a_task_of_a_run_taken_over_while_running_fails_with_fence_lost(jobs):
     record = RunTask.objects.get()
     assert record.status == TaskStatus.FAILED
     assert exception_name(result_of(record)) == "FenceLost"
+
+
+# -- an enqueue belongs to the innermost transaction ------------------------------------------
+
+
+class Skip(Exception):
+    """An item (or block) that fails after its enqueues: the block it ends rolls back."""
+
+
+def item(run, task, name: str, seq: int, *, fails: bool = False) -> None:
+    """One item of a handler's loop: its own write, then a task for it."""
+    Write.objects.create(job=name, fence=run.fence, seq=seq)
+    run.enqueue(task, name, seq)
+    if fails:
+        raise Skip(seq)
+
+
+def per_item(run, task, name: str) -> None:
+    """A handler enqueueing one task per item, in each way of nesting a block in a fenced
+    block; items 1, 3 and 5 commit, every other one rolls back."""
+    with fenced_atomic():
+        for seq in (1, 2):  # a savepoint per item, item 2's rolled back
+            try:
+                with transaction.atomic():
+                    item(run, task, name, seq, fails=seq == 2)
+            except Skip:
+                pass
+        with fenced_atomic():  # a fenced block nested in the fenced block
+            item(run, task, name, 3)
+            try:
+                with transaction.atomic():
+                    item(run, task, name, 4, fails=True)
+            except Skip:
+                pass
+        with transaction.atomic(savepoint=False):  # joins the fenced block, commits with it
+            item(run, task, name, 5)
+        try:
+            with transaction.atomic():
+                with transaction.atomic(savepoint=False):  # joins the savepoint, fails in it
+                    item(run, task, name, 6, fails=True)
+        except Skip:
+            pass
+        try:
+            with transaction.atomic():
+                with transaction.atomic():  # released into its parent...
+                    item(run, task, name, 7)
+                raise Skip(7)  # ... which then rolls back
+        except Skip:
+            pass
+        try:
+            with transaction.atomic():
+                with fenced_atomic():
+                    item(run, task, name, 8)
+                raise Skip(8)
+        except Skip:
+            pass
+
+
+COMMITTED = [1, 3, 5]
+
+
+def item_writes(name: str) -> list[int]:
+    return sorted(Write.objects.filter(job=name).exclude(fence=-1).values_list("seq", flat=True))
+
+
+def task_writes(name: str) -> list[int]:
+    return sorted(Write.objects.filter(job=name, fence=-1).values_list("seq", flat=True))
+
+
+def test_on_the_immediate_backend_a_task_enqueued_in_a_rolled_back_savepoint_never_runs(jobs):
+    tasks.NOTES.clear()
+    job("0 * * * *", name="t.items_immediate")(
+        lambda run: per_item(run, tasks.immediate_note, "t.items_immediate")
+    )
+
+    tick()
+    (run,) = run_slot(T0 + HOUR)
+    assert run.outcome == Outcome.SUCCEEDED, run.error
+    assert item_writes("t.items_immediate") == COMMITTED
+    # Only the committed items' tasks ran, and each has a record that says so.
+    assert sorted(seq for _, seq, _ in tasks.NOTES) == COMMITTED
+    assert task_writes("t.items_immediate") == COMMITTED
+    records = list(RunTask.objects.all())
+    assert len(records) == len(COMMITTED)
+    assert {(r.run_id, r.backend, r.status) for r in records} == {
+        (run.pk, "immediate", TaskStatus.SUCCESSFUL)
+    }
+
+
+def test_on_the_database_backend_a_rolled_back_savepoint_leaves_no_task_no_record_and_no_lateness(
+    jobs,
+):
+    job("0 * * * *", name="t.items_db")(lambda run: per_item(run, tasks.record_write, "t.items_db"))
+
+    tick()
+    (run,) = run_slot(T0 + HOUR)
+    assert run.outcome == Outcome.SUCCEEDED, run.error
+    assert item_writes("t.items_db") == COMMITTED
+    # A queue row and a record for each committed item, no other: none without the other.
+    assert sorted(r.args_kwargs["args"][1] for r in DBTaskResult.objects.all()) == COMMITTED
+    records = list(RunTask.objects.all())
+    assert {r.result_id for r in records} == {
+        str(pk) for pk in DBTaskResult.objects.values_list("pk", flat=True)
+    }
+    assert len(records) == len(COMMITTED)
+
+    run_worker()
+    assert task_writes("t.items_db") == COMMITTED
+    assert set(RunTask.objects.values_list("status", flat=True)) == {TaskStatus.SUCCESSFUL}
+    # Past the slot's deadline for its tasks (the run's timeout, 30 minutes, plus its grace,
+    # 5), before the next slot's: the job is healthy, and checkjobs says so.
+    fake_clock.set(T0 + HOUR + timedelta(minutes=36))
+    assert job_health("t.items_db").state == State.OK
+    assert checkjobs("--job", "t.items_db") == 0
+
+
+@pytest.mark.parametrize("backend", ["immediate", "database"])
+def test_an_enqueue_in_a_failed_block_joined_without_a_savepoint_rolls_back_with_the_fenced_block(
+    jobs, backend
+):
+    """``atomic(savepoint=False)`` fails, and the handler catches the error inside the fenced
+    block: Django rolls the whole block back when it ends, enqueues included, as it would
+    without them."""
+    tasks.NOTES.clear()
+    task = tasks.immediate_note if backend == "immediate" else tasks.record_write
+
+    @job("0 * * * *", name="t.joined_failed")
+    def joined_failed(run):
+        with fenced_atomic():
+            item(run, task, "t.joined_failed", 1)
+            try:
+                with transaction.atomic(savepoint=False):
+                    item(run, task, "t.joined_failed", 2, fails=True)
+            except Skip:
+                pass
+
+    tick()
+    (run,) = run_slot(T0 + HOUR)
+    assert run.outcome == Outcome.SUCCEEDED, run.error
+    run_worker()
+    assert Write.objects.count() == 0
+    assert tasks.NOTES == []
+    assert DBTaskResult.objects.count() == 0
+    assert RunTask.objects.count() == 0
+
+
+Program = list[tuple[Any, ...]]
+
+
+def random_program(
+    rng: random.Random, depth: int = 0, seqs: Iterator[int] | None = None
+) -> Program:
+    """Items and blocks nested in each other at random: ``("item", seq)``, or
+    ``("block", kind, body, fails)`` where kind is a savepoint (``atomic``), a block joined
+    without one (``joined``) or a nested ``fenced`` block; a block that fails raises at its
+    end, after its body."""
+    seqs = seqs if seqs is not None else itertools.count(1)
+    program: Program = []
+    for _ in range(rng.randint(1, 4)):
+        if depth < 3 and rng.random() < 0.5:
+            kind = rng.choice(["atomic", "joined", "fenced"])
+            body = random_program(rng, depth + 1, seqs)
+            program.append(("block", kind, body, rng.random() < (0.1 if kind == "joined" else 0.3)))
+        else:
+            program.append(("item", next(seqs)))
+    return program
+
+
+def execute(run, task, program: Program) -> None:
+    """Run ``program``: each item writes and enqueues as :func:`item` does. The error of a
+    failed block is caught right outside it, but for a block joined without a savepoint,
+    whose error fails the block around it (Django could not roll back less)."""
+    for node in program:
+        if node[0] == "item":
+            item(run, task, "t.nested", node[1])
+            continue
+        _, kind, body, fails = node
+        block = {
+            "atomic": transaction.atomic,
+            "joined": functools.partial(transaction.atomic, savepoint=False),
+            "fenced": fenced_atomic,
+        }[kind]()
+        with contextlib.suppress(Skip) if kind != "joined" else contextlib.nullcontext():
+            with block:
+                execute(run, task, body)
+                if fails:
+                    raise Skip(kind)
+
+
+@pytest.mark.parametrize("backend", ["immediate", "database"])
+def test_in_any_nesting_a_task_stands_exactly_when_the_write_beside_it_commits(jobs, backend):
+    """Seeded random nestings of savepoints, joined blocks and fenced blocks in a fenced
+    block, some failing: an item's task (its record, its queue row, its run on the
+    immediate backend) exists exactly when the item's own write committed."""
+    task = tasks.immediate_note if backend == "immediate" else tasks.record_write
+    program: dict[str, Program] = {}
+    job("0 * * * *", name="t.nested")(lambda run: execute(run, task, program["now"]))
+    tick()
+    for seed in range(40):
+        rng = random.Random(seed)
+        program["now"] = [("block", "fenced", random_program(rng), False)]
+        tasks.NOTES.clear()
+        for model in (Write, RunTask, DBTaskResult):
+            model.objects.all().delete()
+
+        (run,) = run_slot(T0 + (seed + 1) * HOUR)
+        assert run.outcome == Outcome.SUCCEEDED, run.error
+        committed = item_writes("t.nested")
+        assert RunTask.objects.count() == len(committed), (seed, program)
+        if backend == "immediate":
+            assert sorted(seq for _, seq, _ in tasks.NOTES) == committed, (seed, program)
+        else:
+            queued = DBTaskResult.objects.all()
+            assert sorted(r.args_kwargs["args"][1] for r in queued) == committed, (seed, program)
+            assert {r.result_id for r in RunTask.objects.all()} == {str(r.pk) for r in queued}
 
 
 # -- daylight saving time ---------------------------------------------------------------------
