@@ -12,7 +12,9 @@ go idle while the WAL is flushed.) A fourth is the plain transaction with ``SELE
 sent in BEGIN's round trip, the way the fence's check is sent: the floor of what any check
 made by a statement can cost. A fifth sends there the fence's own check without its row
 lock (the same lookup of the lease row by name and fence, no ``FOR UPDATE``): it splits
-what the fence costs above that floor into the lookup and the lock.
+what the fence costs above that floor into the lookup and the lock. A sixth sends the
+lookup with its lock but without what the fence's check also does in that statement (set
+the transaction's idle limit, say which transaction it is): what those cost.
 
 Goals: overhead at most one statement round trip; throughput ratio (fenced / plain)
 >= 0.9 at 1 row, >= 0.95 at 100 rows.
@@ -84,6 +86,17 @@ def measure(smoke: bool) -> common.Report:
                 )
                 write(rows)
 
+        def plain_with_lock(rows: int) -> None:
+            # The fence's lookup and lock, without the idle limit and the transaction's
+            # identity that the fence's check returns with them.
+            with transaction.atomic():
+                lease.first_statement(
+                    connection,
+                    f"SELECT 1 FROM {table} WHERE name = %s AND fence = %s FOR UPDATE",
+                    [run.job.name, run.fence],
+                )
+                write(rows)
+
         table = connection.ops.quote_name(JobLease._meta.db_table)
         variants = {
             "fenced": fenced,
@@ -91,6 +104,7 @@ def measure(smoke: bool) -> common.Report:
             "plain+1": plain_one_more,
             "plain+0": plain_with_begin,
             "plain+read": plain_with_read,
+            "plain+lock": plain_with_lock,
         }
         for name in ("plain", "fenced"):
             with CaptureQueriesContext(connection) as captured:
@@ -98,7 +112,7 @@ def measure(smoke: bool) -> common.Report:
             statements[name] = len(captured.captured_queries)
         for rows, per_block in plan.items():
             names = (
-                ["fenced", "plain", "plain+1", "plain+0", "plain+read"]
+                ["fenced", "plain", "plain+1", "plain+0", "plain+read", "plain+lock"]
                 if rows == 1
                 else ["fenced", "plain"]
             )
@@ -217,6 +231,17 @@ def measure(smoke: bool) -> common.Report:
         "lease row's tuple and to the WAL; it is what makes the check hold until the "
         "commit)."
     )
+    locked = common.summarize(paired(("plain+lock", 1), ("plain", 1)))
+    report.add("")
+    report.add(
+        f"The lookup with its lock but without the transaction's idle limit and identity "
+        f"(the fence's check as it was before they rode in its statement) adds "
+        f"{locked.fmt('.3f')} ms, a throughput ratio of "
+        f"{ratios(('plain', 1), ('plain+lock', 1)).fmt('.3f')}: the idle limit and the "
+        f"identity cost {fence.median - locked.median:.3f} ms of the fence's "
+        f"{fence.median:.3f} ms."
+    )
+    report.figures["locked_ms"] = locked.median
     report.figures["lookup_ms"] = read.median
     report.figures["unlocked_ratio"] = unlocked.median
     report.figures["floor_ms"] = floor.median

@@ -1,20 +1,19 @@
 """P9: what it costs per run to bound every run (docs/running.md, "Timeouts").
 
-A run's handler runs in a thread of its own, beside a supervisor thread, and its database
-session gets ``idle_in_transaction_session_timeout`` set for the run (one statement) and
-reset after it (one more): that is what lets the runner end a run at its timeout whatever
-the handler catches or blocks in, and be free again. Measured side by side, alternating,
+A run's handler runs in a thread of its own, beside a supervisor thread: that is what lets
+the runner end a run at its timeout whatever the handler catches or blocks in, and be free
+again. (The idle limit that ends a paused holder costs no statement of its own: it rides
+in each fenced transaction's fence check, bench P1.) Measured side by side, alternating,
 on one job whose handler makes one fenced one-row write:
 
 * **run on a pool worker**: handed to a worker thread of a :class:`~django_fencedjobs.loop.Pool`
   and waited for, the path ``runjobs`` takes;
-* **run in the caller's thread**: ``runner.run_job`` (the supervisor thread and the two
-  statements are still there; the run's own thread is not);
-* **the two statements alone** (set and reset the idle limit);
+* **run in the caller's thread**: ``runner.run_job`` (the supervisor thread is still
+  there; the run's own thread is not);
 * **a process per run**, the other way to bound runs (celery's hard time limit, django-q2):
   the least such a process costs, starting Python and ``django.setup()`` with no run in it.
 
-Goal: the run's own thread and the two statements cost at most 25% of a run.
+Goal: the run's own thread costs at most 25% of a run.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ NAME = "bench.p9.one_write"
 
 
 def measure(smoke: bool) -> common.Report:
-    from django.db import connection
 
     from bench.benchapp.models import Row
     from django_fencedjobs import clock, fenced_atomic, job, lease, loop, runner
@@ -71,18 +69,11 @@ def measure(smoke: bool) -> common.Report:
                 assert record is not None and record.outcome == "succeeded", record
             return total / runs_per_sample
 
-        def statements() -> float:
-            start = time.perf_counter()
-            for _ in range(runs_per_sample):
-                lease.limit_idle_transactions(connection, timedelta(minutes=2))
-                lease.limit_idle_transactions(connection, None)
-            return (time.perf_counter() - start) / runs_per_sample
-
         pool = loop.Pool(1)
         sample("thread"), sample("caller")  # warm
-        samples: dict[str, list[float]] = {"thread": [], "caller": [], "statements": []}
-        for _, how in common.alternate(repeats, ["thread", "caller", "statements"]):
-            samples[how].append(statements() if how == "statements" else sample(how))
+        samples: dict[str, list[float]] = {"thread": [], "caller": []}
+        for _, how in common.alternate(repeats, ["thread", "caller"]):
+            samples[how].append(sample(how))
         pool.shutdown()
     Row.objects.filter(note="p9").delete()
 
@@ -104,7 +95,7 @@ def measure(smoke: bool) -> common.Report:
     ms = {how: common.summarize([v * 1000 for v in values]) for how, values in samples.items()}
     process = common.summarize([v * 1000 for v in startups])
     own_thread = ms["thread"].median - ms["caller"].median
-    share = (max(own_thread, 0) + ms["statements"].median) / ms["thread"].median
+    share = max(own_thread, 0) / ms["thread"].median
     report = common.Report("P9", "the cost of bounding every run")
     report.add(
         f"{repeats} alternating samples of {runs_per_sample} runs each (one fenced one-row "
@@ -116,25 +107,23 @@ def measure(smoke: bool) -> common.Report:
         [
             ["run on a pool worker (runjobs)", ms["thread"].fmt(".3f")],
             ["run in the caller's thread", ms["caller"].fmt(".3f")],
-            ["set and reset the idle limit (2 statements)", ms["statements"].fmt(".3f")],
             ["a process per run: Python + django.setup() alone", process.fmt(".1f")],
         ],
     ):
         report.add(line)
     report.add("")
     report.add(
-        f"Handing the run to a worker thread costs {own_thread:.3f} ms and the two statements "
-        f"{ms['statements'].median:.3f} ms: {share:.0%} of a run. A process per run would "
+        f"Handing the run to a worker thread costs {own_thread:.3f} ms: {share:.0%} of a run. "
+        "A process per run would "
         f"cost {process.median / ms['thread'].median:.0f}x a whole run before doing anything."
     )
     report.figures.update(
         thread_ms=ms["thread"].median,
         caller_ms=ms["caller"].median,
-        statements_ms=ms["statements"].median,
         process_ms=process.median,
         share=share,
     )
-    report.goal("own thread + idle limit, share of a run", "≤ 25%", f"{share:.0%}", share <= 0.25)
+    report.goal("own thread, share of a run", "≤ 25%", f"{share:.0%}", share <= 0.25)
     return report
 
 
