@@ -20,7 +20,7 @@ from django.db.models import Model, Q, QuerySet
 from django.utils import timezone as dj_timezone
 
 from django_fencedjobs import clock, lease
-from django_fencedjobs.exceptions import FenceLost, WatermarkError
+from django_fencedjobs.exceptions import FenceLost, NotInRun, WatermarkError
 from django_fencedjobs.fencing import FencedAtomic, current_run, in_fenced_block
 from django_fencedjobs.models import JobRun, Watermark
 
@@ -313,9 +313,14 @@ class Run:
 
         Inside a fenced block the count is the block's: it is recorded on the run's row in
         the block's transaction, so it counts only if the block commits, and it stays
-        counted whatever happens to the process after that. Outside, it is counted at once.
+        counted whatever happens to the process after that. Outside, it is counted at once
+        (so too in a thread of the handler's own, which is in none of the run's blocks).
         """
-        if current_run() is self and in_fenced_block(lease.lease_db()):
+        try:
+            inside = current_run() is self and in_fenced_block(lease.lease_db())
+        except NotInRun:  # a thread without the run's context
+            inside = False
+        if inside:
             self._pending.items += n
         else:
             self._loose_items += n

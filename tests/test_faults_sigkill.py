@@ -5,7 +5,9 @@ Why it matters: a job that resumes from "the last interval" or from an in-memory
 either loses the batch that was in flight or does it twice. Here the work and its progress
 (the per-item claim, or the watermark) commit in one fenced transaction: the killed batch
 rolls back whole, the next run starts from the committed state, no item or window is lost
-or processed twice, and the dead run is marked abandoned when the next fence is taken.
+or processed twice, and the dead run is marked abandoned when the next fence is taken. Its
+record says what it committed (items, batches, watermark): each of its transactions wrote
+that on its row as it committed, since nothing of the dead process records its end.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from datetime import timedelta
 import pytest
 
 from django_fencedjobs.models import Outcome, Watermark
-from django_fencedjobs.run import _floor
+from django_fencedjobs.run import _floor, watermark_text
 from tests.faults.harness import make_due, now, prepare, runs, wait_lease_expired
 from tests.faults.jobs import ITEMS, WINDOWS
 from tests.testapp.models import Item, Write
@@ -83,6 +85,8 @@ def test_killed_batch_rolls_back_and_the_next_run_resumes(spawn, stall_batch):
     assert dead.finished_at is not None
     assert (resumed.fence, resumed.outcome) == (fence_b, Outcome.SUCCEEDED), resumed.error
     assert resumed.items == ITEM_COUNT - len(committed)
+    # The dead run's record says what it committed, though it never recorded its end.
+    assert (dead.items, dead.batches) == (len(committed), stall_batch)
 
 
 @pytest.mark.parametrize("stall_window", [0, 3, 7])
@@ -116,3 +120,12 @@ def test_killed_window_rolls_back_and_the_next_run_resumes_from_the_watermark(sp
     expected = {(n, fence_a if n < stall_window else fence_b): 1 for n in range(windows)}
     assert written == Counter(expected)
     assert resumed.items == windows - stall_window
+    # The dead run's record says what it committed, though it never recorded its end; the
+    # next run started where that record says it had got to.
+    reached = watermark_text(start + stall_window * STEP) if stall_window else ""
+    assert (dead.items, dead.batches, dead.watermark_after) == (
+        stall_window,
+        stall_window,
+        reached,
+    )
+    assert resumed.watermark_before == dead.watermark_after

@@ -30,6 +30,8 @@ from django_fencedjobs import FenceLost, JobTimeout, Run, fenced_atomic, job
 from tests.testapp.models import Item, Write
 
 PAUSED_WRITER = "faults.paused_writer"
+#: A holder paused past its lease and its timeout (tests/test_faults_paused_past_timeout.py).
+PAUSED_PAST_TIMEOUT = "faults.paused_past_timeout"
 ITEMS = "faults.items"
 WINDOWS = "faults.windows"
 DOUBLE_FIRE = "faults.double_fire"
@@ -51,6 +53,8 @@ HOURLY = timedelta(hours=1)
 SHORT_TTL = timedelta(seconds=1)
 #: Far longer than any test; shorter than the hourly interval, as the system checks want.
 LONG_TIMEOUT = timedelta(minutes=30)
+#: The timeout of ``PAUSED_PAST_TIMEOUT``: longer than a worker takes to reach its pause point.
+PAUSE_TIMEOUT = timedelta(seconds=4)
 #: Upper bound of every wait inside a handler: a test that went wrong ends, it never hangs.
 HANDLER_WAIT = 60.0
 
@@ -169,6 +173,26 @@ def paused_writer(run: Run) -> None:
             error=traceback.format_exc(),
             type=type(exc).__name__,
         )
+        raise
+
+
+def paused_computing(run: Run) -> None:
+    """Write ``pause_after`` rows (default 3) through ``fenced_atomic``, reporting each one
+    after its commit; then report ``pause_point`` and compute, outside any transaction, in
+    short steps (the test SIGSTOPs it there) until ``release-<label>`` exists (then report
+    ``done`` and return) or the run is stopped (then report ``stopped`` with what stopped
+    it). It writes nothing after its pause point."""
+    seq = 0
+    try:
+        for seq in range(1, _int("pause_after", 3) + 1):
+            with fenced_atomic():
+                row = Write.objects.create(job=run.job.name, fence=run.fence, seq=seq)
+            report("ack", id=row.pk, fence=run.fence, seq=seq)
+        report("pause_point", fence=run.fence, seq=seq)
+        released = wait_until(lambda: exists(f"release-{label()}"))
+        report("done" if released else "deadline", fence=run.fence)
+    except BaseException as exc:
+        report("stopped", fence=run.fence, type=type(exc).__name__)
         raise
 
 
@@ -436,6 +460,9 @@ def _spin(deadline: float) -> None:
 def register() -> None:
     """Declare the jobs in the current registry. Idempotent (same functions, same names)."""
     job(every=HOURLY, name=PAUSED_WRITER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(paused_writer)
+    job(every=HOURLY, name=PAUSED_PAST_TIMEOUT, lease_ttl=SHORT_TTL, timeout=PAUSE_TIMEOUT)(
+        paused_computing
+    )
     job(every=HOURLY, name=ITEMS, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(process_items)
     job(every=HOURLY, name=WINDOWS, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(process_windows)
     job(every=HOURLY, name=DOUBLE_FIRE, lease_ttl=timedelta(seconds=5), timeout=LONG_TIMEOUT)(
