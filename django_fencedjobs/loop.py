@@ -14,7 +14,11 @@ that wait shows as lateness (``started_at - scheduled_for``).
 
 A worker whose handler was given up on (it did not return at its timeout plus the grace:
 :mod:`~django_fencedjobs.supervisor`) is replaced at once; the stuck thread is retired and
-ends by itself whenever its handler returns.
+ends by itself whenever its handler returns. Such threads are counted while they run
+(:func:`abandoned_handlers`); once a runner's reach its limit (``MAX_ABANDONED_HANDLERS``,
+by default its number of workers) it stops as on a stop request and :func:`tick` or
+:func:`loop` raises :class:`TooManyAbandonedHandlers`: nothing but the end of the process
+ends those threads, so ``runjobs`` exits for its supervisor to start a new one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import queue
 import random
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,6 +38,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_fencedjobs import clock, lease, signals
 from django_fencedjobs.conf import get_settings
+from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobRun
 from django_fencedjobs.registry import Job
 from django_fencedjobs.run import stop
@@ -64,6 +70,38 @@ def clear_stop() -> None:
     stop.clear()
 
 
+class TooManyAbandonedHandlers(FencedJobsError):
+    """Too many handlers this runner gave up on are still running: it took no further run,
+    recorded the runs it held, and should be replaced by a new process."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        handlers = "1 handler" if count == 1 else f"{count} handlers"
+        super().__init__(
+            f"{handlers} given up on at their timeout still running, the most a runner "
+            "keeps (FENCEDJOBS['MAX_ABANDONED_HANDLERS'], by default its number of workers: "
+            f"{limit}); took no further run, recorded the runs it held; exiting for a new "
+            "process to take over"
+        )
+        self.count = count
+        self.limit = limit
+
+
+#: Every pool of this process that may still have a thread: a pool lives as long as one of
+#: its threads does (each runs a method of it), abandoned ones included.
+_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
+#: Whether this process has run jobs (made a pool): only such a process reports
+#: :func:`abandoned_handlers`.
+_runs_jobs = threading.Event()
+
+
+def abandoned_handlers() -> int | None:
+    """How many handlers this process gave up on are still running (their threads have not
+    returned); None in a process that has run no job (a web process)."""
+    if not _runs_jobs.is_set():
+        return None
+    return sum(pool.abandoned() for pool in list(_pools))
+
+
 @dataclass
 class _Worker:
     #: Set when the worker's handler was given up on: the thread takes no more work.
@@ -77,12 +115,25 @@ class Pool:
     :meth:`submit` hands a due job to a free worker (the caller checks :meth:`free`
     first); :meth:`finished` returns what has been recorded since. Thread-safe for one
     dispatching thread.
+
+    A worker whose handler is given up on is replaced; its thread is counted
+    (:meth:`abandoned`) until it returns. When ``max_abandoned`` of them (default:
+    ``size``) are running at once, the pool requests the runner's stop (no further job
+    starts; each run in progress stops between batches and is recorded) and
+    :attr:`gave_up` says how many there were.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, max_abandoned: int | None = None) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one worker, got {size}")
         self.size = size
+        self.max_abandoned = max_abandoned or size
+        #: How many abandoned handlers were running when the limit was reached; 0 until then.
+        self.gave_up = 0
+        #: The threads of handlers given up on, while they run.
+        self._abandoned: list[threading.Thread] = []
+        _pools.add(self)
+        _runs_jobs.set()
         self._work: queue.SimpleQueue[tuple[Job, lease.LeaseRow] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._workers: list[_Worker] = []
@@ -120,6 +171,12 @@ class Pool:
             if idle:
                 self._start_worker()
         self._work.put((job, row))
+
+    def abandoned(self) -> int:
+        """How many handlers this pool gave up on are still running."""
+        with self._lock:
+            self._abandoned = [thread for thread in self._abandoned if thread.is_alive()]
+            return len(self._abandoned)
 
     def finished(self) -> list[JobRun]:
         """Runs recorded since the last call."""
@@ -173,10 +230,20 @@ class Pool:
     def _run(self, worker: _Worker, job: Job, row: lease.LeaseRow) -> JobRun | None:
         def give_up() -> None:
             # The supervisor recorded the run and ended its session; this worker is stuck
-            # in the handler. Free its place for a new worker.
+            # in the handler. Free its place for a new worker, and count the stuck thread
+            # until it returns: past the limit, stop taking runs (the runner exits).
             worker.retired.set()
             with self._lock:
                 self._workers.remove(worker)
+                if worker.thread is not None:
+                    self._abandoned.append(worker.thread)
+                running = [thread for thread in self._abandoned if thread.is_alive()]
+                self._abandoned = running
+                limit_reached = len(running) >= self.max_abandoned and not self.gave_up
+                if limit_reached:
+                    self.gave_up = len(running)
+            if limit_reached:
+                request_stop()
             self._finish(job.name, _latest_run(job.name))
 
         try:
@@ -266,6 +333,9 @@ def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> T
     return when each is recorded (``runjobs --once``). Due jobs beyond the workers wait for
     one to be free.
 
+    Raises :class:`TooManyAbandonedHandlers` once every run of the pass is recorded, if so
+    many of its handlers were given up on that the pass stopped taking runs.
+
     With no due job this issues a constant number of queries, whatever the number of
     registered jobs: the clock, and one read of the lease rows (:func:`lease.scan`, whose
     cost barely grows with the number of jobs either); and starts no thread.
@@ -277,7 +347,7 @@ def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> T
     pending, wakeup = _scan(jobs)
     runs: list[JobRun] = []
     if pending:
-        pool = Pool(workers or default_workers())
+        pool = _pool(workers)
         try:
             while pending and not stop.is_set():
                 while pending and pool.free():
@@ -288,6 +358,7 @@ def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> T
                     _wake.clear()
         finally:
             pool.shutdown()
+        _give_up_if(pool)
         runs = pool.finished()
         now = clock.now()
         seen = lease.scan(list(by_name), now)
@@ -301,6 +372,28 @@ def default_workers() -> int:
     return get_settings().WORKERS
 
 
+def _pool(workers: int | None) -> Pool:
+    size = workers or default_workers()
+    return Pool(size, max_abandoned=get_settings().MAX_ABANDONED_HANDLERS or size)
+
+
+def _give_up_if(pool: Pool) -> None:
+    """After a pool's shutdown: if it stopped at its limit of abandoned handlers, record
+    what could not be recorded yet (one try) and raise :class:`TooManyAbandonedHandlers`."""
+    if not pool.gave_up:
+        return
+    try:
+        record_pending()
+    except DatabaseError as exc:
+        # Left running: the next run of each job marks it abandoned, once its lease expires.
+        logger.warning(
+            "could not record every run before exiting: %s",
+            exc,
+            extra={"event": "record_failed"},
+        )
+    raise TooManyAbandonedHandlers(pool.gave_up, pool.max_abandoned)
+
+
 def loop(
     names: Sequence[str] | None = None,
     *,
@@ -310,7 +403,9 @@ def loop(
     """Run due jobs until :func:`request_stop`, side by side on ``workers`` workers: sleep
     until the earliest next slot (at most ``LOOP_MAX_SLEEP``) or until a worker is free,
     survive the database going away by reconnecting with backoff. On a stop request,
-    return once every worker's run is recorded.
+    return once every worker's run is recorded. When the workers' handlers given up on and
+    still running reach ``MAX_ABANDONED_HANDLERS``, stop the same way, then raise
+    :class:`TooManyAbandonedHandlers`.
 
     One read of the lease rows (a tick) serves until its due jobs are all handed out: when
     many jobs are due at once (a stampede), each freed worker takes the next one from that
@@ -322,7 +417,7 @@ def loop(
     jobs = runnable_jobs(names)  # unknown names fail now, not at the first tick
     by_name = {job.name: job for job in jobs}
     max_sleep = get_settings().LOOP_MAX_SLEEP.total_seconds()
-    pool = Pool(workers or default_workers())
+    pool = _pool(workers)
     backlog: list[lease.LeaseRow] = []
     wakeup: datetime | None = None
     scanned = 0.0
@@ -383,6 +478,16 @@ def loop(
             _wake.wait(sleep)
     finally:
         pool.shutdown()
+    _give_up_if(pool)
 
 
-__all__ = ["Pool", "TickResult", "clear_stop", "loop", "request_stop", "tick"]
+__all__ = [
+    "Pool",
+    "TickResult",
+    "TooManyAbandonedHandlers",
+    "abandoned_handlers",
+    "clear_stop",
+    "loop",
+    "request_stop",
+    "tick",
+]

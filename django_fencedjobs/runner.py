@@ -203,7 +203,14 @@ def _execute(job: Job, run: Run, on_abandon: Any) -> JobRun:
     )
     signals.send(signals.run_started, job=job, record=record)
     token = set_current_run(run)
-    supervisor = Supervisor(run, end=record_end, on_abandon=on_abandon)
+
+    def abandoned() -> None:
+        if record.outcome == Outcome.RUNNING:  # its supervisor could not record it: retry
+            _pending.append((run, *_outcome_of(None, run, supervisor)))
+        if on_abandon is not None:
+            on_abandon()
+
+    supervisor = Supervisor(run, end=record_end, on_abandon=abandoned)
     supervisor.start()
     outcome: str = Outcome.SUCCEEDED
     error = ""

@@ -17,7 +17,10 @@ Or add the collector to a registry you already expose (django-prometheus, your o
 The figures come from :func:`django_fencedjobs.health.all_health` (the admin and
 ``checkjobs`` ask the same function) and one ``GROUP BY`` over the runs, so every process
 serving them reports the same values, whichever process ran the jobs, and a scrape costs a
-constant number of queries whatever the number of jobs. Nothing is counted in memory.
+constant number of queries whatever the number of jobs. One figure is the process's own:
+in a process that runs jobs, how many of its handlers it gave up on are still running
+(``fencedjobs_runner_abandoned_handlers``). To see it, serve the metrics from the runner
+itself, ``manage.py runjobs --metrics [HOST:]PORT`` (:func:`serve`).
 
 Every series carries the job in a ``job_name`` label, not ``job``: Prometheus gives every
 scraped series a ``job`` label of its own (the scrape job), and would rename ours to
@@ -32,14 +35,18 @@ The view answers anyone, like any ``/metrics`` endpoint: keep it off the public 
 from __future__ import annotations
 
 import hmac
+import logging
+import threading
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from django.db import connections
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_safe
 
-from django_fencedjobs import health
+from django_fencedjobs import health, loop
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.lease import lease_db
 from django_fencedjobs.models import JobRun, Outcome
@@ -53,10 +60,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         'pip install "django-fencedjobs[prometheus]"'
     ) from exc
 
-__all__ = ["METRICS", "FencedJobsCollector", "metrics_view"]
+__all__ = ["METRICS", "FencedJobsCollector", "metrics_view", "serve"]
+
+logger = logging.getLogger("django_fencedjobs")
 
 #: The label that names the job on every series.
 JOB_LABEL = "job_name"
+#: The label that names a runner process (its owner label, as on its leases and runs).
+OWNER_LABEL = "owner"
 
 #: Every metric the collector exposes, with its help text.
 METRICS: dict[str, str] = {
@@ -89,10 +100,19 @@ METRICS: dict[str, str] = {
         "Recorded runs by outcome, as retained: a gauge, not a counter, because run "
         "retention deletes old runs and the figure then goes down."
     ),
+    "fencedjobs_runner_abandoned_handlers": (
+        "Handlers this runner process gave up on (they did not return at their timeout plus "
+        "the grace) whose threads are still running; at MAX_ABANDONED_HANDLERS the runner "
+        "exits. Only from a process that runs jobs."
+    ),
 }
 
-#: Labels besides the job's.
-_EXTRA_LABELS = {"fencedjobs_state": ["state"], "fencedjobs_runs": ["outcome"]}
+#: Each metric's labels, when not the job's alone.
+_LABELS = {
+    "fencedjobs_state": [JOB_LABEL, "state"],
+    "fencedjobs_runs": [JOB_LABEL, "outcome"],
+    "fencedjobs_runner_abandoned_handlers": [OWNER_LABEL],
+}
 
 
 def _timestamp(value: datetime | None) -> float | None:
@@ -106,9 +126,7 @@ class FencedJobsCollector:
         """The metric families without samples, so that registering the collector does
         not query the database (``CollectorRegistry.register`` calls this)."""
         for name, documentation in METRICS.items():
-            yield GaugeMetricFamily(
-                name, documentation, labels=[JOB_LABEL, *_EXTRA_LABELS.get(name, [])]
-            )
+            yield GaugeMetricFamily(name, documentation, labels=_LABELS.get(name, [JOB_LABEL]))
 
     def collect(self) -> Iterator[Metric]:
         families = {family.name: family for family in self.describe()}
@@ -161,11 +179,34 @@ class FencedJobsCollector:
         for job_name, outcome in sorted(keys):
             add("fencedjobs_runs", [job_name, outcome], counts.get((job_name, outcome), 0))
 
+        # This process's own figure: none in a process that runs no job (a web process).
+        abandoned = loop.abandoned_handlers()
+        if abandoned is not None:
+            add("fencedjobs_runner_abandoned_handlers", [get_settings().owner], abandoned)
+
         yield from families.values()
 
 
 _registry = CollectorRegistry(auto_describe=False)
 _registry.register(FencedJobsCollector())
+
+
+def _exposition(authorization: str, accept: str) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of a scrape: the metrics in Prometheus' text format (or
+    OpenMetrics, if ``accept`` asks), or 401 when ``METRICS_TOKEN`` is set and
+    ``authorization`` is not ``Bearer <token>``."""
+    token = get_settings().METRICS_TOKEN
+    if token and not hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode()):
+        return (
+            401,
+            {
+                "Content-Type": "text/plain",
+                "WWW-Authenticate": 'Bearer realm="fencedjobs metrics"',
+            },
+            b"401 Unauthorized: send FENCEDJOBS['METRICS_TOKEN'] as a bearer token\n",
+        )
+    encoder, content_type = choose_encoder(accept)
+    return 200, {"Content-Type": content_type}, encoder(_registry)
 
 
 @require_safe
@@ -175,16 +216,44 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     With ``FENCEDJOBS["METRICS_TOKEN"]`` set, only a request with
     ``Authorization: Bearer <token>`` gets them; any other gets 401.
     """
-    token = get_settings().METRICS_TOKEN
-    if token:
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            response = HttpResponse(
-                "401 Unauthorized: send FENCEDJOBS['METRICS_TOKEN'] as a bearer token\n",
-                status=401,
-                content_type="text/plain",
+    status, headers, body = _exposition(
+        request.headers.get("Authorization", ""), request.headers.get("Accept", "")
+    )
+    response = HttpResponse(body, status=status, content_type=headers.pop("Content-Type"))
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+class _ScrapeHandler(BaseHTTPRequestHandler):
+    """A GET on any path: what :func:`metrics_view` answers."""
+
+    def do_GET(self) -> None:
+        try:
+            status, headers, body = _exposition(
+                self.headers.get("Authorization", ""), self.headers.get("Accept", "")
             )
-            response["WWW-Authenticate"] = 'Bearer realm="fencedjobs metrics"'
-            return response
-    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-    return HttpResponse(encoder(_registry), content_type=content_type)
+        except Exception:
+            logger.exception("serving the metrics failed", extra={"event": "metrics_failed"})
+            status, headers, body = 500, {"Content-Type": "text/plain"}, b"500 metrics failed\n"
+        finally:
+            connections.close_all()  # this request thread's connections only
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Scrapes are not logged."""
+
+
+def serve(host: str, port: int) -> ThreadingHTTPServer:
+    """Serve the metrics on ``host:port`` (HTTP, any path; ``METRICS_TOKEN`` as for the
+    view) from a daemon thread, for as long as this process lives: ``runjobs --metrics``.
+    Raises ``OSError`` when the address cannot be bound."""
+    server = ThreadingHTTPServer((host, port), _ScrapeHandler)
+    thread = threading.Thread(target=server.serve_forever, name="fencedjobs-metrics", daemon=True)
+    thread.start()
+    return server

@@ -4,6 +4,7 @@ one job now (``--now NAME``); what it prints is :mod:`django_fencedjobs.console`
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from types import FrameType
@@ -23,6 +24,11 @@ from django_fencedjobs.registry import Job
 #: ``--now``: the run was recorded, and did not succeed. Not 2, which is argparse's exit
 #: status for a usage error.
 RUN_DID_NOT_SUCCEED = 3
+#: The loop or ``--once`` stopped because too many handlers it gave up on are still running
+#: (``MAX_ABANDONED_HANDLERS``): its runs are recorded, and a new process should take over.
+TOO_MANY_ABANDONED_HANDLERS = 4
+#: The signals that stop a runner: the first gracefully, a second at once.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Command(BaseCommand):
@@ -31,7 +37,8 @@ class Command(BaseCommand):
         "(for supervisor, systemd or a Kubernetes Deployment); or one job now (--now NAME). "
         "Says on stderr what it starts and how each run ends (-v 0: errors only; -v 2: each "
         "pass too), unless LOGGING configures the django_fencedjobs logger. Invalid jobs are "
-        "skipped, one line each on stderr."
+        "skipped, one line each on stderr. Exits 4 when too many handlers it gave up on are "
+        "still running (FENCEDJOBS['MAX_ABANDONED_HANDLERS']), for a new process to take over."
     )
     # The system checks run in handle(), after the invalid jobs are reported one line each:
     # an invalid job does not stop the others.
@@ -67,6 +74,14 @@ class Command(BaseCommand):
             metavar="NAME",
             help="Only this job (repeatable). Default: every registered job.",
         )
+        parser.add_argument(
+            "--metrics",
+            type=_address,
+            metavar="[HOST:]PORT",
+            help="Serve the Prometheus metrics from this process on HOST:PORT (HOST: "
+            "127.0.0.1 unless given; 0.0.0.0 for every interface), with this runner's count "
+            "of handlers given up on and still running. Needs prometheus-client.",
+        )
 
     def handle(
         self,
@@ -76,12 +91,15 @@ class Command(BaseCommand):
         now: str | None,
         jobs: list[str] | None,
         workers: int | None,
+        metrics: tuple[str, int] | None,
         **options: Any,
     ) -> None:
         if now is not None:
             if jobs:
                 raise CommandError("--now NAME names its job: leave --job out")
             jobs = [now]
+        if metrics is not None and (now is not None or list_jobs):
+            raise CommandError("--metrics serves a runner's metrics: the loop's or --once's")
         try:
             preflight.check_settings()
         except ImproperlyConfigured as exc:
@@ -102,9 +120,7 @@ class Command(BaseCommand):
                 self.stdout.write(describe_jobs(valid))
             return
         loop.clear_stop()
-        previous = {
-            sig: signal.signal(sig, _stop_gracefully) for sig in (signal.SIGTERM, signal.SIGINT)
-        }
+        previous = {sig: signal.signal(sig, _stop_gracefully) for sig in STOP_SIGNALS}
         report = console.PassReport(valid)
         try:
             with console.terminal_output(self.stderr, options["verbosity"]):
@@ -114,6 +130,8 @@ class Command(BaseCommand):
                 problem = lease.isolation_problem()
                 if problem:
                     raise CommandError(problem)
+                if metrics is not None:
+                    _serve_metrics(*metrics)
                 if now is not None:
                     _run_now(valid[0])
                 elif once:
@@ -126,6 +144,8 @@ class Command(BaseCommand):
                     console.runner_started(len(valid), workers or loop.default_workers())
                     with report.connected():
                         loop.loop(jobs, workers=workers)
+        except loop.TooManyAbandonedHandlers as exc:
+            raise CommandError(str(exc), returncode=TOO_MANY_ABANDONED_HANDLERS) from None
         except preflight.NotMigrated as exc:
             raise CommandError(str(exc)) from None
         except FencedJobsError as exc:  # --now: paused, or its lease is held
@@ -151,17 +171,55 @@ def _run_now(job: Job) -> None:
         )
 
 
+def _serve_metrics(host: str, port: int) -> None:
+    try:
+        from django_fencedjobs.integrations import prometheus
+    except ImportError as exc:
+        raise CommandError(_one_line(exc)) from None
+    try:
+        prometheus.serve(host, port)
+    except OSError as exc:
+        raise CommandError(f"cannot serve the metrics on {host}:{port}: {exc}") from None
+
+
 def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
-    """First signal: finish the current batch, record, release, exit 0. A second one
-    interrupts at once (the open transaction rolls back)."""
+    """First SIGTERM or SIGINT: finish the current batch, record, release, exit 0. The next
+    one, either of them, exits at once (:func:`_exit_now`)."""
     loop.request_stop()
-    signal.signal(
-        signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler
-    )
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _exit_now)
     print(
         f"received {signal.Signals(signum).name}: stopping after the current batch",
         file=sys.stderr,
     )
+
+
+def _exit_now(signum: int, frame: FrameType | None) -> None:
+    """A second SIGTERM or SIGINT, while stopping: one line, and the process ends at once,
+    killed by that signal (as if it had no handler; so the shell or the script that started
+    it sees it interrupted: exit status 128 + the signal's number). Nothing is recorded: the
+    runs in progress keep their leases until ``lease_ttl`` runs out, their open
+    transactions roll back, and the next run of each job marks them abandoned."""
+    sys.stderr.write(
+        f"received {signal.Signals(signum).name} while stopping: exiting now; runs in "
+        "progress roll back their open transactions and are marked abandoned by their "
+        "job's next run, once their leases expire\n"
+    )
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _address(text: str) -> tuple[str, int]:
+    """``[HOST:]PORT``: the host (127.0.0.1 when not given) and the port."""
+    host, _, port = text.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 0 < number < 65536:
+        raise argparse.ArgumentTypeError(f"expected [HOST:]PORT, e.g. 127.0.0.1:9108, got {text!r}")
+    return host or "127.0.0.1", number
 
 
 def _positive_int(text: str) -> int:
