@@ -23,6 +23,7 @@ from django_fencedjobs import clock, lease
 from django_fencedjobs.exceptions import FenceLost, NotInRun, WatermarkError
 from django_fencedjobs.fencing import FencedAtomic, current_run, in_fenced_block
 from django_fencedjobs.models import JobRun, Watermark
+from django_fencedjobs.savepoints import Ledger
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -75,7 +76,7 @@ class Run:
         # and the items counted outside any fenced block (added when the run is recorded).
         self._watermarks = dict(watermarks)
         self._batch_count = 0
-        self._pending = Progress()
+        self._pending: Ledger[Progress] | None = None
         self._committed = Progress()
         self._loose_items = 0
         #: The end of the window each windows() key is in: advancing to it completes a batch.
@@ -155,11 +156,11 @@ class Run:
         # handler caught the error and went on), the window it covered is not done.
         transaction.on_commit(lambda: self._watermarks.__setitem__(key, value), using=alias)
         if not key:
-            self._pending.watermark = watermark_text(value)
+            self._pending_note(Progress(watermark=watermark_text(value)))
         window_end = self._window_ends.get(key)
         if window_end is not None and value >= window_end:  # type: ignore[operator]
             del self._window_ends[key]
-            self._pending.batches += 1
+            self._pending_note(Progress(batches=1))
 
     # -- bounded iteration ----------------------------------------------------------------
 
@@ -276,9 +277,9 @@ class Run:
                         raise  # the loop body failed: roll this batch back
                     # The loop stopped early (``break``): the batch it finished commits.
                     self._batch_count += 1
-                    self._pending.batches += 1
+                    self._pending_note(Progress(batches=1))
                     return
-                self._pending.batches += 1
+                self._pending_note(Progress(batches=1))
             self._batch_count += 1
 
     def _close_iterators(self, *, abort: bool) -> None:
@@ -321,7 +322,7 @@ class Run:
         except NotInRun:  # a thread without the run's context
             inside = False
         if inside:
-            self._pending.items += n
+            self._pending_note(Progress(items=n))
         else:
             self._loose_items += n
 
@@ -330,13 +331,22 @@ class Run:
         """Items of the run as its record says them, as far as this process knows."""
         return self._committed.items + self._loose_items
 
+    def _pending_note(self, progress: Progress) -> None:
+        """Note what the open fenced transaction did, at the savepoint level it did it: a
+        savepoint that rolls back takes its part with it (:class:`Ledger`)."""
+        if self._pending is not None:
+            self._pending.note(progress)
+
     def _save_progress(self, connection: BaseDatabaseWrapper) -> None:
         """Called by ``fenced_atomic`` when the run's outermost fenced block ends without an
         error, just before it commits: what the block did (items, completed batches, the
         watermark) goes on the run's row in the same transaction. So the row says what
         committed, whoever records the run's end (itself, its supervisor at the timeout, a
         successor finding it abandoned after a SIGKILL)."""
-        progress, self._pending = self._pending, Progress()
+        ledger, self._pending = self._pending, None
+        progress = Progress()
+        for done in ledger.kept() if ledger is not None else ():
+            progress.add(done)
         if not progress:
             return
         table = connection.ops.quote_name(JobRun._meta.db_table)
@@ -363,7 +373,8 @@ class Run:
             # it ends, as a fenced block does, so it is checked (and bounded, and can be
             # ended) as a fenced block is; a lock timeout set here would outlive this
             # statement.
-            self._check_fence(connection)
+            if not in_fenced_block(connection.alias):  # else the block's check covers it
+                self._check_fence(connection)
             renewed = lease.renew(self.job.name, self.fence, until)
         else:
             with lease.bounded_wait():
@@ -400,7 +411,7 @@ class Run:
                 "nothing in this fenced block was committed"
             )
         self._held = held
-        self._pending = Progress()  # a new transaction: nothing of it is done yet
+        self._pending = Ledger(connection.alias)  # a new transaction: nothing of it is done
 
 
 @dataclass

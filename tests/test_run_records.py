@@ -18,6 +18,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 
 from django_fencedjobs import Run, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
@@ -177,3 +178,36 @@ def test_items_counted_in_another_thread_of_the_handler_are_recorded(jobs):
     assert errors == []
     assert record.outcome == Outcome.SUCCEEDED, record.error
     assert record.items == 6
+
+
+def test_a_savepoint_that_rolled_back_inside_a_committed_block_takes_its_progress_along(jobs):
+    """Per-item savepoints in one fenced block, and a nested fenced block that advances the
+    watermark and then fails: what they counted rolls back with their rows."""
+
+    @job("5 * * * *", name="t.records.savepoints")
+    def savepoints(run: Run) -> None:
+        windows = run.windows(STEP, start=START)
+        window = next(windows)
+        with fenced_atomic():
+            for n in range(4):
+                try:
+                    with transaction.atomic():
+                        Write.objects.create(job="t.records.savepoints", fence=run.fence, seq=n)
+                        run.add_items(1)
+                        if n % 2:
+                            raise ValueError(n)
+                except ValueError:
+                    pass
+            try:
+                with fenced_atomic():
+                    run.advance_watermark(window.end)
+                    run.add_items(10)
+                    raise ValueError("after advancing")
+            except ValueError:
+                pass
+
+    record = run_once("t.records.savepoints")
+    assert record.outcome == Outcome.SUCCEEDED, record.error
+    assert Write.objects.filter(job="t.records.savepoints").count() == 2
+    assert not Watermark.objects.filter(job="t.records.savepoints").exists()
+    assert (record.items, record.batches, record.watermark_after) == (2, 0, "")

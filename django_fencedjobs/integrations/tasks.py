@@ -60,6 +60,7 @@ from django_fencedjobs.fencing import (
 )
 from django_fencedjobs.models import UNFINISHED_TASK, RunTask, TaskStatus
 from django_fencedjobs.registry import DEFAULT_LEASE_TTL, Job, job, registry
+from django_fencedjobs.savepoints import Ledger
 
 if find_spec("django.tasks") is not None:  # Django 6.0+: the framework is built in
     from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
@@ -168,10 +169,10 @@ def enqueue(
         # A write of this transaction, like any other: it commits with the run's work or
         # rolls back with it (a lost fence, an error, the savepoint it was made in).
         result = task.enqueue(*args, **kwargs)
-        batch.current().enqueued.append(result)
+        batch.tasks.note(result)
         return result
     task.get_backend().validate_task(task)  # refused now rather than after the commit
-    batch.current().hand_over.append((task, args, kwargs))
+    batch.tasks.note((task, args, kwargs))
     return None
 
 
@@ -189,21 +190,12 @@ class _Batch:
     to the fenced block: a plain ``transaction.atomic()`` inside the block (one per item,
     say) that rolls back takes its enqueues with it (their queue rows roll back with it on
     a backend that writes to the lease database), so they get no record and are never
-    handed over. Django knows which savepoints rolled back: a ``transaction.on_commit``
-    callback registered while a savepoint was open is discarded when it rolls back. So the
-    tasks are kept in groups (:class:`_Savepoints`), one per level of open savepoints, each
-    registered as such a callback. A group whose savepoint has ended is settled at the next
-    enqueue, or when the block ends (:meth:`_settle`): dropped if its callback is gone,
-    else merged into the group of the enclosing level. Django's list of callbacks thus
-    holds one group per open level, not one per item: each savepoint rollback scans that
-    list, which a loop of thousands of per-item savepoints would otherwise pay for once per
-    item."""
+    handed over (:class:`~django_fencedjobs.savepoints.Ledger`)."""
 
     def __init__(self, run: Run, alias: str) -> None:
         self.run, self.alias = run, alias
-        #: The groups of levels that may still be open, outermost first, each one's
-        #: savepoints extending the previous one's.
-        self.groups: list[_Savepoints] = []
+        #: Each task: its result (enqueued in this transaction) or what to hand over.
+        self.tasks: Ledger[TaskResult[Any, Any] | HandOver] = Ledger(alias)
         self._writes_here: dict[str, bool] = {}
 
     def in_transaction(self, task: Task[Any, Any]) -> bool:
@@ -211,49 +203,11 @@ class _Batch:
             self._writes_here[task.backend] = writes_to(task, self.alias)
         return self._writes_here[task.backend]
 
-    def current(self) -> _Savepoints:
-        """The group of the savepoints open now."""
-        connection = connections[self.alias]
-        sids = tuple(connection.savepoint_ids)
-        self._settle(connection, sids)
-        if self.groups and self.groups[-1].sids == sids:
-            return self.groups[-1]
-        group = _Savepoints(sids)
-        transaction.on_commit(group, using=self.alias)
-        self.groups.append(group)
-        return group
-
-    def _settle(self, connection: BaseDatabaseWrapper, sids: tuple[str | None, ...]) -> None:
-        """Settle the groups of which a savepoint has ended (``sids`` are the ones open):
-        dropped if it rolled back, else theirs are the tasks of the level still open."""
-        groups = self.groups
-        while groups and groups[-1].sids != sids[: len(groups[-1].sids)]:
-            group = groups.pop()
-            at = _registered(connection, group)
-            if at is None:
-                continue  # a savepoint of it rolled back: so did its tasks
-            # Released: the group now stands or falls with its savepoints still open.
-            level = _common_prefix(group.sids, sids)
-            if groups and len(groups[-1].sids) >= len(level):
-                # The enclosing group does too (its own savepoints past that level were
-                # released as well): one group, one callback for both.
-                del connection.run_on_commit[at]
-                groups[-1].enqueued += group.enqueued
-                groups[-1].hand_over += group.hand_over
-            else:
-                group.sids = level
-                groups.append(group)
-
     def __call__(self) -> None:
         connection = connections[self.alias]
-        if connection.needs_rollback:
-            # A block joined without a savepoint (``atomic(savepoint=False)``) failed: the
-            # whole block rolls back when it ends, and takes every enqueue of it along.
-            return
-        self._settle(connection, tuple(connection.savepoint_ids))
-        groups = [group for group in self.groups if _registered(connection, group) is not None]
-        enqueued = [result for group in groups for result in group.enqueued]
-        hand_over = [item for group in groups for item in group.hand_over]
+        kept = self.tasks.kept()
+        enqueued = [entry for entry in kept if not isinstance(entry, tuple)]
+        hand_over = [entry for entry in kept if isinstance(entry, tuple)]
         run, rows = self.run, RunTask.objects.using(self.alias)
         if enqueued:
             if connection.vendor == "postgresql":
@@ -276,45 +230,6 @@ class _Batch:
             )
             tasks = list(zip(pending, hand_over, strict=True))
             transaction.on_commit(functools.partial(_hand_over, tasks), using=self.alias)
-
-
-class _Savepoints:
-    """The tasks enqueued at one level of savepoints (``sids``: the connection's
-    ``savepoint_ids`` open). Registered with ``transaction.on_commit`` as a marker: it does
-    nothing when called; what counts is whether Django still holds it (:func:`_registered`)."""
-
-    __slots__ = ("enqueued", "hand_over", "sids")
-
-    def __init__(self, sids: tuple[str | None, ...]) -> None:
-        self.sids = sids
-        self.enqueued: list[TaskResult[Any, Any]] = []
-        self.hand_over: list[HandOver] = []
-
-    def __call__(self) -> None:
-        return None
-
-
-def _common_prefix(
-    sids: tuple[str | None, ...], other: tuple[str | None, ...]
-) -> tuple[str | None, ...]:
-    n = 0
-    for sid, same in zip(sids, other, strict=False):
-        if sid != same:
-            break
-        n += 1
-    return sids[:n]
-
-
-def _registered(connection: BaseDatabaseWrapper, group: _Savepoints) -> int | None:
-    """Where ``group`` is in the connection's ``on_commit`` callbacks, None when Django
-    discarded it (a savepoint open when it was registered rolled back). Django keeps
-    ``(savepoint ids, callback, robust)`` entries in ``run_on_commit``
-    (``BaseDatabaseWrapper.savepoint_rollback`` filters them); a group is usually last."""
-    entries = connection.run_on_commit
-    for at in range(len(entries) - 1, -1, -1):
-        if entries[at][1] is group:
-            return at
-    return None
 
 
 def _queue_in(backend: str, alias: str) -> bool:
