@@ -5,6 +5,7 @@
 #   make lint    ruff check, ruff format --check, mypy (strict: pyproject.toml)
 #   make bench   benchmarks on a durable throwaway PostgreSQL
 #   make soak    random faults against three runners on a throwaway PostgreSQL (docs/reliability.md)
+#   make soak-pgbouncer  the same, through PgBouncer in transaction pooling
 #   make demo    the example project
 #
 # PY picks the Python for the virtualenv; PYTEST_ARGS are passed to both
@@ -19,7 +20,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := test
-.PHONY: venv browser-deps test test-postgres test-sqlite test-matrix lint bench demo clean
+.PHONY: venv browser-deps pooler-deps test test-postgres test-sqlite test-matrix lint bench demo clean
 
 venv: $(STAMP)
 
@@ -45,9 +46,24 @@ browser-deps:
 		fi; \
 	fi
 
+# The pooler tests (tests/test_poolers.py) and make soak-pgbouncer go through Debian's
+# PgBouncer, which scripts/throwaway_postgres.py starts in front of its cluster. Installed
+# here when missing and we may (root with apt); otherwise those tests fail and say why.
+pooler-deps:
+	@if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then \
+		if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then \
+			echo "==> installing the Debian package pgbouncer for the pooler tests"; \
+			export DEBIAN_FRONTEND=noninteractive; \
+			apt-get update -qq && apt-get install -y -qq --no-install-recommends pgbouncer </dev/null \
+				|| echo "make: installing pgbouncer failed; the pooler tests will fail"; \
+		else \
+			echo "make: pgbouncer is missing (apt-get install pgbouncer); the pooler tests will fail"; \
+		fi; \
+	fi
+
 # All three passes always run; the target fails if any failed (pytest's exit
 # code 5, "no tests collected", is a failure too).
-test: venv browser-deps
+test: venv browser-deps pooler-deps
 	@pg=0; sq=0; mx=0; \
 	echo "==> PostgreSQL pass"; \
 	FENCEDJOBS_TEST_DB=postgres $(PY) scripts/throwaway_postgres.py -- \
@@ -62,7 +78,7 @@ test: venv browser-deps
 	if [ $$pg -ne 0 ] || [ $$sq -ne 0 ] || [ $$mx -ne 0 ]; then exit 1; fi; \
 	echo "make test: all passes (PostgreSQL, SQLite, matrix) passed"
 
-test-postgres: venv browser-deps
+test-postgres: venv browser-deps pooler-deps
 	FENCEDJOBS_TEST_DB=postgres $(PY) scripts/throwaway_postgres.py -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-sqlite: venv
@@ -88,7 +104,7 @@ $(MATRIX_STAMP): pyproject.toml
 	$(MATRIX_BIN)/python -m pip install --quiet -e '.[dev]' '$(MATRIX_DJANGO)'
 	touch $@
 
-test-matrix: $(MATRIX_STAMP)
+test-matrix: $(MATRIX_STAMP) pooler-deps
 	@$(MATRIX_BIN)/python -c 'import sys, django; print("==> Matrix pass: Django", django.get_version(), "on Python", sys.version.split()[0])'
 	FENCEDJOBS_TEST_DB=postgres $(PY) scripts/throwaway_postgres.py -- \
 		$(MATRIX_BIN)/python -m pytest -m "not browser" $(PYTEST_ARGS)
@@ -119,7 +135,13 @@ clean:
 SOAK_SECONDS ?= 600
 SOAK_SEED ?=
 SOAK_ARGS ?=
-.PHONY: soak
+.PHONY: soak soak-pgbouncer
 soak: venv
 	$(PY) scripts/throwaway_postgres.py -- $(BIN)/python scripts/soak.py \
+		--seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) $(SOAK_ARGS)
+
+# The soak with PgBouncer (transaction pooling, default_pool_size 3) between every process
+# and the server: make soak SOAK_ARGS=--pgbouncer is the same.
+soak-pgbouncer: venv pooler-deps
+	$(PY) scripts/throwaway_postgres.py --pgbouncer -- $(BIN)/python scripts/soak.py --pgbouncer \
 		--seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) $(SOAK_ARGS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Run a command against a throwaway PostgreSQL cluster.
 
-    python3 scripts/throwaway_postgres.py [--durable] -- CMD [ARGS...]
+    python3 scripts/throwaway_postgres.py [--durable] [--pgbouncer | --no-pgbouncer]
+        -- CMD [ARGS...]
 
 Starts a private PostgreSQL cluster in a fresh temporary directory, runs CMD
 with these variables in its environment, and returns CMD's exit code:
@@ -13,9 +14,23 @@ with these variables in its environment, and returns CMD's exit code:
     FENCEDJOBS_TEST_PG_BINDIR   the directory holding initdb/pg_ctl/postgres
     FENCEDJOBS_TEST_PG_THROWAWAY  "1"
 
-The cluster is stopped and its directory removed whatever happens to CMD
-(non-zero exit, Ctrl-C, SIGTERM, SIGHUP). A cluster left behind by a run that
-was SIGKILLed is cleaned up by the next run.
+In front of the cluster it also starts a PgBouncer in transaction pooling
+(pool_mode = transaction, default_pool_size = 3, every database routed to the
+cluster), the connection pooler the pooler tests (tests/test_poolers.py) and
+`make soak-pgbouncer` put between the app and the server:
+
+    FENCEDJOBS_TEST_PGBOUNCER_URL    postgres://fencedjobs@127.0.0.1:PORT/postgres
+    FENCEDJOBS_TEST_PGBOUNCER_LOG    its log file
+
+When PgBouncer cannot be had (no `pgbouncer` binary: apt-get install pgbouncer;
+or it would not start), CMD runs all the same, with
+FENCEDJOBS_TEST_PGBOUNCER_ERROR saying why, and the tests that need the pooler
+fail with that reason. --pgbouncer makes that an error of this script instead
+(exit 2); --no-pgbouncer starts none.
+
+The cluster and the pooler are stopped and their directory removed whatever
+happens to CMD (non-zero exit, Ctrl-C, SIGTERM, SIGHUP). A cluster or pooler
+left behind by a run that was SIGKILLed is cleaned up by the next run.
 
 If DATABASE_URL is already set, nothing is started: CMD simply runs.
 
@@ -264,6 +279,7 @@ class Cluster:
 
 
 def stop_and_remove(tmpdir: str, prefix: list[str], bindir: str) -> None:
+    stop_pgbouncer(tmpdir)
     datadir = os.path.join(tmpdir, "data")
     if os.path.exists(os.path.join(datadir, "postmaster.pid")):
         subprocess.run(
@@ -318,6 +334,151 @@ def reap_stale(bindir: str, as_root: bool) -> None:
             continue
         log(f"removing stale cluster {tmpdir} (runner {owner} is gone)")
         stop_and_remove(tmpdir, prefix, bindir)
+
+
+# --------------------------------------------------------------------------
+# PgBouncer in front of the cluster
+
+PGBOUNCER_PID = "pgbouncer.pid"
+
+
+def find_pgbouncer() -> str | None:
+    found = shutil.which("pgbouncer")
+    if found:
+        return found
+    for path in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer", "/usr/local/bin/pgbouncer"):
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+class PgBouncer:
+    """A PgBouncer in transaction pooling in front of ``cluster``, in the cluster's
+    directory, run as the same user as the server."""
+
+    def __init__(self, cluster: Cluster, binary: str) -> None:
+        self.cluster = cluster
+        self.binary = binary
+        self.port = 0
+        self.ini = os.path.join(cluster.tmpdir, "pgbouncer.ini")
+        self.logfile = os.path.join(cluster.tmpdir, "pgbouncer.log")
+        self.pidfile = os.path.join(cluster.tmpdir, PGBOUNCER_PID)
+
+    def configure(self, port: int) -> None:
+        self.port = port
+        tmpdir = self.cluster.tmpdir
+        userlist = os.path.join(tmpdir, "pgbouncer-users.txt")
+        with open(userlist, "w") as f:
+            # auth_type = trust still wants the user listed; the server trusts it too.
+            f.write(f'"{SUPERUSER}" ""\n')
+        lines = [
+            "; written by scripts/throwaway_postgres.py",
+            "[databases]",
+            # Every database, the test databases included, on the throwaway cluster.
+            f"* = host=127.0.0.1 port={self.cluster.port}",
+            "",
+            "[pgbouncer]",
+            "listen_addr = 127.0.0.1",
+            f"listen_port = {port}",
+            "unix_socket_dir =",
+            "auth_type = trust",
+            f"auth_file = {userlist}",
+            f"admin_users = {SUPERUSER}",
+            "pool_mode = transaction",
+            "default_pool_size = 3",
+            "min_pool_size = 0",
+            "reserve_pool_size = 0",
+            "max_client_conn = 500",
+            # psycopg 2 sends it; the pooler would refuse a client that does.
+            "ignore_startup_parameters = extra_float_digits",
+            "log_connections = 0",
+            "log_disconnections = 0",
+            f"logfile = {self.logfile}",
+            f"pidfile = {self.pidfile}",
+        ]
+        with open(self.ini, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        for path in (self.ini, userlist):
+            os.chmod(path, 0o644)
+
+    def start(self) -> None:
+        for attempt in range(5):
+            self.configure(free_port())
+            rc = self.cluster.run_pg([self.binary, "-d", self.ini], check=False)
+            if rc == 0 and self.wait_ready():
+                return
+            stop_pgbouncer(self.cluster.tmpdir)
+            log_text = self.read_log()
+            if attempt == 4 or "Address already in use" not in log_text:
+                sys.stderr.write(log_text[-4000:])
+                raise RuntimeError(f"pgbouncer did not start (exit code {rc})")
+            log(f"port {self.port} was taken for pgbouncer, retrying")
+
+    def wait_ready(self) -> bool:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return True
+            except OSError:
+                time.sleep(0.05)
+        return False
+
+    def read_log(self) -> str:
+        try:
+            with open(self.logfile, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def url(self) -> str:
+        return f"postgres://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
+
+
+def stop_pgbouncer(tmpdir: str) -> None:
+    """Stop the PgBouncer whose pid file is in ``tmpdir``, if any (immediate shutdown)."""
+    try:
+        with open(os.path.join(tmpdir, PGBOUNCER_PID)) as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return
+    for signum, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            return
+        deadline = time.monotonic() + wait
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not pid_alive(pid):
+            return
+
+
+def start_pgbouncer(cluster: Cluster, required: bool) -> dict[str, str]:
+    """The variables that tell CMD about the pooler: its URL, or why there is none."""
+    binary = find_pgbouncer()
+    if binary is None:
+        reason = "pgbouncer is not installed (apt-get install pgbouncer)"
+    else:
+        bouncer = PgBouncer(cluster, binary)
+        try:
+            t0 = time.monotonic()
+            bouncer.start()
+        except RuntimeError as e:
+            reason = f"{binary}: {e} (log: {bouncer.logfile})"
+        else:
+            log(
+                f"PgBouncer (transaction pooling) ready at {bouncer.url()} "
+                f"in {time.monotonic() - t0:.1f}s"
+            )
+            return {
+                "FENCEDJOBS_TEST_PGBOUNCER_URL": bouncer.url(),
+                "FENCEDJOBS_TEST_PGBOUNCER_LOG": bouncer.logfile,
+            }
+    if required:
+        raise RuntimeError(reason)
+    log(f"no PgBouncer: {reason}; the tests that need it will fail")
+    return {"FENCEDJOBS_TEST_PGBOUNCER_ERROR": reason}
 
 
 # --------------------------------------------------------------------------
@@ -387,13 +548,23 @@ def main(argv: list[str]) -> int:
         opts, cmd = [], argv
     parser = argparse.ArgumentParser(
         prog="throwaway_postgres.py",
-        usage="%(prog)s [--durable] -- CMD [ARGS...]",
+        usage="%(prog)s [--durable] [--pgbouncer | --no-pgbouncer] -- CMD [ARGS...]",
         description="Run CMD with DATABASE_URL pointing at a throwaway PostgreSQL cluster.",
     )
     parser.add_argument(
         "--durable",
         action="store_true",
         help="keep fsync/synchronous_commit/full_page_writes at their defaults (benchmarks)",
+    )
+    pooler = parser.add_mutually_exclusive_group()
+    pooler.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="fail (exit 2) when PgBouncer cannot be started in front of the cluster "
+        "(by default CMD then runs without it, told why in FENCEDJOBS_TEST_PGBOUNCER_ERROR)",
+    )
+    pooler.add_argument(
+        "--no-pgbouncer", action="store_true", help="start no PgBouncer in front of the cluster"
     )
     args = parser.parse_args(opts)
     if not cmd:
@@ -453,6 +624,14 @@ def main(argv: list[str]) -> int:
                 FENCEDJOBS_TEST_PG_BINDIR=bindir,
                 FENCEDJOBS_TEST_PG_THROWAWAY="1",
             )
+            for name in (
+                "FENCEDJOBS_TEST_PGBOUNCER_URL",
+                "FENCEDJOBS_TEST_PGBOUNCER_LOG",
+                "FENCEDJOBS_TEST_PGBOUNCER_ERROR",
+            ):
+                env.pop(name, None)
+            if not args.no_pgbouncer:
+                env.update(start_pgbouncer(cluster, required=args.pgbouncer))
         finally:
             for s, h in old.items():
                 signal.signal(s, h)

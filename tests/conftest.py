@@ -7,6 +7,11 @@ SQLite anyway fails with an explanation instead of passing vacuously.
 Tests marked ``throwaway_server`` restart or inspect the PostgreSQL cluster that
 ``scripts/throwaway_postgres.py`` started; with a ``DATABASE_URL`` supplied by the
 caller they are deselected (and counted as such), never skipped.
+
+Tests marked ``pgbouncer`` go through the PgBouncer that script starts in front of the
+cluster; with the caller's ``DATABASE_URL`` they are deselected too, unless
+``FENCEDJOBS_TEST_PGBOUNCER_URL`` names a pooler in front of it. Under the script
+without a PgBouncer (not installed, or it would not start) they fail and say why.
 """
 
 from __future__ import annotations
@@ -35,10 +40,15 @@ def _configured_vendor() -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("FENCEDJOBS_TEST_PG_THROWAWAY") == "1":
         return
-    deselected = [item for item in items if item.get_closest_marker("throwaway_server")]
+    markers = ["throwaway_server"]
+    if not os.environ.get("FENCEDJOBS_TEST_PGBOUNCER_URL"):
+        # The caller's server, and no pooler in front of it that we know of.
+        markers.append("pgbouncer")
+    deselected = [item for item in items if any(item.get_closest_marker(m) for m in markers)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if not item.get_closest_marker("throwaway_server")]
+        gone = set(deselected)
+        items[:] = [item for item in items if item not in gone]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -121,6 +131,29 @@ def spawn(child_env, tmp_path):
 
     with Spawner(child_env, tmp_path) as spawner:
         yield spawner
+
+
+@pytest.fixture
+def via() -> str:
+    """How the processes ``spawn_via`` starts reach the database: ``direct``, ``pgbouncer``
+    (transaction pooling) or ``pool`` (Django's own pool). Tests parametrize it."""
+    return "direct"
+
+
+@pytest.fixture
+def spawn_via(child_env, tmp_path, via):
+    """``spawn``, for workers that reach the database ``via`` a connection pooler (see
+    ``tests.settings``, ``FENCEDJOBS_TEST_VIA``). Afterwards the sessions PgBouncer kept
+    open on the test database are ended, so that it can be flushed and dropped."""
+    from tests.faults.harness import Spawner, pooler_env, release_pooled_sessions
+
+    env = pooler_env(child_env, via)
+    try:
+        with Spawner(env, tmp_path) as spawner:
+            yield spawner
+    finally:
+        if via == "pgbouncer":
+            release_pooled_sessions()
 
 
 @pytest.fixture

@@ -10,6 +10,16 @@ The database comes from the environment:
 ``FENCEDJOBS_TEST_DB`` (``postgres`` or ``sqlite``), when set, says which one
 the run is meant to use: ``sqlite`` ignores a PostgreSQL ``DATABASE_URL``;
 ``postgres`` refuses to fall back to SQLite.
+
+``FENCEDJOBS_TEST_VIA`` says how a PostgreSQL database is reached (the pooler tests,
+``tests/test_poolers.py``, set it for the processes they start):
+
+* ``direct`` (or unset): straight to the server.
+* ``pgbouncer``: through the PgBouncer in transaction pooling that
+  ``scripts/throwaway_postgres.py`` starts (``FENCEDJOBS_TEST_PGBOUNCER_URL``): the same
+  database, user and options, the pooler's host and port; server-side cursors off, as
+  Django's docs require behind a transaction pooler.
+* ``pool``: Django's own connection pool (``OPTIONS["pool"]``, psycopg-pool).
 """
 
 from __future__ import annotations
@@ -92,6 +102,26 @@ else:
     _db = sqlite_database()
 if _wanted == "sqlite" and not _db["ENGINE"].endswith("sqlite3"):
     raise ImproperlyConfigured("FENCEDJOBS_TEST_DB=sqlite but DATABASE_URL is not SQLite")
+
+_via = os.environ.get("FENCEDJOBS_TEST_VIA", "").lower()
+if _via not in ("", "direct", "pgbouncer", "pool"):
+    raise ImproperlyConfigured(f"FENCEDJOBS_TEST_VIA={_via!r}: use direct, pgbouncer or pool")
+if _via in ("pgbouncer", "pool") and not _db["ENGINE"].endswith("postgresql"):
+    raise ImproperlyConfigured(f"FENCEDJOBS_TEST_VIA={_via} needs PostgreSQL")
+if _via == "pgbouncer":
+    _pooler_url = os.environ.get("FENCEDJOBS_TEST_PGBOUNCER_URL", "")
+    if not _pooler_url:
+        raise ImproperlyConfigured(
+            "FENCEDJOBS_TEST_VIA=pgbouncer but FENCEDJOBS_TEST_PGBOUNCER_URL is not set "
+            f"({os.environ.get('FENCEDJOBS_TEST_PGBOUNCER_ERROR') or 'no PgBouncer started'}); "
+            "run through scripts/throwaway_postgres.py, with pgbouncer installed"
+        )
+    _pooler = parse_database_url(_pooler_url)
+    _db.update(HOST=_pooler["HOST"], PORT=_pooler["PORT"], DISABLE_SERVER_SIDE_CURSORS=True)
+elif _via == "pool":
+    # Each thread borrows a connection for as long as Django keeps it and gives it back to
+    # the process's pool on close: a run's connection serves other threads afterwards.
+    _db["OPTIONS"] = {**_db["OPTIONS"], "pool": {"min_size": 1, "max_size": 16, "timeout": 10}}
 
 DATABASES = {"default": _db}
 

@@ -273,3 +273,149 @@ def stop_outside_transactions(worker: Worker) -> None:
         worker.cont()
         time.sleep(0.01)
     pytest.fail(f"could not stop {worker.label} outside a write transaction\n{worker.log()}")
+
+
+# -- connection poolers (tests/test_poolers.py) ----------------------------------------------
+
+#: The ways a fault worker can reach the database (``FENCEDJOBS_TEST_VIA``, tests/settings.py).
+POOLERS = ("pgbouncer", "pool")
+#: The server sessions the throwaway PgBouncer keeps per database (``default_pool_size``).
+PGBOUNCER_POOL_SIZE = 3
+
+
+def pgbouncer_url() -> str:
+    """The throwaway PgBouncer's URL (transaction pooling); the test fails, saying why, when
+    there is none."""
+    url = os.environ.get("FENCEDJOBS_TEST_PGBOUNCER_URL", "")
+    if not url:
+        reason = os.environ.get("FENCEDJOBS_TEST_PGBOUNCER_ERROR") or (
+            "scripts/throwaway_postgres.py was run with --no-pgbouncer, or DATABASE_URL "
+            "was supplied without FENCEDJOBS_TEST_PGBOUNCER_URL"
+        )
+        pytest.fail(f"this test needs PgBouncer and there is none: {reason}", pytrace=False)
+    return url
+
+
+def pgbouncer_conninfo() -> dict[str, Any]:
+    """psycopg.connect() arguments for this run's test database through PgBouncer."""
+    from tests.settings import parse_database_url
+
+    pooler = parse_database_url(pgbouncer_url())
+    return {
+        "host": pooler["HOST"],
+        "port": pooler["PORT"],
+        "user": connection.settings_dict["USER"] or pooler["USER"],
+        "dbname": connection.settings_dict["NAME"],
+        # No server-side prepared statements behind a transaction pooler.
+        "prepare_threshold": None,
+    }
+
+
+def pooler_env(env: dict[str, str], via: str) -> dict[str, str]:
+    """``env`` for processes that reach the database ``via`` ``direct``, ``pgbouncer`` or
+    ``pool`` (Django's own pool); fails, saying why, when that is not available here."""
+    if via == "direct":
+        return env
+    if connection.vendor != "postgresql":
+        pytest.fail(f"via={via} needs PostgreSQL", pytrace=False)
+    if via == "pgbouncer":
+        pgbouncer_url()
+    elif via == "pool":
+        try:
+            import psycopg_pool  # noqa: F401
+        except ImportError:
+            pytest.fail("via=pool needs psycopg-pool (pip install 'psycopg[pool]')", pytrace=False)
+    else:
+        raise ValueError(f"via={via!r}")
+    return {**env, "FENCEDJOBS_TEST_VIA": via}
+
+
+def release_pooled_sessions(timeout: float = WAIT) -> None:
+    """End every other session on this run's test database and wait until they are gone:
+    PgBouncer keeps its server connections open after its clients left, and the test
+    database cannot be flushed of their locks, nor dropped, while they are there."""
+    sql = (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " AND backend_type = 'client backend'"
+    )
+
+    def gone() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            return not cursor.fetchall()
+
+    wait_until(gone, timeout=timeout, what="the pooler's server sessions to end")
+
+
+class Innocents:
+    """Clients that have nothing to do with the app: ``count`` threads, each with one plain
+    psycopg connection through PgBouncer, running transactions that sit idle ``idle``
+    seconds between two statements (application code between two queries), ``between``
+    seconds apart (then PgBouncer hands their server sessions to other clients, and theirs
+    next transactions get whichever session is free), until :meth:`stop`. Every error they
+    meet is kept in :attr:`errors`; a client that met one reconnects and goes on."""
+
+    def __init__(self, count: int = 2, *, idle: float = 1.5, between: float = 0.2) -> None:
+        import threading
+
+        self.idle = idle
+        self.between = between
+        self.conninfo = pgbouncer_conninfo()
+        self.errors: list[str] = []
+        self.completed = [0] * count
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._client, args=(n,), daemon=True, name=f"innocent-{n}")
+            for n in range(count)
+        ]
+
+    def __enter__(self) -> Innocents:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _client(self, n: int) -> None:
+        import psycopg
+
+        conn: psycopg.Connection[Any] | None = None
+        while not self._stop.is_set():
+            try:
+                if conn is None:
+                    conn = psycopg.connect(**self.conninfo, connect_timeout=10)
+                with conn.transaction():
+                    conn.execute("SELECT 1")
+                    time.sleep(self.idle)
+                    conn.execute("SELECT pg_sleep(0.3)")
+                self.completed[n] += 1
+                self._stop.wait(self.between)
+            except Exception as exc:
+                first = (str(exc).strip().splitlines() or [""])[0]
+                self.errors.append(f"client {n}: {type(exc).__name__}: {first}")
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:
+                        pass
+                conn = None
+                time.sleep(0.1)
+        if conn is not None:
+            conn.close()
+
+    def wait_for_transactions(self, count: int, timeout: float = WAIT) -> None:
+        """Wait until every client has completed ``count`` more transactions."""
+        targets = [done + count for done in self.completed]
+        wait_until(
+            lambda: all(done >= t for done, t in zip(self.completed, targets, strict=True)),
+            timeout=timeout,
+            what=f"each innocent client to complete {count} more transactions",
+            diagnostics=lambda: f"completed {self.completed}, errors {self.errors}",
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(WAIT)

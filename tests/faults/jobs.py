@@ -45,6 +45,10 @@ TASK_TAKEOVER = "faults.task_takeover"
 TASK_STUCK = "faults.task_stuck"
 TASK_HANDOVER = "faults.task_handover"
 TASK_HELD = "faults.task_held"
+#: Timeout and lease TTL of 1 s: a run behind a connection pooler (tests/test_poolers.py).
+POOLED = "faults.pooled"
+#: A handler whose session is ended under it and that reconnects (tests/test_poolers.py).
+RECONNECT = "faults.reconnect"
 #: ``fleet=N`` registers N jobs named ``faults.fleet.000`` ... (every ``fleet_every`` s).
 FLEET_PREFIX = "faults.fleet."
 
@@ -451,6 +455,77 @@ def task_handover(run: Run) -> None:
     report("enqueued", fence=run.fence, scheduled_for=run.scheduled_for.isoformat())
 
 
+# -- connection poolers (tests/test_poolers.py) -----------------------------------------------
+
+
+def pooled(run: Run) -> None:
+    """A run that keeps its database connection busy in ways a pooler shares.
+
+    ``mode=write``: one fenced write (``seq`` 0). ``mode=write_then_block``: that write,
+    then one ``time.sleep`` of ``block`` seconds (default 8: past the timeout and the
+    supervisor's grace) outside any transaction, where no interrupt reaches it.
+    ``mode=block_in_transaction``: inside a fenced block, a write (``seq`` 1), then the
+    same sleep, holding the lease row.
+    """
+    mode = CONFIG.get("mode", "write")
+    block = float(CONFIG.get("block", 8))
+    if mode == "block_in_transaction":
+        with fenced_atomic():
+            Write.objects.create(job=run.job.name, fence=run.fence, seq=1)
+            report("blocking", fence=run.fence)
+            time.sleep(block)
+        report("not_interrupted", fence=run.fence)
+        return
+    with fenced_atomic():
+        Write.objects.create(job=run.job.name, fence=run.fence, seq=0)
+    report("wrote", seq=0, fence=run.fence)
+    if mode == "write_then_block":
+        report("blocking", fence=run.fence)
+        time.sleep(block)
+        report("not_interrupted", fence=run.fence)
+
+
+def reconnecting(run: Run) -> None:
+    """A handler whose database session is ended under it (a restart, a failover, an
+    operator), and that retries on a new connection, as handlers that retry a dropped
+    connection do; then it blocks ``block`` seconds (default 20) in one ``time.sleep``
+    inside a fenced block, after a write there (``seq`` 99)."""
+    import psycopg
+    from django.db import InterfaceError, OperationalError
+
+    block = float(CONFIG.get("block", 20))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    report("session", pid=pid, fence=run.fence)
+    settings = connection.settings_dict
+    with psycopg.connect(
+        host=settings["HOST"],
+        port=settings["PORT"],
+        user=settings["USER"],
+        dbname=settings["NAME"],
+        autocommit=True,
+    ) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+    for attempt in range(3):
+        try:
+            with fenced_atomic():
+                Write.objects.create(job=run.job.name, fence=run.fence, seq=attempt)
+            break
+        except (OperationalError, InterfaceError) as exc:
+            report("retrying", attempt=attempt, type=type(exc).__name__)
+            connection.close()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (new_pid,) = cursor.fetchone()
+    report("reconnected", pid=new_pid, fence=run.fence)
+    with fenced_atomic():
+        Write.objects.create(job=run.job.name, fence=run.fence, seq=99)
+        report("blocking", fence=run.fence)
+        time.sleep(block)
+    report("not_interrupted", fence=run.fence)
+
+
 def _spin(deadline: float) -> None:
     total = 0
     while time.monotonic() < deadline:
@@ -494,6 +569,14 @@ def register() -> None:
             timeout=timedelta(seconds=2),
             grace=timedelta(seconds=1),
         )(handler)
+    one_second = timedelta(seconds=1)
+    job(every=HOURLY, name=POOLED, lease_ttl=one_second, timeout=one_second)(pooled)
+    job(
+        every=HOURLY,
+        name=RECONNECT,
+        lease_ttl=timedelta(seconds=6),
+        timeout=timedelta(seconds=2),
+    )(reconnecting)
     every = timedelta(seconds=_int("fleet_every", 3))
     for n in range(_int("fleet", 0)):
         job(every=every, name=f"{FLEET_PREFIX}{n:03d}", lease_ttl=timedelta(seconds=30))(fast)
