@@ -269,8 +269,10 @@ def _outcome_of(exc: BaseException | None, run: Run, supervisor: Supervisor) -> 
     else a handler raises (``SystemExit`` included) is a failure."""
     if supervisor.fired is JobTimeout or isinstance(exc, JobTimeout):
         return Outcome.TIMED_OUT, timed_out_error(run)
-    if supervisor.fired is FenceLost or isinstance(exc, FenceLost):
-        return Outcome.FENCE_LOST, str(exc) if isinstance(exc, FenceLost) else fence_lost_error(run)
+    if supervisor.fired is FenceLost:  # its interrupt carries no account of its own
+        return Outcome.FENCE_LOST, fence_lost_error(run)
+    if isinstance(exc, FenceLost):
+        return Outcome.FENCE_LOST, str(exc)
     if run._lost and isinstance(exc, DatabaseError):
         # The session was ended under a run that had lost its fence.
         return Outcome.FENCE_LOST, fence_lost_error(run)

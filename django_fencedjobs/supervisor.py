@@ -132,7 +132,10 @@ class Supervisor(threading.Thread):
                 if self._done.wait(max(min(wait, remaining), 0)):
                     return
                 if time.monotonic() >= deadline:
-                    self._stop_handler(JobTimeout)
+                    # A process paused past its lease meets its deadline when it resumes,
+                    # too: if a successor has taken over meanwhile, that is what ended it.
+                    lost = self._renew(REVOKE_WAIT) is False
+                    self._stop_handler(FenceLost if lost else JobTimeout)
                     return
                 renewed = self._renew(min(interval, max(deadline - time.monotonic(), 0.01)))
                 if renewed is False:

@@ -71,6 +71,10 @@ def test_a_holder_paused_past_its_lease_and_its_timeout_is_recorded_fence_lost(s
     log = a.log()
     assert f"run finished: {PAUSED_PAST_TIMEOUT} fence_lost" in log, log
     assert f"run finished: {PAUSED_PAST_TIMEOUT} timed_out" not in log, log
+    # Nor does the process log a timeout first: the lost fence, found at the deadline, is
+    # what it reports.
+    assert "timed out after" not in log, log
+    assert "fence lost: another run took over" in log, log
     # A committed what it wrote before it was stopped, nothing after; B's end freed the
     # lease, and the late A changed nothing of it.
     written = Write.objects.filter(job=PAUSED_PAST_TIMEOUT, fence=run_a.fence)
