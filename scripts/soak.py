@@ -3,7 +3,7 @@
 
     python3 scripts/throwaway_postgres.py -- .venv/bin/python scripts/soak.py
         [--seconds 600] [--seed N] [--quiet 40] [--dir PATH] [--markdown PATH]
-        [--json PATH] [--keep-db] [--print-plan]
+        [--json PATH] [--keep-db] [--print-plan] [--pgbouncer]
 
 Runs the jobs of ``soak/soakapp/jobs.py`` in three runner processes against the
 ``DATABASE_URL`` server (in a database of its own, dropped at the end) while injecting the
@@ -11,6 +11,12 @@ faults of the seed's plan for ``--seconds``, then a quiet period of ``--quiet`` 
 then checks the data. Prints the seed first and the figures at the end; exits 0 when no
 invariant was violated, 1 when one was, 2 when the soak could not run. The same seed
 replays the same fault schedule (``--print-plan`` shows it without running anything).
+
+``--pgbouncer`` puts a connection pooler in the path: every process of the soak (the
+driver and the runners) reaches the server through the PgBouncer in transaction pooling
+that scripts/throwaway_postgres.py starts in front of its cluster
+(``FENCEDJOBS_TEST_PGBOUNCER_URL``; ``make soak-pgbouncer``). The server restarts behind
+it.
 
 Server restarts need ``FENCEDJOBS_TEST_PG_CTL`` (set by scripts/throwaway_postgres.py);
 without it they are skipped and reported so.
@@ -50,13 +56,20 @@ def main(argv: list[str]) -> int:
         help="break the app on purpose in the runners (soak/sabotage.py): the checker must "
         "then report safety violations",
     )
+    parser.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="reach the server through the PgBouncer (transaction pooling) that "
+        "scripts/throwaway_postgres.py starts (FENCEDJOBS_TEST_PGBOUNCER_URL)",
+    )
     args = parser.parse_args(argv)
 
     from soak.plan import make_plan
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     plan = make_plan(seed, args.seconds, args.quiet)
-    command = f"make soak SOAK_SECONDS={args.seconds:g} SOAK_SEED={seed}"
+    target = "soak-pgbouncer" if args.pgbouncer else "soak"
+    command = f"make {target} SOAK_SECONDS={args.seconds:g} SOAK_SEED={seed}"
     print(
         f"soak: seed {seed}, plan {plan.digest}: {len(plan.faults)} faults "
         f"({', '.join(f'{k} {n}' for k, n in plan.counts().items())})",
@@ -67,6 +80,19 @@ def main(argv: list[str]) -> int:
             print(fault.describe())
         return 0
 
+    if args.pgbouncer:
+        pooler = os.environ.get("FENCEDJOBS_TEST_PGBOUNCER_URL", "")
+        if not pooler:
+            why = os.environ.get("FENCEDJOBS_TEST_PGBOUNCER_ERROR") or "none was started"
+            print(
+                f"soak: --pgbouncer but no PgBouncer ({why}); run `make soak-pgbouncer`, or "
+                "python3 scripts/throwaway_postgres.py --pgbouncer -- .venv/bin/python "
+                "scripts/soak.py --pgbouncer",
+                file=sys.stderr,
+            )
+            return 2
+        os.environ["DATABASE_URL"] = pooler
+        print(f"soak: through PgBouncer (transaction pooling) at {pooler}", flush=True)
     url = os.environ.get("DATABASE_URL", "")
     if not url.lower().startswith(("postgres://", "postgresql://", "pgsql://")):
         print(

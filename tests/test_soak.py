@@ -4,7 +4,8 @@ proves from the data that none of them broke an invariant.
 ``test_two_minutes_of_random_faults_break_no_invariant`` runs ``scripts/soak.py`` for two
 minutes of faults (SIGSTOP inside and outside transactions, SIGCONT, SIGKILL, SIGTERM,
 server restarts) against three runner processes on this suite's throwaway PostgreSQL
-server, in a database of its own. The seed is new each time and printed; a failure says
+server, in a database of its own: straight to the server, and again through PgBouncer in
+transaction pooling. The seed is new each time and printed; a failure says
 how to replay it (``FENCEDJOBS_SOAK_SEED=<seed>`` here, or ``make soak SOAK_SEED=<seed>``).
 
 The other tests feed the checker made-up facts and show that it sees each kind of
@@ -34,7 +35,10 @@ SOAK_SECONDS = 120
 @pytest.mark.postgres_only
 @pytest.mark.throwaway_server
 @pytest.mark.timeout(900)
-def test_two_minutes_of_random_faults_break_no_invariant(tmp_path):
+@pytest.mark.parametrize("via", ["direct", pytest.param("pgbouncer", marks=pytest.mark.pgbouncer)])
+def test_two_minutes_of_random_faults_break_no_invariant(tmp_path, via):
+    """``pgbouncer``: every process of the soak reaches the server through PgBouncer in
+    transaction pooling (``scripts/soak.py --pgbouncer``), which the restarts go behind."""
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
         pytest.fail("the soak needs DATABASE_URL to name a PostgreSQL server")
@@ -46,6 +50,11 @@ def test_two_minutes_of_random_faults_break_no_invariant(tmp_path):
     env.pop("DJANGO_SETTINGS_MODULE", None)  # the soak uses soak.settings
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     argv = [sys.executable, "scripts/soak.py", "--seconds", str(SOAK_SECONDS), "--seed", str(seed)]
+    if via == "pgbouncer":
+        from tests.faults.harness import pgbouncer_url
+
+        pgbouncer_url()  # fails here, saying why, when there is no PgBouncer
+        argv.append("--pgbouncer")
     try:
         proc = subprocess.run(
             [*argv, "--dir", str(tmp_path / "soak"), "--json", str(out)],
@@ -61,7 +70,10 @@ def test_two_minutes_of_random_faults_break_no_invariant(tmp_path):
         from django.db import connections
 
         connections.close_all()
-    replay = f"replay: FENCEDJOBS_SOAK_SEED={seed}, or make soak SOAK_SECONDS=120 SOAK_SEED={seed}"
+    target = "soak-pgbouncer" if via == "pgbouncer" else "soak"
+    replay = (
+        f"replay: FENCEDJOBS_SOAK_SEED={seed}, or make {target} SOAK_SECONDS=120 SOAK_SEED={seed}"
+    )
     output = f"{replay}\n{proc.stdout[-8000:]}\n{proc.stderr[-4000:]}"
     assert out.exists(), output
     report = json.loads(out.read_text())
