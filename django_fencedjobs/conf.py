@@ -49,6 +49,17 @@ class Settings:
     #: app and PostgreSQL: the system checks then hold the lease database to what such a
     #: pooler needs (fencedjobs.E016). The app itself keeps nothing on a server session.
     TRANSACTION_POOLER: bool = False
+    #: The failure rate is read over a job's latest this many runs that ran to an end
+    #: (succeeded, failed or timed out)...
+    FAILURE_RATE_RUNS: int = 20
+    #: ...scheduled within this long before now.
+    FAILURE_RATE_PERIOD: timedelta = timedelta(hours=24)
+    #: At this share of failures in that window (and at least 2 failures), the job is
+    #: failing with warning severity...
+    FAILURE_RATE_WARNING: float = 0.2
+    #: ...at this share (and at least its failure_threshold failures, at least 2),
+    #: critical.
+    FAILURE_RATE_CRITICAL: float = 0.5
 
     @property
     def owner(self) -> str:
@@ -68,6 +79,10 @@ E_SETTINGS_VALUE = "fencedjobs.E014"
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_share(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
 
 
 #: For each key: whether a value is acceptable, and what is expected, in words.
@@ -102,7 +117,22 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "an int of at least 1, or None (as many as the runner's workers)",
     ),
     "TRANSACTION_POOLER": (lambda v: isinstance(v, bool), "True or False"),
+    "FAILURE_RATE_RUNS": (lambda v: _is_int(v) and v >= 2, "an int of at least 2"),
+    "FAILURE_RATE_PERIOD": (
+        lambda v: isinstance(v, timedelta) and v > timedelta(0),
+        "a datetime.timedelta longer than zero, e.g. timedelta(hours=24)",
+    ),
+    "FAILURE_RATE_WARNING": (_is_share, "a number above 0 and at most 1, e.g. 0.2"),
+    "FAILURE_RATE_CRITICAL": (_is_share, "a number above 0 and at most 1, e.g. 0.5"),
 }
+
+#: Keys whose values must agree: (check, message) over the merged settings.
+_ACROSS: tuple[tuple[Callable[[Settings], bool], str], ...] = (
+    (
+        lambda s: s.FAILURE_RATE_WARNING <= s.FAILURE_RATE_CRITICAL,
+        "FENCEDJOBS['FAILURE_RATE_WARNING'] must be at most FAILURE_RATE_CRITICAL",
+    ),
+)
 
 
 def problems() -> list[tuple[str, str]]:
@@ -129,6 +159,9 @@ def problems() -> list[tuple[str, str]]:
             found.append(
                 (E_SETTINGS_VALUE, f"FENCEDJOBS[{key!r}] must be {expected}, got {raw[key]!r}")
             )
+    if not found:
+        merged = Settings(**dict(raw))
+        found.extend((E_SETTINGS_VALUE, message) for ok, message in _ACROSS if not ok(merged))
     return found
 
 

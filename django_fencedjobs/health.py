@@ -14,6 +14,10 @@ never_run     warning   declared, but its lease row does not exist: nothing that
                         write has seen the job yet, so it cannot be judged late
 paused        warning   an operator paused it
 failing       critical  ``consecutive_failures >= job.failure_threshold``
+failing       critical  the failure rate: of the job's latest ``FAILURE_RATE_RUNS`` runs
+                        that ran to an end (succeeded, failed, timed out) within
+                        ``FAILURE_RATE_PERIOD``, at least ``FAILURE_RATE_CRITICAL`` failed,
+                        and at least ``failure_threshold`` (and 2) of them
 late          critical  the dead man's switch: the first slot after the last success
                         (never succeeded: the first slot after the lease row was created,
                         i.e. after the job was first seen live, see
@@ -27,6 +31,9 @@ failing       critical  the job's latest task outcome is a failure: the latest s
                         its finished tasks has a failed task (a later slot whose tasks
                         all succeeded clears it)
 failing       warning   it never succeeded and has failed (fewer times than the threshold)
+failing       warning   the last run that ran to an end failed (``consecutive_failures``),
+                        or at least ``FAILURE_RATE_WARNING`` of the window failed (and at
+                        least 2 runs): a failing job never reads ok
 running       healthy   a run holds an unexpired lease
 never_run     healthy   no success yet, but the first slot's deadline has not passed
 capped        warning   the latest finished run stopped at ``max_batches`` with work left
@@ -55,9 +62,10 @@ from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any
 
-from django.db.models import Count, Max, Min, OuterRef, Subquery
+from django.db.models import Count, F, Func, IntegerField, Max, Min, OuterRef, Subquery
 
 from django_fencedjobs import clock
+from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant
 from django_fencedjobs.lease import lease_db
@@ -85,6 +93,13 @@ __all__ = [
 
 #: Outcomes that count towards ``consecutive_failures`` (the lease module counts them).
 FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT})
+#: The runs the failure rate is read over: those that ran to an end and say something about
+#: the job's own code (not missed, interrupted, abandoned or fence_lost, as for
+#: ``consecutive_failures``).
+RATED_OUTCOMES = frozenset({Outcome.SUCCEEDED, *FAILURE_OUTCOMES})
+#: The fewest failures in the window that make a failure rate a verdict: one failure is
+#: the last run's (judged on its own), not a rate.
+MIN_RATE_FAILURES = 2
 #: Characters of a run's error kept in a reason or a list column.
 ERROR_EXCERPT_CHARS = 160
 #: Statuses of a task that has finished.
@@ -227,10 +242,19 @@ class JobHealth:
     last_finished_run: RunSummary | None = None
     #: Its runs' tasks; None for a job whose runs enqueued none (or none that health needs).
     tasks: TaskSummary | None = None
+    #: The failure rate's window (``FAILURE_RATE_RUNS`` latest runs that ran to an end,
+    #: within ``FAILURE_RATE_PERIOD``): how many runs it holds, and how many of them failed.
+    recent_runs: int = 0
+    recent_failures: int = 0
 
     @property
     def healthy(self) -> bool:
         return self.severity is Severity.HEALTHY
+
+    @property
+    def failure_rate(self) -> float | None:
+        """Failed (or timed out) runs among the recent ones; None without any."""
+        return self.recent_failures / self.recent_runs if self.recent_runs else None
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -244,13 +268,15 @@ def all_health(
 
     A constant number of queries whatever the number of jobs: the clock (when it is the
     database's), the lease rows with the ids of each job's latest run and latest finished run
-    (two correlated subqueries, each one index lookup on ``(job, -scheduled_for)``) and of
-    the two runs whose tasks health reads (two more, on the tasks' ``(status, job)`` index),
-    those runs, and, when any job has tasks, the tasks of those runs counted by status.
+    (two correlated subqueries, each one index lookup on ``(job, -scheduled_for)``), its
+    failure rate's window counted (two more, each at most ``FAILURE_RATE_RUNS`` rows of the
+    same index) and the two runs whose tasks health reads (two more, on the tasks'
+    ``(status, job)`` index), those runs, and, when any job has tasks, the tasks of those
+    runs counted by status.
     """
     if now is None:
         now = clock.now()
-    leases = _read_leases(names)
+    leases = _read_leases(names, now)
     if names:
         unknown = [name for name in names if name not in registry and name not in leases]
         if unknown:
@@ -282,7 +308,20 @@ def all_health(
             latest = runs.get(row.latest_run_id)  # type: ignore[attr-defined]
             finished = runs.get(row.latest_finished_id)  # type: ignore[attr-defined]
         job = registry.get(name) if name in registry else None
-        result.append(assess(name, job, row, latest, finished, now, tasks=tasks.get(name)))
+        result.append(
+            assess(
+                name,
+                job,
+                row,
+                latest,
+                finished,
+                now,
+                tasks=tasks.get(name),
+                recent=(row.recent_runs or 0, row.recent_failures or 0)  # type: ignore[attr-defined]
+                if row is not None
+                else (0, 0),
+            )
+        )
     result.sort(key=lambda h: (h.severity.rank, h.name))
     return result
 
@@ -293,7 +332,26 @@ def job_health(name: str, *, now: datetime | None = None) -> JobHealth:
     return health
 
 
-def _read_leases(names: Sequence[str] | None) -> dict[str, JobLease]:
+def _count(rows: Any) -> Subquery:
+    """``SELECT COUNT(*)`` of ``rows``, as a scalar subquery (no ``GROUP BY``)."""
+    counted = rows.order_by().annotate(n=Func(F("pk"), function="COUNT")).values("n")
+    return Subquery(counted, output_field=IntegerField())
+
+
+def _read_leases(names: Sequence[str] | None, now: datetime) -> dict[str, JobLease]:
+    settings = get_settings()
+    # The failure rate's window: the job's latest FAILURE_RATE_RUNS runs that ran to an end,
+    # within FAILURE_RATE_PERIOD; a LIMIT on the (job, -scheduled_for) index, per job.
+    window = (
+        JobRun.objects.filter(
+            job=OuterRef(OuterRef("name")),
+            outcome__in=RATED_OUTCOMES,
+            scheduled_for__gt=now - settings.FAILURE_RATE_PERIOD,
+        )
+        .order_by("-scheduled_for")
+        .values("pk")[: settings.FAILURE_RATE_RUNS]
+    )
+    in_window = JobRun.objects.filter(pk__in=Subquery(window))
     recent = JobRun.objects.filter(job=OuterRef("name")).order_by("-scheduled_for")
     # A task carries its run's fence, and a job's later runs have higher fences: the runs
     # of its oldest unfinished task and of its latest finished one, without joining the runs.
@@ -307,6 +365,8 @@ def _read_leases(names: Sequence[str] | None) -> dict[str, JobLease]:
         tasks_outcome_run_id=Subquery(
             tasks.filter(status__in=FINISHED_TASK).order_by("-fence").values("run_id")[:1]
         ),
+        recent_runs=_count(in_window),
+        recent_failures=_count(in_window.filter(outcome__in=FAILURE_OUTCOMES)),
     )
     if names:
         rows = rows.filter(name__in=list(names))
@@ -368,13 +428,23 @@ def assess(
     now: datetime,
     *,
     tasks: TaskSummary | None = None,
+    recent: tuple[int, int] = (0, 0),
 ) -> JobHealth:
-    """Decide one job's state from its declaration, lease row, latest runs and the tasks of
-    its runs (:class:`TaskSummary`), at ``now``.
+    """Decide one job's state from its declaration, lease row, latest runs, the tasks of
+    its runs (:class:`TaskSummary`) and its failure rate's window (``recent``: runs, of
+    which failed), at ``now``.
 
     Pure: no query, no clock. :func:`all_health` gathers the inputs.
     """
-    facts: dict[str, Any] = {"name": name, "checked_at": now, "job": job, "tasks": tasks}
+    recent_runs, recent_failures = recent
+    facts: dict[str, Any] = {
+        "name": name,
+        "checked_at": now,
+        "job": job,
+        "tasks": tasks,
+        "recent_runs": recent_runs,
+        "recent_failures": recent_failures,
+    }
     if latest is not None:
         facts["last_run"] = RunSummary.of(latest)
     if finished is not None:
@@ -446,6 +516,19 @@ def assess(
             f"{lease.consecutive_failures} consecutive failures "
             f"(threshold {job.failure_threshold}){detail}",
         )
+    settings = get_settings()
+    rate = recent_failures / recent_runs if recent_runs else 0.0
+    rated = f"{recent_failures} of its last {recent_runs} runs failed ({rate:.0%}"
+    if (
+        recent_failures >= max(MIN_RATE_FAILURES, job.failure_threshold)
+        and rate >= settings.FAILURE_RATE_CRITICAL
+    ):
+        return _health(
+            facts,
+            State.FAILING,
+            Severity.CRITICAL,
+            f"{rated}, critical from {settings.FAILURE_RATE_CRITICAL:.0%}){detail}",
+        )
     if now > expected_by:
         if last_success is not None:
             reason = (
@@ -492,6 +575,27 @@ def assess(
             f"{failures} failure{plural} and no success yet (critical at "
             f"{job.failure_threshold} consecutive failures){detail}{in_progress}; a success is "
             f"expected by {at(expected_by, ref=first_slot)}",
+        )
+    rate_warning = recent_failures >= MIN_RATE_FAILURES and rate >= settings.FAILURE_RATE_WARNING
+    if lease.consecutive_failures or rate_warning:
+        # A failing job never reads ok: the last run failed, or too many recent ones did.
+        parts = []
+        if lease.consecutive_failures:
+            parts.append(
+                f"the last run failed ({lease.consecutive_failures} in a row; critical at "
+                f"{job.failure_threshold})"
+            )
+        if rate_warning:
+            parts.append(
+                f"{rated}; warning from {settings.FAILURE_RATE_WARNING:.0%}, critical from "
+                f"{settings.FAILURE_RATE_CRITICAL:.0%})"
+            )
+        in_progress = "; a new run is in progress" if facts["running"] else ""
+        return _health(
+            facts,
+            State.FAILING,
+            Severity.WARNING,
+            "; ".join(parts) + detail + in_progress,
         )
     if facts["running"]:
         since = ""

@@ -222,6 +222,7 @@ def test_the_alert_rules_use_only_exposed_metrics_and_are_in_the_docs() -> None:
     assert set(alerts) == {
         "FencedJobLate",
         "FencedJobFailing",
+        "FencedJobUnreliable",
         "FencedJobInvalid",
         "FencedJobCapped",
         "FencedJobsMetricsAbsent",
@@ -234,5 +235,5 @@ def test_the_alert_rules_use_only_exposed_metrics_and_are_in_the_docs() -> None:
         # Our label is job_name: a `job` matcher would hit Prometheus' own scrape-job label.
         assert not re.search(r"\bjob\s*[=!~]|\bby \(job\)|\bon \(job\)", rule["expr"])
     assert "fencedjobs_deadline_timestamp_seconds" in alerts["FencedJobLate"]["expr"]
-    assert "fencedjobs_consecutive_failures" in alerts["FencedJobFailing"]["expr"]
+    assert 'fencedjobs_state{state="failing"}' in alerts["FencedJobFailing"]["expr"]
     assert rules_file.read_text().strip() in (repo / "docs" / "metrics.md").read_text()

@@ -92,6 +92,14 @@ METRICS: dict[str, str] = {
         "Runs that failed or timed out in a row; 0 after a success."
     ),
     "fencedjobs_failure_threshold": "Consecutive failures at which the job is failing.",
+    "fencedjobs_failure_rate": (
+        "Failed (or timed out) runs among the job's latest FAILURE_RATE_RUNS runs that ran "
+        "to an end within FAILURE_RATE_PERIOD; absent without any."
+    ),
+    "fencedjobs_severity": (
+        "The severity of the job's state: 0 healthy, 1 warning, 2 critical (what checkjobs "
+        "exits 2 on)."
+    ),
     "fencedjobs_state": (
         "1 for the job's current state, 0 for the others "
         "(ok, running, late, failing, never_run, paused, capped, removed, invalid)."
@@ -112,6 +120,14 @@ _LABELS = {
     "fencedjobs_state": [JOB_LABEL, "state"],
     "fencedjobs_runs": [JOB_LABEL, "outcome"],
     "fencedjobs_runner_abandoned_handlers": [OWNER_LABEL],
+}
+
+
+#: ``fencedjobs_severity``: higher is worse.
+SEVERITY_VALUE = {
+    health.Severity.HEALTHY: 0.0,
+    health.Severity.WARNING: 1.0,
+    health.Severity.CRITICAL: 2.0,
 }
 
 
@@ -149,6 +165,8 @@ class FencedJobsCollector:
                 _timestamp(job_health.expected_by),
             )
             add("fencedjobs_consecutive_failures", [name], job_health.consecutive_failures)
+            add("fencedjobs_failure_rate", [name], job_health.failure_rate)
+            add("fencedjobs_severity", [name], SEVERITY_VALUE[job_health.severity])
             for state in health.State:
                 add("fencedjobs_state", [name, state.value], float(state is job_health.state))
             finished = job_health.last_finished_run

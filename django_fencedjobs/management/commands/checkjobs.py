@@ -205,6 +205,12 @@ def _as_dict(h: health.JobHealth) -> dict[str, Any]:
         "expected_by": iso(h.expected_by),
         "consecutive_failures": h.consecutive_failures,
         "failure_threshold": h.failure_threshold,
+        # The failure rate's window: its latest runs that ran to an end, and how many failed.
+        "failure_rate": {
+            "runs": h.recent_runs,
+            "failures": h.recent_failures,
+            "rate": h.failure_rate,
+        },
         "paused": h.paused,
         "running": h.running,
         "owner": h.owner,
