@@ -15,10 +15,11 @@ that wait shows as lateness (``started_at - scheduled_for``).
 A worker whose handler was given up on (it did not return at its timeout plus the grace:
 :mod:`~django_fencedjobs.supervisor`) is replaced at once; the stuck thread is retired and
 ends by itself whenever its handler returns. Such threads are counted while they run
-(:func:`abandoned_handlers`); once a runner's reach its limit (``MAX_ABANDONED_HANDLERS``,
-by default its number of workers) it stops as on a stop request and :func:`tick` or
-:func:`loop` raises :class:`TooManyAbandonedHandlers`: nothing but the end of the process
-ends those threads, so ``runjobs`` exits for its supervisor to start a new one.
+(:func:`abandoned_handlers`). When a runner holds as many as its limit
+(``MAX_ABANDONED_HANDLERS``, by default its number of workers), it stops as on a stop
+request and :func:`tick` or :func:`loop` raises :class:`TooManyAbandonedHandlers`: nothing
+but the end of the process ends those threads, so ``runjobs`` exits for its supervisor to
+start a new one.
 """
 
 from __future__ import annotations
@@ -175,8 +176,12 @@ class Pool:
     def abandoned(self) -> int:
         """How many handlers this pool gave up on are still running."""
         with self._lock:
-            self._abandoned = [thread for thread in self._abandoned if thread.is_alive()]
-            return len(self._abandoned)
+            return self._still_abandoned()
+
+    def _still_abandoned(self) -> int:
+        """:meth:`abandoned`, with the lock held: forget the threads that have returned."""
+        self._abandoned = [thread for thread in self._abandoned if thread.is_alive()]
+        return len(self._abandoned)
 
     def finished(self) -> list[JobRun]:
         """Runs recorded since the last call."""
@@ -237,11 +242,10 @@ class Pool:
                 self._workers.remove(worker)
                 if worker.thread is not None:
                     self._abandoned.append(worker.thread)
-                running = [thread for thread in self._abandoned if thread.is_alive()]
-                self._abandoned = running
-                limit_reached = len(running) >= self.max_abandoned and not self.gave_up
+                running = self._still_abandoned()
+                limit_reached = running >= self.max_abandoned and not self.gave_up
                 if limit_reached:
-                    self.gave_up = len(running)
+                    self.gave_up = running
             if limit_reached:
                 request_stop()
             self._finish(job.name, _latest_run(job.name))

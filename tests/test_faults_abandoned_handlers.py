@@ -17,9 +17,11 @@ Real ``runjobs`` processes; the handlers wait on a file lock the test holds
 from __future__ import annotations
 
 import fcntl
+import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -253,3 +255,54 @@ def test_a_bad_limit_is_refused_in_one_line(value):
     assert "FENCEDJOBS['MAX_ABANDONED_HANDLERS'] must be an int of at least 1, or None" in str(
         info.value
     )
+
+
+# -- the runner's metrics ---------------------------------------------------------------------
+
+
+def test_the_runner_serves_its_metrics_to_the_bearer_of_the_token_only(child_env, tmp_path, gate):
+    port = free_port()
+    env = env_for(child_env, gate, '{"METRICS_TOKEN": "s3cret"}')
+    process = start(env, tmp_path, "--job", LATER, "--metrics", f"127.0.0.1:{port}")
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def status(**headers: str) -> int | None:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers)) as page:
+                return int(page.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None  # not serving yet
+
+    try:
+        assert wait_until(status, timeout=WAIT, what="the metrics") == 401
+        assert status(Authorization="Bearer wrong") == 401
+        assert status(Authorization="Bearer s3cret") == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT) == 0
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--metrics", "nine"], 2, "expected [HOST:]PORT, e.g. 127.0.0.1:9108, got 'nine'"),
+        (["--metrics", "70000"], 2, "expected [HOST:]PORT"),
+        (["--list", "--metrics", "9108"], 1, "--metrics serves a runner's metrics"),
+    ],
+)
+def test_a_bad_metrics_address_is_one_line(child_env, gate, args, code, words):
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "runjobs", *args],
+        cwd=REPO,
+        env=env_for(child_env, gate),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert result.returncode == code, result.stderr
+    assert words in result.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in result.stderr
