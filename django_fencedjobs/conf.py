@@ -60,6 +60,16 @@ class Settings:
     #: ...at this share (and at least its failure_threshold failures, at least 2),
     #: critical.
     FAILURE_RATE_CRITICAL: float = 0.5
+    #: How often a runner loop writes its beat (its row's ``last_beat_at``).
+    RUNNER_BEAT: timedelta = timedelta(seconds=5)
+    #: A runner not seen for this long is dead: a job no live runner serves is no_runner.
+    RUNNER_TIMEOUT: timedelta = timedelta(seconds=30)
+    #: How often ``runjobs --once`` runs (cron): a job served only by --once passes is
+    #: no_runner when the last pass is older than this plus RUNNER_TIMEOUT. None: such a
+    #: job is judged by its deadlines alone.
+    RUNNER_PASS_INTERVAL: timedelta | None = None
+    #: The rows of runners not seen for this long are deleted (by a live runner).
+    RUNNER_RETENTION: timedelta = timedelta(days=1)
 
     @property
     def owner(self) -> str:
@@ -124,6 +134,22 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "FAILURE_RATE_WARNING": (_is_share, "a number above 0 and at most 1, e.g. 0.2"),
     "FAILURE_RATE_CRITICAL": (_is_share, "a number above 0 and at most 1, e.g. 0.5"),
+    "RUNNER_BEAT": (
+        lambda v: isinstance(v, timedelta) and v > timedelta(0),
+        "a datetime.timedelta longer than zero, e.g. timedelta(seconds=5)",
+    ),
+    "RUNNER_TIMEOUT": (
+        lambda v: isinstance(v, timedelta) and v > timedelta(0),
+        "a datetime.timedelta longer than zero, e.g. timedelta(seconds=30)",
+    ),
+    "RUNNER_PASS_INTERVAL": (
+        lambda v: v is None or (isinstance(v, timedelta) and v > timedelta(0)),
+        "a datetime.timedelta longer than zero (how often cron runs runjobs --once), or None",
+    ),
+    "RUNNER_RETENTION": (
+        lambda v: isinstance(v, timedelta) and v > timedelta(0),
+        "a datetime.timedelta longer than zero, e.g. timedelta(days=1)",
+    ),
 }
 
 #: Keys whose values must agree: (check, message) over the merged settings.
@@ -131,6 +157,11 @@ _ACROSS: tuple[tuple[Callable[[Settings], bool], str], ...] = (
     (
         lambda s: s.FAILURE_RATE_WARNING <= s.FAILURE_RATE_CRITICAL,
         "FENCEDJOBS['FAILURE_RATE_WARNING'] must be at most FAILURE_RATE_CRITICAL",
+    ),
+    (
+        lambda s: s.RUNNER_TIMEOUT >= 2 * s.RUNNER_BEAT,
+        "FENCEDJOBS['RUNNER_TIMEOUT'] must be at least twice RUNNER_BEAT, so that one late "
+        "beat does not make a live runner read dead",
     ),
 )
 

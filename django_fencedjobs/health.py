@@ -13,6 +13,10 @@ invalid       critical  the declaration's schedule is invalid (``manage.py check
 never_run     warning   declared, but its lease row does not exist: nothing that could
                         write has seen the job yet, so it cannot be judged late
 paused        warning   an operator paused it
+no_runner     critical  no live runner serves it, though runners have been seen
+                        (:mod:`django_fencedjobs.runners`): reached ``RUNNER_TIMEOUT``
+                        (30 s) after the last runner that ran it stopped beating, whatever
+                        the job's interval
 failing       critical  ``consecutive_failures >= job.failure_threshold``
 failing       critical  the failure rate: of the job's latest ``FAILURE_RATE_RUNS`` runs
                         that ran to an end (succeeded, failed, timed out) within
@@ -64,7 +68,7 @@ from typing import Any
 
 from django.db.models import Count, F, Func, IntegerField, Max, Min, OuterRef, Subquery
 
-from django_fencedjobs import clock
+from django_fencedjobs import clock, runners
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant
@@ -119,6 +123,7 @@ class State(StrEnum):
     FAILING = "failing"
     NEVER_RUN = "never_run"
     PAUSED = "paused"
+    NO_RUNNER = "no_runner"
     CAPPED = "capped"
     REMOVED = "removed"
     INVALID = "invalid"
@@ -246,6 +251,8 @@ class JobHealth:
     #: within ``FAILURE_RATE_PERIOD``): how many runs it holds, and how many of them failed.
     recent_runs: int = 0
     recent_failures: int = 0
+    #: The live runners that run it (their owner labels; ``--once`` passes marked so).
+    runners: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -266,7 +273,8 @@ def all_health(
     """The health of every job (declared in code or present in the database), or of the named
     ones (:class:`UnknownJob` for a name that is neither), worst first, then by name.
 
-    A constant number of queries whatever the number of jobs: the clock (when it is the
+    A constant number of queries whatever the number of jobs: the runners' rows, the
+    clock (when it is the
     database's), the lease rows with the ids of each job's latest run and latest finished run
     (two correlated subqueries, each one index lookup on ``(job, -scheduled_for)``), its
     failure rate's window counted (two more, each at most ``FAILURE_RATE_RUNS`` rows of the
@@ -300,6 +308,7 @@ def all_health(
         else {}
     )
     tasks = _read_tasks(leases.values())
+    coverage = runners.read(now)
     result = []
     for name in wanted:
         row = leases.get(name)
@@ -317,6 +326,7 @@ def all_health(
                 finished,
                 now,
                 tasks=tasks.get(name),
+                coverage=coverage,
                 recent=(row.recent_runs or 0, row.recent_failures or 0)  # type: ignore[attr-defined]
                 if row is not None
                 else (0, 0),
@@ -429,10 +439,11 @@ def assess(
     *,
     tasks: TaskSummary | None = None,
     recent: tuple[int, int] = (0, 0),
+    coverage: runners.Coverage | None = None,
 ) -> JobHealth:
     """Decide one job's state from its declaration, lease row, latest runs, the tasks of
-    its runs (:class:`TaskSummary`) and its failure rate's window (``recent``: runs, of
-    which failed), at ``now``.
+    its runs (:class:`TaskSummary`), its failure rate's window (``recent``: runs, of
+    which failed) and the runners seen (``coverage``), at ``now``.
 
     Pure: no query, no clock. :func:`all_health` gathers the inputs.
     """
@@ -503,6 +514,10 @@ def assess(
         return _health(
             facts, State.PAUSED, Severity.WARNING, f"paused: no runs until resumed{since}"
         )
+    if coverage is not None:
+        facts["runners"] = tuple(r.label for r in coverage.serving(name))
+        if problem := coverage.problem(name, lease.created_at, at):
+            return _health(facts, State.NO_RUNNER, Severity.CRITICAL, problem)
     detail = ""
     if finished is not None and finished.outcome in FAILURE_OUTCOMES and finished.finished_at:
         detail = f"; last {Outcome(finished.outcome).label} at {at(finished.finished_at)}"

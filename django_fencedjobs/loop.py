@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_fencedjobs import clock, lease, signals
+from django_fencedjobs import clock, lease, runners, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobRun
@@ -422,6 +422,8 @@ def loop(
     by_name = {job.name: job for job in jobs}
     max_sleep = get_settings().LOOP_MAX_SLEEP.total_seconds()
     pool = _pool(workers)
+    #: This runner's row: registered, then a beat every RUNNER_BEAT (never raises).
+    presence = runners.Presence(jobs, pool.size)
     backlog: list[lease.LeaseRow] = []
     wakeup: datetime | None = None
     scanned = 0.0
@@ -479,9 +481,11 @@ def loop(
                 backlog = []
                 sleep, backoff = backoff, min(backoff * 2, max_sleep)
             pool.finished()  # the loop keeps no history of its runs: drop them
-            _wake.wait(sleep)
+            presence.beat()
+            _wake.wait(min(sleep, presence.due_in()))
     finally:
         pool.shutdown()
+        presence.stop()
     _give_up_if(pool)
 
 

@@ -189,3 +189,44 @@ class RunTask(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_path} ({self.status})"
+
+
+class RunnerMode(models.TextChoices):
+    #: ``runjobs``: a loop, seen by its beat.
+    LOOP = "loop", _("loop")
+    #: ``runjobs --once`` (cron): one row per host and set of jobs, its last pass.
+    ONCE = "once", _("--once")
+
+
+class Runner(models.Model):
+    """A ``runjobs`` process (``loop``) or the ``runjobs --once`` passes of one host for one
+    set of jobs (``once``): who runs which jobs, and when each was last seen
+    (:mod:`django_fencedjobs.runners`)."""
+
+    #: A loop's own random key; ``once:<host>:<digest of its jobs>`` for passes.
+    key = models.CharField(_("key"), max_length=200, unique=True)
+    mode = models.CharField(_("mode"), max_length=8, choices=RunnerMode.choices)
+    owner = models.CharField(_("owner"), max_length=200)
+    host = models.CharField(_("host"), max_length=255)
+    pid = models.IntegerField(_("pid"))
+    version = models.CharField(_("version"), max_length=40, blank=True)
+    workers = models.IntegerField(_("workers"))
+    #: The names of the jobs it runs, one per line.
+    jobs = models.TextField(_("jobs"), blank=True)
+    started_at = models.DateTimeField(_("started at"))
+    #: A loop's latest beat; for passes, the start of the latest.
+    last_beat_at = models.DateTimeField(_("last seen"))
+    stopped_at = models.DateTimeField(_("stopped at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("runner")
+        verbose_name_plural = _("runners")
+        ordering = ["-last_beat_at"]
+        indexes = [models.Index(fields=["last_beat_at"], name="fencedjobs_runner_seen")]
+
+    def __str__(self) -> str:
+        return f"{self.owner} ({self.mode})"
+
+    @property
+    def job_names(self) -> list[str]:
+        return [name for name in self.jobs.splitlines() if name]

@@ -223,6 +223,7 @@ def test_the_alert_rules_use_only_exposed_metrics_and_are_in_the_docs() -> None:
         "FencedJobLate",
         "FencedJobFailing",
         "FencedJobUnreliable",
+        "FencedJobNoRunner",
         "FencedJobInvalid",
         "FencedJobCapped",
         "FencedJobsMetricsAbsent",

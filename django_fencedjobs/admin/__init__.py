@@ -10,6 +10,7 @@ admin log. States and reasons come from :mod:`django_fencedjobs.health`.
 
 - :mod:`~django_fencedjobs.admin.jobs`: the jobs pages and the operations;
 - :mod:`~django_fencedjobs.admin.runs`: the run history, with the tasks each run enqueued;
+- :mod:`~django_fencedjobs.admin.runners`: the runners, and when each was last seen;
 - :mod:`~django_fencedjobs.admin.timeline`: the slot timeline, drawn by
   ``templates/admin/fencedjobs/joblease/timeline.html``;
 - :mod:`~django_fencedjobs.admin.paginator`: a paginator that does not count a large table;
@@ -19,6 +20,7 @@ admin log. States and reasons come from :mod:`django_fencedjobs.health`.
 from __future__ import annotations
 
 from django_fencedjobs.admin.jobs import JobLeaseAdmin
+from django_fencedjobs.admin.runners import RunnerAdmin
 from django_fencedjobs.admin.runs import JobRunAdmin
 
-__all__ = ["JobLeaseAdmin", "JobRunAdmin"]
+__all__ = ["JobLeaseAdmin", "JobRunAdmin", "RunnerAdmin"]

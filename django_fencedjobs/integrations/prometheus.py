@@ -46,7 +46,7 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_safe
 
-from django_fencedjobs import health, loop
+from django_fencedjobs import clock, health, loop, runners
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.lease import lease_db
 from django_fencedjobs.models import JobRun, Outcome
@@ -102,11 +102,15 @@ METRICS: dict[str, str] = {
     ),
     "fencedjobs_state": (
         "1 for the job's current state, 0 for the others "
-        "(ok, running, late, failing, never_run, paused, capped, removed, invalid)."
+        "(ok, running, late, failing, never_run, paused, no_runner, capped, removed, invalid)."
     ),
     "fencedjobs_runs": (
         "Recorded runs by outcome, as retained: a gauge, not a counter, because run "
         "retention deletes old runs and the figure then goes down."
+    ),
+    "fencedjobs_runners_live": (
+        "Runner loops (runjobs) seen within RUNNER_TIMEOUT: their last beat is younger. "
+        "Jobs that no live runner serves are in state no_runner."
     ),
     "fencedjobs_runner_abandoned_handlers": (
         "Handlers this runner process gave up on (they did not return at their timeout plus "
@@ -120,6 +124,7 @@ _LABELS = {
     "fencedjobs_state": [JOB_LABEL, "state"],
     "fencedjobs_runs": [JOB_LABEL, "outcome"],
     "fencedjobs_runner_abandoned_handlers": [OWNER_LABEL],
+    "fencedjobs_runners_live": [],
 }
 
 
@@ -151,7 +156,8 @@ class FencedJobsCollector:
             if value is not None:
                 families[name].add_metric(list(labels), value)
 
-        healths = sorted(health.all_health(), key=lambda h: h.name)
+        now = clock.now()
+        healths = sorted(health.all_health(now=now), key=lambda h: h.name)
         for job_health in healths:
             name = job_health.name
             add(
@@ -196,6 +202,8 @@ class FencedJobsCollector:
         keys = {(h.name, outcome.value) for h in healths for outcome in Outcome} | set(counts)
         for job_name, outcome in sorted(keys):
             add("fencedjobs_runs", [job_name, outcome], counts.get((job_name, outcome), 0))
+
+        add("fencedjobs_runners_live", [], len(runners.read(now).live()))
 
         # This process's own figure: none in a process that runs no job (a web process).
         abandoned = loop.abandoned_handlers()

@@ -1,6 +1,7 @@
 """``manage.py checkjobs``: every job's health, and an exit status to alert on.
 
-Exit status: 0 all healthy; 2 any job late, failing or invalid; 1 with ``--strict`` when
+Exit status: 0 all healthy; 2 any job late, failing, invalid or served by no live runner
+(``no_runner``); 1 with ``--strict`` when
 any is paused, capped or not yet picked up by a runner (and none is critical); 3 the
 database could not be read (unreachable, or ``migrate`` has not run on it); 4
 ``FENCEDJOBS`` is invalid, so no job can be judged. Codes 1, 3 and 4 come with one line on
@@ -12,14 +13,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_fencedjobs import baseline, clock, health, preflight
+from django_fencedjobs import baseline, clock, health, preflight, runners
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant, iso_utc
 
@@ -35,9 +36,9 @@ COLUMNS = ("JOB", "STATE", "LAST SUCCESS", "NEXT RUN", "FAILURES", "REASON")
 class Command(BaseCommand):
     help = (
         "Report every scheduled job's health. Exit 0 when all are healthy, 2 when any is "
-        "late, failing or invalid (1 with --strict for warnings: paused, capped), 3 when the "
-        "database cannot be read (unreachable, or not migrated), 4 when the FENCEDJOBS "
-        "setting is invalid."
+        "late, failing, invalid or without a live runner (1 with --strict for warnings: "
+        "paused, capped, failing now and then), 3 when the database cannot be read "
+        "(unreachable, or not migrated), 4 when the FENCEDJOBS setting is invalid."
     )
     # Report even when the configuration is broken: an invalid job is reported as such.
     requires_system_checks: list[str] = []
@@ -68,6 +69,7 @@ class Command(BaseCommand):
             now = clock.now()
             baseline.record_first_sightings(now)  # a job seen for the first time: its baseline
             healths = health.all_health(jobs, now=now)
+            seen = runners.read(now)
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
         except ImproperlyConfigured as exc:
@@ -85,9 +87,11 @@ class Command(BaseCommand):
             ) from None
         status = _exit_code(healths, strict=strict)
         if as_json:
-            self.stdout.write(_json(healths, status))
+            self.stdout.write(_json(healths, status, seen))
         else:
             self.stdout.write(_table(healths))
+            if seen.seen:
+                self.stdout.write(_runners_line(seen))
         if status:
             bad = [h for h in healths if h.severity is health.Severity.CRITICAL] or [
                 h for h in healths if h.severity is health.Severity.WARNING
@@ -98,15 +102,41 @@ class Command(BaseCommand):
             )
 
 
-def _json(healths: list[health.JobHealth], status: int) -> str:
+def _json(healths: list[health.JobHealth], status: int, seen: runners.Coverage) -> str:
     return json.dumps(
         {
             "healthy": status == 0,
             "exit_code": status,
             "checked_at": healths[0].checked_at.isoformat() if healths else None,
             "jobs": [_as_dict(h) for h in healths],
+            "runners": [
+                {
+                    "owner": r.owner,
+                    "mode": r.mode,
+                    "live": r.live(seen.now),
+                    "started_at": iso_utc(r.started_at),
+                    "last_seen_at": iso_utc(r.last_beat_at),
+                    "stopped_at": None if r.stopped_at is None else iso_utc(r.stopped_at),
+                    "jobs": sorted(r.jobs),
+                }
+                for r in sorted(seen.runners, key=lambda r: r.last_beat_at, reverse=True)
+            ],
         },
         indent=2,
+    )
+
+
+def _runners_line(seen: runners.Coverage) -> str:
+    """One line on the runners, once any has been seen: the live loops, else the last seen."""
+    live = sorted(seen.live(), key=lambda r: r.last_beat_at, reverse=True)
+    if live:
+        listed = ", ".join(
+            f"{r.owner} (seen {runners.duration_text(seen.now - r.last_beat_at)} ago)" for r in live
+        )
+        return f"\nRunners: {len(live)} live: {listed}"
+    last = max(seen.runners, key=lambda r: r.last_beat_at)
+    return (
+        f"\nRunners: none live; last seen {last.label} at {format_instant(last.last_beat_at, UTC)}"
     )
 
 
@@ -205,6 +235,8 @@ def _as_dict(h: health.JobHealth) -> dict[str, Any]:
         "expected_by": iso(h.expected_by),
         "consecutive_failures": h.consecutive_failures,
         "failure_threshold": h.failure_threshold,
+        # The live runners that run it (their owner labels); see "runners" for every one.
+        "runners": list(h.runners),
         # The failure rate's window: its latest runs that ran to an end, and how many failed.
         "failure_rate": {
             "runs": h.recent_runs,

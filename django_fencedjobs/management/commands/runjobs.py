@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_fencedjobs import checks, console, lease, loop, manual, preflight
+from django_fencedjobs import checks, console, lease, loop, manual, preflight, runners
 from django_fencedjobs.exceptions import FencedJobsError, UnknownJob
 from django_fencedjobs.health import error_excerpt
 from django_fencedjobs.listing import describe_jobs
@@ -135,6 +135,7 @@ class Command(BaseCommand):
                 if now is not None:
                     _run_now(valid[0])
                 elif once:
+                    runners.record_pass(valid, workers or loop.default_workers())
                     with report.connected():
                         result = loop.tick(jobs, workers=workers)
                     if options["verbosity"] >= 2:
