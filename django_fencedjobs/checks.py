@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+from collections import Counter
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.apps import AppConfig, apps
@@ -164,17 +166,110 @@ def check_jobs(
                 )
             )
             continue
-        if schedule.crontab and schedule.crontab.split()[0] == "0" and not job.jitter:
-            messages.append(
-                checks.Warning(
-                    f"Job {job.name!r} fires at minute 0 with no jitter: every such job starts "
-                    "at the same second.",
-                    hint="Add jitter=timedelta(minutes=...) or pick another minute.",
-                    obj=job.name,
-                    id="fencedjobs.W001",
-                )
-            )
+    messages.extend(_stampede_warning([job for job in registry.all() if job.schedule is not None]))
     return messages
+
+
+#: W001: this many jobs or more, none with jitter, firing at one instant are a stampede.
+STAMPEDE_JOBS = 10
+#: How far ahead W001 looks for such an instant: a week, so that weekly schedules are seen
+#: whatever the day the check runs.
+STAMPEDE_HORIZON = timedelta(days=7)
+#: Interval schedules finer than this are matched by arithmetic, not listed: every=1s fires
+#: 604,800 times a week.
+_LISTED_EVERY = timedelta(minutes=1)
+#: Job names W001's hint lists, at most.
+_NAMES_SHOWN = 5
+
+
+def _stampede_warning(jobs: Sequence[Job]) -> list[checks.CheckMessage]:
+    found = stampede(jobs, datetime.now(UTC))
+    if found is None:
+        return []
+    instant, names = found
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    if len(names) > _NAMES_SHOWN:
+        shown += f" and {len(names) - _NAMES_SHOWN} more"
+    return [
+        checks.Warning(
+            f"{len(names)} jobs without jitter start at the same instant, "
+            f"{instant:%Y-%m-%d %H:%M:%S} UTC: a stampede ({STAMPEDE_JOBS} or more jobs at "
+            f"one instant within the next {STAMPEDE_HORIZON.days} days, none jittered).",
+            hint=f"Give them jitter=timedelta(minutes=...) (each job gets a stable offset of "
+            f"its own), or spread their minutes: {shown}.",
+            obj=f"{names[0]} and {len(names) - 1} more",
+            id="fencedjobs.W001",
+        )
+    ]
+
+
+def stampede(jobs: Sequence[Job], now: datetime) -> tuple[datetime, list[str]] | None:
+    """The instant in ``(now, now + STAMPEDE_HORIZON]`` at which the most jobs without
+    jitter fire (the earliest of equals), and their names, when they are
+    :data:`STAMPEDE_JOBS` or more; else None. A group of that many jobs with the same
+    schedule fires together at each of its fire times, however rare: its next one counts
+    whatever the horizon.
+
+    Cheap for hundreds of jobs: jobs with the same fire times (cron and zone, or interval)
+    are expanded once, and only when enough jobs are without jitter; an expansion is at
+    most one fire time a minute for a week (an interval under a minute is matched by
+    arithmetic instead), less than what the checks already compute per job
+    (:meth:`Schedule.min_interval`, a year of fire times).
+    """
+    groups: dict[tuple[object, ...], list[Job]] = {}
+    for job in jobs:
+        schedule = job.schedule
+        if schedule is None or schedule.jitter:
+            continue
+        key = (schedule.crontab, schedule.timezone) if schedule.cron else (schedule.every,)
+        groups.setdefault(key, []).append(job)
+    if sum(map(len, groups.values())) < STAMPEDE_JOBS:
+        return None
+    end = now + STAMPEDE_HORIZON
+    counts: Counter[datetime] = Counter()
+    fine: list[tuple[int, list[Job]]] = []  # (interval in microseconds, jobs)
+    candidates: set[datetime] = set()
+    best: tuple[int, datetime] | None = None
+    for members in groups.values():
+        schedule = members[0].valid_schedule
+        if len(members) >= STAMPEDE_JOBS:
+            first = schedule.next_after(now)
+            best = _better(best, (len(members), first))
+        if schedule.every is not None and schedule.every < _LISTED_EVERY:
+            fine.append((schedule.every // _ONE_US, members))
+            # Where only such schedules meet: among their fire times in the first hour.
+            candidates.update(schedule.fire_times(now, now + timedelta(hours=1)))
+            continue
+        for instant in schedule.fire_times(now, end):
+            counts[instant] += len(members)
+    candidates.update(counts)
+    for instant in candidates:
+        since_epoch = (instant - _EPOCH) // _ONE_US
+        count = counts[instant] + sum(len(m) for us, m in fine if since_epoch % us == 0)
+        best = _better(best, (count, instant))
+    if best is None or best[0] < STAMPEDE_JOBS:
+        return None
+    instant = best[1]
+    names = sorted(
+        job.name
+        for members in groups.values()
+        if members[0].valid_schedule.fire_times(instant - _ONE_US, instant)
+        for job in members
+    )
+    return instant, names
+
+
+def _better(
+    best: tuple[int, datetime] | None, candidate: tuple[int, datetime]
+) -> tuple[int, datetime]:
+    """The larger count; of equal counts, the earlier instant."""
+    if best is None or (candidate[0], -candidate[1].timestamp()) > (best[0], -best[1].timestamp()):
+        return candidate
+    return best
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
 
 
 def _error(id: int, msg: str, hint: str) -> checks.CheckMessage:

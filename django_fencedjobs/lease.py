@@ -20,6 +20,7 @@ instantiation would dominate the cost of a small transaction).
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import hashlib
 import struct
@@ -524,33 +525,58 @@ def end(name: str, fence: int, *, succeeded_at: datetime | None, failed: bool) -
     return JobLease.objects.using(lease_db()).filter(name=name, fence=fence).update(**changes) == 1
 
 
-def _locked_update(name: str, changes: dict[str, object], **conditions: object) -> bool:
-    """An admin-side change of one lease row, waiting at most :data:`LOCK_WAIT` for it;
-    False when the row does not match, or stayed locked (a run is inside a fenced
-    transaction): the caller reports it and the operator tries again."""
+class Change(enum.Enum):
+    """What an operator's change of one lease row did (:func:`make_due`, :func:`set_paused`,
+    :func:`skip_slot`): the admin and ``manage.py jobctl`` say which. True only for
+    :attr:`DONE`, so ``if make_due(...):`` reads as before."""
+
+    #: The row was changed.
+    DONE = "done"
+    #: Nothing to change: the row does not match (already due, already paused or resumed,
+    #: its slot moved on meanwhile, or no such row).
+    UNCHANGED = "unchanged"
+    #: The row stayed locked for :data:`LOCK_WAIT`: a run is inside a fenced transaction on
+    #: it. Nothing was changed; trying again in a moment usually succeeds.
+    BUSY = "busy"
+
+    def __bool__(self) -> bool:
+        return self is Change.DONE
+
+
+def _locked_update(name: str, changes: dict[str, object], **conditions: object) -> Change:
+    """An operator's change of one lease row, waiting at most :data:`LOCK_WAIT` for it:
+    :attr:`Change.DONE`, :attr:`Change.UNCHANGED` when the row does not match, or
+    :attr:`Change.BUSY` when it stayed locked (a run is inside a fenced transaction): the
+    caller reports which, and the operator tries a busy row again."""
     try:
         with bounded_wait():
-            return (
+            updated = (
                 JobLease.objects.using(lease_db()).filter(name=name, **conditions).update(**changes)
-                == 1
             )
     except DatabaseError as exc:
         if is_lock_timeout(exc):
-            return False
+            return Change.BUSY
         raise
+    return Change.DONE if updated == 1 else Change.UNCHANGED
 
 
-def make_due(name: str, now: datetime) -> bool:
-    """ "Run now": make the job due at ``now``. It still goes through :func:`acquire`."""
+def make_due(name: str, now: datetime) -> Change:
+    """ "Run now": make the job due at ``now``. It still goes through :func:`acquire`.
+    :attr:`Change.UNCHANGED` when it is due already."""
     return _locked_update(name, {"next_run_at": now}, next_run_at__gt=now)
 
 
-def set_paused(name: str, paused: bool) -> bool:
-    return _locked_update(name, {"paused": paused})
+def set_paused(name: str, paused: bool) -> Change:
+    """Pause or resume the job; :attr:`Change.UNCHANGED` when it already is. A run in
+    progress goes on: pausing only keeps :func:`acquire` from starting the next one."""
+    return _locked_update(name, {"paused": paused}, paused=not paused)
 
 
-def skip_slot(seen: LeaseRow, *, next_run_at: datetime) -> bool:
-    """Move a due job past a slot that cannot be recorded (its run row already exists)."""
+def skip_slot(seen: LeaseRow, *, next_run_at: datetime) -> Change:
+    """Move the job's next slot from the one in ``seen`` to ``next_run_at``: past a slot
+    that cannot be recorded (its run row already exists), or a slot an operator skips.
+    Conditional on the row as seen (fence and slot): :attr:`Change.UNCHANGED` when a run
+    took the job meanwhile, or the slot moved on."""
     return _locked_update(
         seen.name, {"next_run_at": next_run_at}, fence=seen.fence, next_run_at=seen.next_run_at
     )

@@ -1,21 +1,51 @@
-"""Running a job by hand, now: ``manage.py runjobs --now NAME`` and
-:func:`django_fencedjobs.testing.run_job_now`.
+"""Operating a job by hand: run it now (``manage.py runjobs --now NAME`` and
+:func:`django_fencedjobs.testing.run_job_now`), pause it, resume it, skip its next slot
+(``manage.py jobctl``, and the admin's actions).
 
-Such a run takes the real path: the job is made due now, and its lease is taken with the
+A run now takes the real path: the job is made due now, and its lease is taken with the
 same compare-and-set as a scheduled run's, so it never overlaps a run of the same job in
 another process; it is recorded (a ``JobRun``), logged and signalled like any other, and
 its writes are fenced. The schedule goes on as before: like every run, it moves the job's
 next slot to the first one after now.
+
+Pause, resume and skip change the job's lease row with the admin's bounded wait
+(:data:`~django_fencedjobs.lease.LOCK_WAIT`): a row a run keeps locked inside a fenced
+transaction for longer raises :class:`JobBusy`, and nothing is changed.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from django_fencedjobs import clock, lease, runner
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobLease, JobRun
 from django_fencedjobs.registry import Job
+from django_fencedjobs.schedule import Schedule
+
+logger = logging.getLogger("django_fencedjobs")
+
+#: How many times :func:`skip_next_slot` reads the row again when a run took the job
+#: between its read and its change.
+SKIP_ATTEMPTS = 3
+
+
+class JobBusy(FencedJobsError):
+    """A run is inside a fenced transaction on the job's lease row, which stayed locked past
+    the bounded wait: nothing was changed. Try again in a moment."""
+
+
+@dataclass(frozen=True)
+class Operated:
+    """What :func:`pause`, :func:`resume` or :func:`skip_next_slot` did to one job."""
+
+    job: str
+    #: False when there was nothing to change (already paused, not paused).
+    changed: bool
+    #: One line for the operator: what happened, and what happens next.
+    line: str
 
 
 def run_now(job: Job) -> JobRun:
@@ -47,7 +77,10 @@ def _refuse_if_busy(job: Job, now: datetime) -> None:
         .get()
     )
     if paused:
-        raise FencedJobsError(f"job {job.name!r} is paused: resume it (in the admin) to run it")
+        raise FencedJobsError(
+            f"job {job.name!r} is paused: resume it (`manage.py jobctl resume {job.name}`, or "
+            "in the admin) to run it"
+        )
     if until >= now:
         raise FencedJobsError(
             f"job {job.name!r} is running elsewhere: its lease is held by "
@@ -55,4 +88,115 @@ def _refuse_if_busy(job: Job, now: datetime) -> None:
         )
 
 
-__all__ = ["run_now"]
+def pause(job: Job) -> Operated:
+    """Pause ``job``: no run of it starts until it is resumed. A run in progress goes on to
+    its end."""
+    now = _seen(job)
+    change = lease.set_paused(job.name, True)
+    _refuse_if_locked(job, change)
+    if not change:
+        return Operated(job.name, False, f"{job.name} is already paused: nothing changed")
+    _, owner, until, _ = _row(job)
+    running = (
+        f"; the run in progress on {owner} goes on to its end" if owner and until >= now else ""
+    )
+    return _done(
+        job, "job_paused", f"paused {job.name}: no run starts until it is resumed{running}"
+    )
+
+
+def resume(job: Job) -> Operated:
+    """Resume ``job``: it runs from its next slot, or at a runner's next pass when slots
+    fell due while it was paused (they coalesce into one run)."""
+    now = _seen(job)
+    change = lease.set_paused(job.name, False)
+    _refuse_if_locked(job, change)
+    if not change:
+        return Operated(job.name, False, f"{job.name} is not paused: nothing changed")
+    _, _, _, next_run_at = _row(job)
+    schedule = job.valid_schedule
+    if next_run_at <= now:
+        then = f"due since {_when(schedule, next_run_at)}: a runner's next pass runs it"
+    else:
+        then = f"next run {_when(schedule, next_run_at)} (in {_wait(next_run_at, now)})"
+    return _done(job, "job_resumed", f"resumed {job.name}: {then}")
+
+
+def skip_next_slot(job: Job) -> Operated:
+    """Skip ``job``'s next run: its next slot moves to the first fire time after that slot,
+    or, when the job is due (slots it did not run yet, a paused job's included), after now.
+    A run in progress goes on; the slot skipped is the one after it."""
+    schedule = job.valid_schedule
+    _seen(job)
+    for _ in range(SKIP_ATTEMPTS):
+        now = clock.now()
+        row = lease.read([job.name])[job.name]
+        target = schedule.next_after(max(row.next_run_at, now))
+        change = lease.skip_slot(row, next_run_at=target)
+        _refuse_if_locked(job, change)
+        if change:
+            if row.next_run_at <= now:
+                skipped = f"the run due since {_when(schedule, row.next_run_at)}"
+            else:
+                skipped = f"the slot {_when(schedule, row.next_run_at)}"
+            paused = "; it is paused: it runs then only if resumed" if row.paused else ""
+            return _done(
+                job,
+                "next_slot_skipped",
+                f"skipped {skipped} of {job.name}: next run {_when(schedule, target)} "
+                f"(in {_wait(target, now)}){paused}",
+            )
+    # A run took the job between each read and its change (or its slot kept moving).
+    raise JobBusy(
+        f"job {job.name!r} is busy: its next slot moved on {SKIP_ATTEMPTS} times while "
+        "skipping it (runs are starting); nothing changed, try again"
+    )
+
+
+def _done(job: Job, event: str, line: str) -> Operated:
+    """A change made: logged (``event``, ``job``), and said in ``line``."""
+    logger.info("%s", line, extra={"event": event, "job": job.name})
+    return Operated(job.name, True, line)
+
+
+def _seen(job: Job) -> datetime:
+    """Now; and the job's lease row, created if no runner has seen the job yet."""
+    now = clock.now()
+    runner.sync([job], now)
+    return now
+
+
+def _row(job: Job) -> tuple[bool, str, datetime, datetime]:
+    """The job's paused flag, lease owner, lease expiry and next slot."""
+    found: tuple[bool, str, datetime, datetime] = (
+        JobLease.objects.using(lease.lease_db())
+        .filter(name=job.name)
+        .values_list("paused", "owner", "lease_until", "next_run_at")
+        .get()
+    )
+    return found
+
+
+def _refuse_if_locked(job: Job, change: lease.Change) -> None:
+    if change is lease.Change.BUSY:
+        raise JobBusy(
+            f"job {job.name!r} is busy: a run is inside a fenced transaction on its lease row, "
+            f"which stayed locked for {lease.LOCK_WAIT:g}s; nothing changed, try again"
+        )
+
+
+def _when(schedule: Schedule, instant: datetime) -> str:
+    """An instant in the job's zone and in UTC, as ``runjobs`` writes a first run."""
+    in_utc = f"{instant.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    if schedule.timezone == "UTC":
+        return in_utc
+    local = instant.astimezone(schedule.tz)
+    return f"{local:%Y-%m-%d %H:%M:%S %Z} ({schedule.timezone}) = {in_utc}"
+
+
+def _wait(then: datetime, now: datetime) -> str:
+    """The wait to the second: ``0:04:31``, ``1 day, 2:03:04``."""
+    return str(timedelta(seconds=max(int((then - now).total_seconds()), 0)))
+
+
+__all__ = ["JobBusy", "Operated", "pause", "resume", "run_now", "skip_next_slot"]

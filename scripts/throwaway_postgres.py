@@ -540,12 +540,21 @@ def run_child(cmd: list[str], env: dict[str, str]) -> int:
     return rc
 
 
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """This script's options and CMD: the options are the leading arguments that start
+    with "-", up to a "--" (dropped) or the first argument that does not; the rest is CMD,
+    whatever it contains. So `--help` is this script's, and a "--" inside CMD is CMD's."""
+    split = 0
+    while split < len(argv) and argv[split].startswith("-") and argv[split] != "--":
+        split += 1
+    cmd = argv[split:]
+    if cmd[:1] == ["--"]:
+        cmd = cmd[1:]
+    return argv[:split], cmd
+
+
 def main(argv: list[str]) -> int:
-    if "--" in argv:
-        split = argv.index("--")
-        opts, cmd = argv[:split], argv[split + 1 :]
-    else:
-        opts, cmd = [], argv
+    opts, cmd = split_argv(argv)
     parser = argparse.ArgumentParser(
         prog="throwaway_postgres.py",
         usage="%(prog)s [--durable] [--pgbouncer | --no-pgbouncer] -- CMD [ARGS...]",

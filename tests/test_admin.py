@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 from datetime import UTC, datetime, timedelta
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -296,6 +297,68 @@ def test_pause_and_resume_are_actions_and_are_logged(history, superuser_client):
         "Paused.",
         "Resumed.",
     ]
+
+
+def messages_of(response) -> list[str]:
+    """The admin's messages on the page, as the user reads them."""
+    return [
+        unescape(" ".join(message.split()))
+        for message in re.findall(
+            r'<li class="(?:success|warning|error)">(.*?)</li>',
+            response.content.decode(),
+            flags=re.S,
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("operation", "verb"), [("run-now", "made due"), ("pause", "paused"), ("resume", "resumed")]
+)
+def test_an_operation_on_a_busy_row_says_busy_not_that_nothing_was_to_do(
+    history, superuser_client, operation, verb
+):
+    """A run inside a fenced transaction keeps the job's lease row locked: the operation
+    waits lease.LOCK_WAIT, changes nothing, and says so; it is not "already due", nor
+    silence."""
+    from tests.test_operations_command import RowLock
+
+    if operation == "resume":
+        superuser_client.post(operate(FINE, "pause"), follow=True)
+    before = JobLease.objects.get(name=FINE)
+    with RowLock(FINE):
+        response = superuser_client.post(operate(FINE, operation), follow=True)
+    assert messages_of(response) == [
+        f"Busy, not {verb}: {FINE} (a run kept the job's lease row locked inside a fenced "
+        "transaction for 2s); try again."
+    ]
+    after = JobLease.objects.get(name=FINE)
+    assert (after.paused, after.next_run_at) == (before.paused, before.next_run_at)
+    assert LogEntry.objects.filter(change_message__contains="Run now").count() == 0
+
+
+def test_run_now_on_a_due_job_and_pause_on_a_paused_one_say_there_was_nothing_to_do(
+    history, superuser_client
+):
+    superuser_client.post(operate(FINE, "run-now"), follow=True)
+    response = superuser_client.post(operate(FINE, "run-now"), follow=True)
+    assert messages_of(response) == [f"Nothing to do for {FINE} (already due)."]
+    superuser_client.post(operate(FINE, "pause"), follow=True)
+    response = superuser_client.post(operate(FINE, "pause"), follow=True)
+    assert messages_of(response) == [f"Nothing to do for {FINE} (already paused)."]
+
+
+def test_skip_the_next_slot_is_an_action_and_is_logged(history, superuser_client):
+    pk = JobLease.objects.get(name=FINE).pk
+    response = superuser_client.post(
+        changelist(), {"action": "skip_next_slot", "_selected_action": [pk]}, follow=True
+    )
+    assert messages_of(response) == [f"Skipped the next slot: {FINE}."]
+    assert JobLease.objects.get(name=FINE).next_run_at == T0 + timedelta(hours=1, minutes=15)
+    (entry,) = LogEntry.objects.all()
+    assert entry.get_change_message().startswith(
+        f"Skip: skipped the slot 2026-11-29 10:00:00 UTC of {FINE}: next run "
+        "2026-11-29 10:15:00 UTC"
+    )
 
 
 def test_a_view_only_user_sees_everything_and_can_trigger_nothing(history, viewer_client):

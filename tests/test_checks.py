@@ -9,10 +9,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from django_fencedjobs import checks as jobs_checks
+from django_fencedjobs import job
+from django_fencedjobs.registry import registry
+from django_fencedjobs.schedule import Schedule
 from tests.test_runjobs_command import start
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,10 +101,86 @@ def test_an_unimportable_clock_is_an_error():
     assert "fencedjobs.E010" in result.stderr
 
 
-def test_a_top_of_the_hour_schedule_without_jitter_is_a_warning_only():
+# -- W001: a stampede, not one job at minute 0 (issue 20, item 6) ---------------------------
+
+
+def test_ten_jobs_without_jitter_starting_at_one_instant_are_warning_w001_naming_them():
     result = manage_check("w001")
     assert result.returncode == 0, result.stderr
-    assert "fencedjobs.W001" in result.stderr
+    (line,) = reported(result.stderr, "fencedjobs.W001").values()
+    assert "10 jobs without jitter start at the same instant" in line
+    assert "10 or more jobs at one instant within the next 7 days" in line
+    hint = result.stderr.split("HINT:", 1)[1]
+    assert "checks.every_5_minutes, checks.hourly_0" in hint and "and 5 more" in hint
+    assert "checks.jittered" not in result.stderr
+
+
+def test_one_nightly_job_at_minute_0_without_jitter_is_no_warning():
+    result = manage_check("nightly")
+    assert result.returncode == 0, result.stderr
+    assert "fencedjobs.W001" not in result.stdout + result.stderr
+
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday; Berlin is at UTC+1
+
+
+def declare(n: int, cron: str | None = None, prefix: str = "j", **kwargs: object) -> None:
+    for i in range(n):
+        job(cron, name=f"{prefix}.{i}", **kwargs)(lambda run: None)
+
+
+def test_nine_jobs_at_one_instant_are_not_a_stampede_and_ten_are():
+    with registry.isolated():
+        declare(9, "0 3 * * *", timezone="Europe/Berlin")
+        declare(20, "0 4 * * *", prefix="jittered", jitter=timedelta(minutes=5))
+        assert jobs_checks.stampede(registry.all(), NOW) is None
+        job("0 2 * * *", name="other.utc")(lambda run: None)  # 02:00 UTC is 03:00 in Berlin
+        instant, names = jobs_checks.stampede(registry.all(), NOW)
+    assert instant == datetime(2026, 3, 3, 2, 0, tzinfo=UTC)
+    assert names == sorted([*(f"j.{i}" for i in range(9)), "other.utc"])
+
+
+def test_jobs_that_meet_once_a_week_or_once_a_month_are_a_stampede_too():
+    with registry.isolated():
+        declare(6, "0 6 * * 0")  # Sundays
+        declare(4, "0 6 * * *", prefix="daily")
+        assert jobs_checks.stampede(registry.all(), NOW)[0] == datetime(
+            2026, 3, 8, 6, 0, tzinfo=UTC
+        )
+    with registry.isolated():
+        # Ten jobs of one schedule start together at each of its fire times, however rare.
+        declare(10, "30 1 1 1 *")
+        assert jobs_checks.stampede(registry.all(), NOW)[0] == datetime(
+            2027, 1, 1, 1, 30, tzinfo=UTC
+        )
+
+
+def test_interval_jobs_finer_than_a_minute_count_at_every_instant_they_fire():
+    with registry.isolated():
+        declare(5, every=timedelta(seconds=30), prefix="fine")
+        declare(5, "17 5 * * *", prefix="daily")
+        instant, names = jobs_checks.stampede(registry.all(), NOW)
+    assert instant == datetime(2026, 3, 3, 5, 17, tzinfo=UTC)
+    assert len(names) == 10
+
+
+def test_the_stampede_check_expands_each_schedule_once_however_many_jobs_share_it(monkeypatch):
+    expanded: list[str] = []
+    fire_times = Schedule.fire_times
+
+    def counting(self, start, end, limit=None):
+        if end - start == jobs_checks.STAMPEDE_HORIZON:
+            expanded.append(self.cron or str(self.every))
+        return fire_times(self, start, end, limit)
+
+    with registry.isolated():
+        declare(300, "*/5 * * * *", timezone="Europe/Berlin")
+        declare(200, "0 * * * *", prefix="hourly")
+        declare(100, "0 3 * * *", prefix="tenant", jitter=timedelta(minutes=30))
+        monkeypatch.setattr(Schedule, "fire_times", counting)
+        instant, names = jobs_checks.stampede(registry.all(), NOW)
+    assert sorted(expanded) == ["*/5 * * * *", "0 * * * *"]
+    assert (instant, len(names)) == (datetime(2026, 3, 2, 13, 0, tzinfo=UTC), 500)
 
 
 def test_a_healthy_jobs_module_passes_silently():

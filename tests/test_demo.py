@@ -169,6 +169,20 @@ def test_the_demo_runs_every_job_and_a_scheduled_task_on_its_worker_and_stops_on
             assert time.monotonic() - started < FIRST_RUNS_TIMEOUT, log()
             time.sleep(0.2)
 
+        # The login stands out: in a box of its own, below the burst of log lines of the
+        # first runs, not buried among them.
+        login = "  login:     admin / demo-test-password"
+        while login not in (text := log_path.read_text(errors="replace")):
+            assert time.monotonic() - started < FIRST_RUNS_TIMEOUT, log()
+            time.sleep(0.2)
+        at = text.index(login)
+        assert text.count(login) == 1, log()
+        assert text.index("every demo job has a succeeded run") < at, log()
+        assert text.index("db_worker ran the task") < at, log()
+        before = text[:at].splitlines()
+        assert before[-1].startswith("  admin:     http://127.0.0.1:"), log()
+        assert set(before[-2]) == {"="} and before[-3] == "", log()
+
         with urllib.request.urlopen(
             f"http://127.0.0.1:{port}/admin/login/", timeout=10
         ) as response:

@@ -54,9 +54,10 @@ def test_a_locked_lease_row_holds_up_no_other_job_and_no_admin_action(spawn):
         assert runs(PAUSED_WRITER) == []
         # "Run now", pause and a schedule change wait a bounded time, then say so.
         now = clock.now()
-        lease.set_paused(PAUSED_WRITER, False)  # returns, whatever it could do
-        assert lease.make_due(PAUSED_WRITER, now + timedelta(hours=2)) is False
         row = lease.read([PAUSED_WRITER])[PAUSED_WRITER]
+        assert lease.set_paused(PAUSED_WRITER, True) is lease.Change.BUSY
+        earlier = row.next_run_at - timedelta(seconds=1)  # a change the row would take
+        assert lease.make_due(PAUSED_WRITER, earlier) is lease.Change.BUSY
         assert lease.reschedule(PAUSED_WRITER, row.schedule_fingerprint, "changed", now) is False
         assert JobLease.objects.get(name=PAUSED_WRITER).schedule_fingerprint != "changed"
     finally:

@@ -36,7 +36,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from django_fencedjobs import baseline, clock, health, lease
+from django_fencedjobs import baseline, clock, health, lease, manual
 from django_fencedjobs.admin import timeline
 from django_fencedjobs.admin.display import badge, instant, job_zone
 from django_fencedjobs.health import JobHealth, State
@@ -121,7 +121,7 @@ class JobLeaseAdmin(_ModelAdmin):
     list_filter = (StateFilter, "paused")
     show_full_result_count = False  # one row per job: the filtered count is all it needs
     search_fields = ("name",)
-    actions = ("run_now", "pause", "resume")
+    actions = ("run_now", "pause", "resume", "skip_next_slot")
     fieldsets = (
         (None, {"fields": ("name", "state", "reason", "schedule")}),
         (_("Slots"), {"fields": ("slot_timeline",)}),
@@ -483,17 +483,17 @@ class JobLeaseAdmin(_ModelAdmin):
     )
     def run_now(self, request: HttpRequest, queryset: Iterable[JobLease]) -> None:
         now = clock.now()
-        done, skipped = [], []
+        outcome = _Outcome()
         for row in queryset:
             if row.name not in registry:
-                skipped.append(f"{row.name} (not declared in code)")
-            elif lease.make_due(row.name, now):
+                outcome.skipped.append(f"{row.name} (not declared in code)")
+                continue
+            change = lease.make_due(row.name, now)
+            if change is lease.Change.DONE:
                 when = format_instant(now, job_zone(row.name))
                 self.log_change(request, row, f"Run now: made due at {when}.")
-                done.append(row.name)
-            else:
-                skipped.append(f"{row.name} (already due)")
-        self._report(request, "Made due, it will run at the next tick", done, skipped)
+            outcome.add(row.name, change, already="already due")
+        self._report(request, "Made due, it will run at the next tick", "made due", outcome)
 
     @admin.action(description=_("Pause"), permissions=["operate"])
     def pause(self, request: HttpRequest, queryset: Iterable[JobLease]) -> None:
@@ -503,32 +503,79 @@ class JobLeaseAdmin(_ModelAdmin):
     def resume(self, request: HttpRequest, queryset: Iterable[JobLease]) -> None:
         self._set_paused(request, queryset, paused=False)
 
+    @admin.action(description=_("Skip the next slot"), permissions=["operate"])
+    def skip_next_slot(self, request: HttpRequest, queryset: Iterable[JobLease]) -> None:
+        outcome = _Outcome()
+        for row in queryset:
+            job = registry.get(row.name) if row.name in registry else None
+            if job is None or job.schedule is None:
+                why = "not declared in code" if job is None else "invalid: it does not run"
+                outcome.skipped.append(f"{row.name} ({why})")
+                continue
+            try:
+                operated = manual.skip_next_slot(job)
+            except manual.JobBusy:
+                outcome.add(row.name, lease.Change.BUSY)
+                continue
+            self.log_change(request, row, f"Skip: {operated.line}.")
+            outcome.add(row.name, lease.Change.DONE)
+        self._report(request, "Skipped the next slot", "skipped", outcome)
+
     def _set_paused(
         self, request: HttpRequest, queryset: Iterable[JobLease], *, paused: bool
     ) -> None:
-        done, skipped = [], []
+        outcome = _Outcome()
         for row in queryset:
             if row.paused == paused:
-                skipped.append(f"{row.name} (already {'paused' if paused else 'running'})")
-            elif lease.set_paused(row.name, paused):
+                change = lease.Change.UNCHANGED
+            else:
+                change = lease.set_paused(row.name, paused)
+            if change is lease.Change.DONE:
                 self.log_change(request, row, "Paused." if paused else "Resumed.")
-                done.append(row.name)
-        self._report(request, "Paused" if paused else "Resumed", done, skipped)
+            outcome.add(row.name, change, already="already paused" if paused else "not paused")
+        verb = "paused" if paused else "resumed"
+        self._report(request, verb.capitalize(), verb, outcome)
 
-    def _report(
-        self, request: HttpRequest, happened: str, done: list[str], skipped: list[str]
-    ) -> None:
+    def _report(self, request: HttpRequest, happened: str, verb: str, outcome: _Outcome) -> None:
         # The admin capitalises a message's first letter: it never starts with a job's name.
-        if done:
-            self.message_user(request, f"{happened}: {', '.join(done)}.", messages.SUCCESS)
-        if skipped:
-            self.message_user(request, f"Nothing to do for {', '.join(skipped)}.", messages.WARNING)
+        if outcome.done:
+            self.message_user(request, f"{happened}: {', '.join(outcome.done)}.", messages.SUCCESS)
+        if outcome.busy:
+            self.message_user(
+                request,
+                f"Busy, not {verb}: {', '.join(outcome.busy)} (a run kept the job's lease row "
+                f"locked inside a fenced transaction for {lease.LOCK_WAIT:g}s); try again.",
+                messages.ERROR,
+            )
+        if outcome.skipped:
+            self.message_user(
+                request, f"Nothing to do for {', '.join(outcome.skipped)}.", messages.WARNING
+            )
+
+
+class _Outcome:
+    """What an action did to each selected job: done, busy (the row stayed locked, try
+    again), or nothing to do (and why)."""
+
+    def __init__(self) -> None:
+        self.done: list[str] = []
+        self.busy: list[str] = []
+        self.skipped: list[str] = []
+
+    def add(self, name: str, change: lease.Change, *, already: str = "") -> None:
+        if change is lease.Change.DONE:
+            self.done.append(name)
+        elif change is lease.Change.BUSY:
+            self.busy.append(name)
+        else:
+            self.skipped.append(f"{name} ({already})")
 
 
 _OPERATIONS = {
     "run-now": JobLeaseAdmin.run_now,
     "pause": JobLeaseAdmin.pause,
     "resume": JobLeaseAdmin.resume,
+    "skip": JobLeaseAdmin.skip_next_slot,
 }
 
 

@@ -58,8 +58,9 @@ class Command(BaseCommand):
             "--now",
             metavar="NAME",
             help="Run this job once, now, through its lease, recorded like any run; exit 0 "
-            "when it succeeded, 3 when it did not, 1 when it could not start (unknown, "
-            "invalid or paused job, or its lease held by another run).",
+            "when it succeeded, 3 when it did not (failed, timed out, or stopped by a "
+            "signal), 1 when it could not start (unknown, invalid or paused job, or its "
+            "lease held by another run).",
         )
         parser.add_argument(
             "--workers",
@@ -161,10 +162,19 @@ class Command(BaseCommand):
 
 
 def _run_now(job: Job) -> None:
-    """``--now``: exit 0 when the run succeeded (or was stopped by a signal), else
-    :data:`RUN_DID_NOT_SUCCEED`, with one line saying why."""
+    """``--now``: exit 0 when the run succeeded, else :data:`RUN_DID_NOT_SUCCEED`, with one
+    line saying why. A run a signal stopped did not succeed either: it finished its batch
+    and recorded it, but the work it was asked for is not all done, and a script that runs
+    ``--now`` before its next step must not go on as if it were (the loop and ``--once``
+    exit 0 on that signal: for them it is the ordinary way to stop)."""
     record = manual.run_now(job)
-    if record.outcome not in (Outcome.SUCCEEDED, Outcome.INTERRUPTED):
+    if record.outcome == Outcome.INTERRUPTED:
+        raise CommandError(
+            f"the run of {job.name} was interrupted by a signal: it stopped after its "
+            "current batch, recorded; the next run goes on from there",
+            returncode=RUN_DID_NOT_SUCCEED,
+        )
+    if record.outcome != Outcome.SUCCEEDED:
         why = error_excerpt(record.error)
         raise CommandError(
             f"the run of {job.name} {record.outcome}" + (f": {why}" if why else ""),

@@ -7,9 +7,9 @@ scheduler and the admin together in the foreground until Ctrl-C.
    then they run on their own schedules;
 3. start ``manage.py runjobs``, ``manage.py db_worker`` (django-tasks-db's worker, which
    runs the tasks the scheduled job ``demo.write_digest`` enqueues) and ``manage.py
-   runserver --noreload``, each in its own process group, print the admin's address and
-   the login, report once every job has a succeeded run, and once the worker has run a
-   task a run enqueued;
+   runserver --noreload``, each in its own process group, report once every job has a
+   succeeded run and once the worker has run a task a run enqueued, then print the admin's
+   address and the login in a box, below the log lines of those first runs;
 4. on Ctrl-C (or SIGTERM, SIGHUP): forward it, wait for all three (runjobs finishes its
    current batch and releases its lease, db_worker its current task), kill what is left
    after a bounded wait, and check that nothing is left.
@@ -110,14 +110,11 @@ class Command(BaseCommand):
             )
             supervisor.wait(30, until=lambda: _accepts(port))
             if not supervisor.stopping and supervisor.first_exited() is None:
-                say("")
-                lines = [("admin", f"http://{address}/admin/"), ("login", f"admin / {password}")]
-                lines += [(label, f"http://{address}{path}") for label, path in _admin_pages()]
-                for label, value in lines:
-                    say(f"  {label + ':':<11}{value}")
-                say("  Ctrl-C stops the scheduler, the worker and the web server.")
-                say("")
-            self._watch(supervisor, names, kicked_at, started)
+                say(
+                    f"admin at http://{address}/admin/; the login follows once the first runs "
+                    "are in"
+                )
+            self._watch(supervisor, names, kicked_at, started, _login_box(address, password))
         finally:
             if supervisor.children:
                 say(
@@ -140,10 +137,19 @@ class Command(BaseCommand):
         say("demo stopped; no process left behind")
 
     def _watch(
-        self, supervisor: Supervisor, names: list[str], since: datetime, started: float
+        self,
+        supervisor: Supervisor,
+        names: list[str],
+        since: datetime,
+        started: float,
+        login_box: list[str],
     ) -> None:
+        """Say when every job has a succeeded run and when the worker has run a task, then
+        print ``login_box``: after the burst of log lines of the first runs, where it is
+        seen, not above them."""
         pending = set(names)
         task_pending = TASK_JOB in names
+        box_pending = True
         deadline = time.monotonic() + FIRST_RUNS_DEADLINE
         while not supervisor.stopping:
             exited = supervisor.first_exited()
@@ -177,11 +183,26 @@ class Command(BaseCommand):
                     self._say(f"no task of {TASK_JOB} has finished yet; see db_worker's log")
                     task_pending = False
                     connections.close_all()
+            if box_pending and not pending and not task_pending:
+                self.stdout.write("\n".join(login_box))
+                self.stdout.flush()
+                box_pending = False
             supervisor.wait(1.0)
 
     def _say(self, text: str) -> None:
         self.stdout.write(f"demo: {text}" if text else "")
         self.stdout.flush()
+
+
+def _login_box(address: str, password: str) -> list[str]:
+    """The admin's address, the login and the admin's pages, between two rules and blank
+    lines, without the ``demo:`` prefix: it stands out among the log lines."""
+    lines = [("admin", f"http://{address}/admin/"), ("login", f"admin / {password}")]
+    lines += [(label, f"http://{address}{path}") for label, path in _admin_pages()]
+    rows = [f"  {label + ':':<11}{value}" for label, value in lines]
+    rows.append("  Ctrl-C stops the scheduler, the worker and the web server.")
+    rule = "=" * max(len(row) + 2 for row in rows)
+    return ["", rule, *rows, rule, ""]
 
 
 def _port_free(port: int) -> bool:
