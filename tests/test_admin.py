@@ -18,6 +18,7 @@ from django.db import connection
 from django.test import Client, RequestFactory, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils.html import escape
 
 from django_fencedjobs import admin as jobs_admin
 from django_fencedjobs import fenced_atomic, health, job
@@ -91,15 +92,21 @@ def operate(name: str, operation: str) -> str:
     return reverse("admin:fencedjobs_joblease_operate", args=[pk, operation])
 
 
+def text(html: str) -> str:
+    """What a reader sees of some HTML: tags dropped (a ``<wbr>`` without a trace),
+    whitespace collapsed."""
+    return " ".join(re.sub(r"<[^>]+>", lambda tag: "" if tag[0] == "<wbr>" else " ", html).split())
+
+
 def badges(html: str) -> list[tuple[str, str]]:
     """(state, job) in the order the rows appear."""
     rows = re.findall(r"<tr>.*?</tr>", html, flags=re.S)
     found = []
     for row in rows:
         state = re.search(r'class="fj-badge fj-(\w+)"', row)
-        name = re.search(r'<th class="field-name"><a [^>]*>([^<]+)</a>', row)
+        name = re.search(r'<th class="field-job"><a [^>]*><span class="fj-name">(.*?)</span>', row)
         if state and name:
-            found.append((state.group(1), name.group(1)))
+            found.append((state.group(1), text(name.group(1))))
     return found
 
 
@@ -114,8 +121,10 @@ def slot_marks(html: str) -> list[tuple[str, str]]:
 
 
 def row_of(html: str, name: str) -> str:
+    """The jobs list's row of ``name`` (its first cell: the name, then its schedule)."""
     for row in re.findall(r"<tr>.*?</tr>", html, flags=re.S):
-        if f">{name}</a></th>" in row:
+        first = re.search(r"<th [^>]*>(.*?)</th>", row, flags=re.S)
+        if first and f"{text(first.group(1))} ".startswith(f"{name} "):
             return row
     raise AssertionError(f"no row for {name}")
 
@@ -158,8 +167,8 @@ def test_a_jobs_page_shows_its_slots_next_fire_times_and_watermark(history, supe
     ]
     fire_times = re.search(r'<ol class="fj-fire-times">(.*?)</ol>', html, flags=re.S)
     assert fire_times and fire_times.group(1).count("<li>") == 10
-    assert "2026-11-29 10:00:00 UTC" in fire_times.group(1)
-    assert "2026-11-29 09:45:00 UTC" in html  # the watermark: the last whole window's end
+    assert "2026-11-29 10:00:00 UTC" in text(fire_times.group(1))
+    assert "2026-11-29 09:45:00 UTC" in text(html)  # the watermark: the last whole window's end
     assert 'name="_save"' not in html  # read-only
     assert "Run now" in html and "Pause" in html
 
@@ -218,6 +227,212 @@ def test_slots_a_later_run_caught_up_are_drawn_coalesced(superuser_client):
         ("upcoming", "10:15:00"),
     ]
     assert "caught up by the run of 2026-11-29 10:00:00 UTC" in html
+
+
+def slot_titles(html: str) -> dict[str, str]:
+    """HH:MM:SS UTC of each mark of a slot timeline: its title."""
+    return {
+        at[11:19]: title
+        for at, title in re.findall(
+            r'<rect class="fj-slot[^"]*" data-at="([^"]+)"[^>]*><title>(.*?)</title>', html
+        )
+    }
+
+
+def minutely(name: str) -> None:
+    """A job every minute whose slot is late 5 min 30 s after it (timeout 30 s, grace 5 min)."""
+    job("* * * * *", name=name, timeout=timedelta(seconds=30), grace=timedelta(minutes=5))(
+        lambda run: None
+    )
+
+
+def test_every_slot_a_later_run_caught_up_on_reads_so_however_recent(superuser_client):
+    """The runner was down from 14:36:45 to 14:44: the run of 14:44 coalesced the seven slots
+    14:37 to 14:43, the run of 14:45 ran on time. At 14:46:10 each of the seven reads caught
+    up by the run of 14:44 (on the job's page and in the list), none "due": nothing before
+    the run of 14:45 is pending, however recent."""
+    start = datetime(2026, 11, 29, 14, 0, tzinfo=UTC)
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
+    ):
+        minutely("m.minutely")
+        fake_clock.set(start - timedelta(minutes=1))
+        tick()
+        for minute in [*range(37), 44, 45]:
+            fake_clock.set(start + timedelta(minutes=minute))
+            tick()
+        (caught_up,) = JobRun.objects.filter(missed_slots__gt=0)
+        assert (caught_up.scheduled_for, caught_up.missed_slots) == (
+            start + timedelta(minutes=44),
+            7,
+        )
+        fake_clock.set(start + timedelta(minutes=46, seconds=10))
+        page = superuser_client.get(change_page("m.minutely")).content.decode()
+        jobs = superuser_client.get(changelist()).content.decode()
+
+    expected = [
+        ("succeeded", "14:36:00"),
+        *(("coalesced", f"14:{minute}:00") for minute in range(37, 44)),
+        ("succeeded", "14:44:00"),
+        ("succeeded", "14:45:00"),
+        ("due", "14:46:00"),  # no run yet, and not late before 14:51:30
+        ("upcoming", "14:47:00"),
+    ]
+    for html in (page, jobs):
+        if html is jobs:
+            html = row_of(jobs, "m.minutely")
+        marks = slot_marks(html)
+        first = marks.index(("succeeded", "14:36:00"))
+        assert marks[first : first + len(expected)] == expected
+        titles = slot_titles(html)
+        for minute in range(37, 44):
+            assert titles[f"14:{minute}:00"] == (
+                f"2026-11-29 14:{minute}:00 UTC: did not run; caught up by the run of "
+                "2026-11-29 14:44:00 UTC"
+            )
+        assert titles["14:44:00"].endswith("caught up 7 earlier slots")
+
+
+def test_a_young_jobs_timeline_starts_when_it_was_first_seen_and_says_so(superuser_client):
+    """A job first seen at 12:44:30 and two minutes old: its timeline spans those two minutes
+    and what it waits for, not the 96 minutes an older job every minute shows (mostly "before
+    the job was first seen"), and its caption says since when."""
+    first_seen = datetime(2026, 11, 29, 12, 44, 30, tzinfo=UTC)
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
+    ):
+        minutely("m.young")
+        fake_clock.set(first_seen)
+        tick()
+        for minute in (45, 46):
+            fake_clock.set(first_seen.replace(minute=minute, second=0))
+            tick()
+        fake_clock.set(first_seen.replace(minute=46, second=40))
+        html = superuser_client.get(change_page("m.young")).content.decode()
+
+    assert slot_marks(html)[:3] == [
+        ("succeeded", "12:45:00"),
+        ("succeeded", "12:46:00"),
+        ("upcoming", "12:47:00"),
+    ]
+    legend = text(re.search(r'<p class="fj-legend">(.*?)</p>', html, flags=re.S).group(1))
+    assert legend.startswith(
+        "Since the job was first seen, 2026-11-29 12:44:30 UTC: 2 expected slots, each at its time."
+    )
+    assert "The last expected slot" not in html
+    assert "before the job was first seen" not in html and "fj-window-unseen" not in html
+    # The axis starts when the job was first seen: its first tick, 12:45, is near the left.
+    first_tick = re.search(r'<text class="fj-tick-label" x="([\d.]+)"[^>]*>(\d\d:\d\d)<', html)
+    assert first_tick and first_tick.group(2) == "12:45"
+    assert float(first_tick.group(1)) < timeline_width() / 4
+
+
+def timeline_width() -> int:
+    from django_fencedjobs.admin import timeline
+
+    return timeline.PAGE.width
+
+
+@pytest.mark.parametrize(
+    ("schedule", "age", "past_slots"),
+    [
+        (Schedule("* * * * *"), timedelta(minutes=2), 2),
+        (Schedule("*/15 * * * *"), timedelta(hours=20), 80),  # younger than the day shown
+        (Schedule("30 6 * * *"), timedelta(hours=2), 0),  # its first slot is tomorrow
+        (Schedule("30 6 * * *"), timedelta(days=3), 3),
+    ],
+)
+def test_a_young_jobs_window_starts_when_it_was_first_seen_and_reaches_what_it_waits_for(
+    schedule, age, past_slots
+):
+    from django_fencedjobs.admin import timeline
+
+    now = datetime(2026, 11, 29, 12, 0, 30, tzinfo=UTC)
+    first_seen = now - age
+    awaited = schedule.next_after(first_seen)
+    expected_by = awaited + timedelta(minutes=5)
+    window = timeline.expected_slots(
+        schedule,
+        now,
+        first_seen=first_seen,
+        expected_by=expected_by if expected_by > now else None,
+        allowance=timedelta(minutes=5),
+        size=timeline.PAGE,
+    )
+    assert window.start == first_seen
+    assert sum(slot <= now for slot in window.slots) == past_slots
+    assert window.since_first_seen
+    assert window.end >= schedule.next_after(now)  # the slot it runs next is drawn
+    assert window.end - window.start <= age + schedule.min_interval() + timedelta(minutes=5)
+
+
+def test_a_runs_page_says_capped_only_of_a_run_that_was(history, superuser_client):
+    def capped_field(run: JobRun) -> str:
+        html = superuser_client.get(
+            reverse("admin:fencedjobs_jobrun_change", args=[run.pk])
+        ).content.decode()
+        found = re.search(
+            r'fieldBox field-capped[^"]*">.*?<div class="readonly">(.*?)</div>', html, flags=re.S
+        )
+        assert found, "no capped field"
+        assert "Stopped at max_batches with work left." not in html  # no alarm as help text
+        return text(found.group(1))
+
+    run = JobRun.objects.filter(job=FINE).first()
+    assert capped_field(run) == "no"
+    JobRun.objects.filter(pk=run.pk).update(capped=True)
+    assert capped_field(run) == (
+        "capped stopped at max_batches with work left; the next run goes on from there"
+    )
+
+
+def test_counts_read_as_counts_one_item_one_batch_one_earlier_slot(superuser_client):
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
+    ):
+
+        @job("*/15 * * * *", name="m.one")
+        def one(run):
+            with fenced_atomic():
+                run.add_items(1)
+
+        fake_clock.set(T0)
+        tick()
+        for minutes in (15, 45):  # the slot of 09:30 is caught up by the run of 09:45
+            fake_clock.set(T0 + timedelta(minutes=minutes))
+            tick()
+        JobRun.objects.filter(scheduled_for=T0 + timedelta(minutes=45)).update(batches=1)
+        runs = superuser_client.get(reverse("admin:fencedjobs_jobrun_changelist")).content.decode()
+        page = superuser_client.get(change_page("m.one")).content.decode()
+    outcomes = [
+        text(found) for found in re.findall(r'<td class="field-outcome_badge">(.*?)</td>', runs)
+    ]
+    assert outcomes == ["succeeded 1 item, 1 batch", "succeeded 1 item, 0 batches"]
+    assert "caught up 1 earlier slot" in text(runs)
+    assert slot_titles(page)["09:45:00"] == (
+        "2026-11-29 09:45:00 UTC: succeeded, in 0.0s, 1 item, caught up 1 earlier slot"
+    )
+
+
+def test_a_long_reason_is_shortened_in_the_list_with_the_whole_a_click_away(
+    history, superuser_client
+):
+    """The jobs list shows a reason's first clauses; the whole reason is in the same cell,
+    one click away (a <details>, no script), and whole on the job's page."""
+    whole = health.all_health([BROKEN])[0].reason
+    assert len(whole) > 70 and whole.startswith("3 consecutive failures (threshold 3); ")
+    row = row_of(superuser_client.get(changelist()).content.decode(), BROKEN)
+    state = cell(row, "job_state") if "field-job_state" in row else cell(row, "reason")
+    shown = re.search(r"<summary>(.*?)</summary>", state, flags=re.S)
+    assert shown and text(shown.group(1)).startswith("3 consecutive failures (threshold 3)… more")
+    hidden = re.search(r'<div class="fj-full">(.*?)</div>', state, flags=re.S)
+    assert hidden and text(hidden.group(1)) == text(escape(whole))
+    page = superuser_client.get(change_page(BROKEN)).content.decode()
+    reason = re.search(r'field-reason">.*?<div class="readonly">(.*?)</div>', page, flags=re.S)
+    assert reason and text(reason.group(1)) == text(escape(whole))
 
 
 @pytest.mark.parametrize(
@@ -467,23 +682,33 @@ def test_every_instant_is_shown_to_the_second_in_the_jobs_zone_and_a_utc_one_onc
 
     assert "a.m." not in runs and "Dec." not in runs
     # Two runs 30 seconds apart read differently, in the job's zone, with UTC below.
-    assert "2026-12-01 06:38:00 Europe/Berlin" in runs
-    assert "2026-12-01 06:38:30 Europe/Berlin" in runs
-    assert '<span class="fj-utc">2026-12-01 05:38:30 UTC</span>' in runs
+    slots = [text(cell) for cell in re.findall(r'<th class="field-slot">(.*?)</th>', runs, re.S)]
+    assert "2026-12-01 06:38:00 Europe/Berlin 2026-12-01 05:38:00 UTC" in slots
+    assert "2026-12-01 06:38:30 Europe/Berlin 2026-12-01 05:38:30 UTC" in slots
+    assert re.search(
+        r'<span class="fj-utc"><span class="fj-nw">2026-12-01 05:38:30</span> UTC', runs
+    )
     # A UTC job's instant is written once.
-    assert runs.count("2026-12-01 05:38:00 UTC") == 2  # m.utc's slot; m.berlin's in UTC
-    assert runs.count("2026-12-01 05:38:02 UTC") == 1  # m.utc's start
+    assert "2026-12-01 05:38:00 UTC" in slots  # m.utc's slot
+    # A start on its slot's day is its time (the slot beside it has the date), in the
+    # job's zone and in UTC; a UTC job's once.
+    starts = [
+        text(cell) for cell in re.findall(r'<td class="field-started">(.*?)</td>', runs, re.S)
+    ]
+    assert sorted(starts) == ["05:38:02", "06:38:01 05:38:01 UTC", "06:38:31 05:38:31 UTC"]
     # The jobs list: the next run in each job's zone, once for a UTC job.
     berlin_next = cell(row_of(jobs, "m.berlin"), "next_run")
-    assert "2026-12-01 05:45:00 Europe/Berlin" in berlin_next
-    assert '<span class="fj-utc">2026-12-01 04:45:00 UTC</span>' in berlin_next
+    assert "2026-12-01 05:45:00 Europe/Berlin" in text(berlin_next)
+    assert re.search(
+        r'<span class="fj-utc"><span class="fj-nw">2026-12-01 04:45:00</span> UTC', berlin_next
+    )
     utc_next = cell(row_of(jobs, "m.utc"), "next_run")
-    assert utc_next.count("2026-12-01 04:45:00 UTC") == 1
+    assert text(utc_next) == "2026-12-01 04:45:00 UTC"
     assert 'class="fj-utc"' not in utc_next
-    # A run's own page.
+    # A run's own page: every instant whole.
     assert "a.m." not in run_page
-    assert "2026-12-01 06:38:01 Europe/Berlin" in run_page  # started
-    assert "2026-12-01 06:38:03 Europe/Berlin" in run_page  # finished
+    assert "2026-12-01 06:38:01 Europe/Berlin" in text(run_page)  # started
+    assert "2026-12-01 06:38:03 Europe/Berlin" in text(run_page)  # finished
 
 
 def test_an_abandoned_run_shows_no_duration(history, superuser_client):
@@ -644,8 +869,9 @@ def test_a_running_job_shows_its_owner_fence_and_lease_expiry(superuser_client):
         tick()
     (html,) = pages
     assert badges(html) == [("running", "m.busy")]
-    assert "worker-1 (fence 1)" in html
-    assert "until" in html and "2026-11-29 09:17:00 UTC" in html  # lease_ttl 2 minutes
+    last_run = text(cell(row_of(html, "m.busy"), "last_outcome"))
+    # Started at 09:15:00; lease_ttl 2 minutes.
+    assert last_run == "running 2026-11-29 09:15:00 UTC worker-1 (fence 1), lease until 09:17:00"
 
 
 def test_a_job_removed_from_code_is_listed_as_removed_and_cannot_be_run(history, superuser_client):

@@ -8,6 +8,11 @@ either is missing the test fails and says which. It runs in the PostgreSQL pass 
 The live server runs in a thread of this process, so it shares the fake clock and the job
 registry with the test. Django's ORM is used only outside the Playwright block (the sync
 API runs an event loop, and Django refuses database calls from an async context).
+
+Every page is checked at the two screens the admin is made for, a 1366x768 laptop and a
+1920x1080 desktop, with the navigation sidebar open as Django first shows it and the
+browser's scrollbars drawn: nothing overflows the window and no text is clipped. The
+screenshots in ``docs/img/`` are taken here.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 from django.test import override_settings
+from django.urls import reverse
 
 from django_fencedjobs import clock, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
-from django_fencedjobs.models import JobLease
+from django_fencedjobs.models import JobLease, JobRun, RunTask, TaskStatus
 from django_fencedjobs.registry import registry
 from tests.conftest import REPO_ROOT
 
@@ -42,6 +48,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = REPO_ROOT / "docs" / "img"
+#: A 1366x768 laptop and a 1920x1080 desktop.
+SCREENS = {"laptop": (1366, 768), "desktop": (1920, 1080)}
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)  # Monday, 09:00 in Berlin
 TICK = timedelta(minutes=15)
@@ -55,6 +63,16 @@ NIGHT_SLOTS = 12
 FAILED_SLOT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 #: reports.hourly_rollup's runner went away after this; it is late.
 STOPPED = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+#: A run's owner as a cloud host names itself.
+OWNER = "ip-10-20-31-147.eu-central-1.compute.internal:48211"
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/app/venv/lib/python3.12/site-packages/crm/client.py", line 212, in '
+    "fetch_contacts_page\n"
+    "    response = self.session.get(self.base_url + path, params=params, timeout=30)\n"
+    "ConnectionRefusedError: crm.example.com:443: connection refused while fetching "
+    "/api/v2/contacts?updated_since=2026-12-01T12:45:00Z&page=17&per_page=500\n"
+)
 
 
 def require_browser() -> object:
@@ -79,11 +97,13 @@ def require_browser() -> object:
 def history():
     """Four jobs with real runs over a day and a bit: one healthy but for a failure and a
     night its runner was down, one failing, one late (its runner stopped after Tuesday
-    10:00 UTC), one healthy with a watermark."""
+    10:00 UTC), one healthy with a watermark. The failing job's last run enqueued tasks."""
     durations = itertools.cycle([12, 31, 18, 46, 22, 15, 58, 26, 19, 34])
     with (
         registry.isolated(),
-        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
+        override_settings(
+            FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock", "OWNER": OWNER}
+        ),
     ):
 
         @job("*/15 * * * *", name="billing.sync_invoices", timezone="Europe/Berlin")
@@ -93,10 +113,10 @@ def history():
                 raise TimeoutError("invoice API did not answer in 30s")
             run.add_items(40)
 
-        @job("*/15 * * * *", name="crm.import_contacts")
+        @job("*/15 * * * *", name="crm.import_contacts", timezone="America/New_York")
         def import_contacts(run):
             fake_clock.advance(timedelta(seconds=2))
-            raise ConnectionRefusedError("crm.example.com:443: connection refused")
+            raise ConnectionRefusedError(TRACEBACK.splitlines()[-1].split(": ", 1)[1])
 
         @job("0 * * * *", name="reports.hourly_rollup", timezone="Europe/Berlin")
         def hourly_rollup(run):
@@ -124,6 +144,68 @@ def history():
         yield
 
 
+def add_tasks(run: JobRun) -> None:
+    """Three tasks of ``run``, as django.tasks would record them: one failed with a
+    traceback, one successful, one still running."""
+    slot = run.scheduled_for
+    for n, status in enumerate((TaskStatus.FAILED, TaskStatus.SUCCESSFUL, TaskStatus.RUNNING)):
+        RunTask.objects.create(
+            run=run,
+            job=run.job,
+            fence=run.fence,
+            task_path="crm.tasks.import_contact_page_from_upstream",
+            backend="default",
+            result_id=f"7c9e6679-7425-40de-944b-e07fc1f90ae{n}",
+            status=status,
+            enqueued_at=slot + timedelta(seconds=1),
+            started_at=slot + timedelta(seconds=2 + n),
+            finished_at=None if status == TaskStatus.RUNNING else slot + timedelta(seconds=9),
+            error=TRACEBACK if status == TaskStatus.FAILED else "",
+        )
+
+
+#: What does not fit: the page wider than the window, an element past its right edge, a
+#: box whose content is wider than the box (a table cell, a scrolling or clipping
+#: container). Returns one line per problem.
+FITS = """() => {
+  const problems = [];
+  const width = document.documentElement.clientWidth;  // the window less its scrollbar
+  const page = document.scrollingElement.scrollWidth;
+  if (page > window.innerWidth || page > width) {
+    problems.push(`the page is ${page} px wide in a ${width} px window`);
+  }
+  const name = (el) => {
+    const classes = typeof el.className === 'string' ? el.className.trim() : '';
+    const cls = classes ? '.' + classes.split(/\\s+/).join('.') : '';
+    const text = (el.innerText || el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 40);
+    return `${el.tagName.toLowerCase()}${cls} "${text}"`;
+  };
+  for (const el of document.querySelectorAll('#content *')) {
+    const box = el.getBoundingClientRect();
+    if (box.width === 0 && box.height === 0) continue;
+    const style = getComputedStyle(el);
+    if (style.visibility === 'hidden') continue;
+    if (box.right > width + 0.5) {
+      problems.push(`${name(el)} ends at ${Math.round(box.right)} px`);
+      continue;
+    }
+    if (el instanceof SVGElement) continue;
+    const clips = ['hidden', 'clip', 'auto', 'scroll'].includes(style.overflowX);
+    const cell = el.tagName === 'TD' || el.tagName === 'TH';
+    if ((clips || cell) && el.scrollWidth > el.clientWidth + 1) {
+      problems.push(`${name(el)} hides ${el.scrollWidth - el.clientWidth} px of its content`);
+    }
+  }
+  return problems;
+}"""
+
+
+def assert_fits(page, what: str) -> None:
+    problems = page.evaluate(FITS)
+    width = page.viewport_size["width"]
+    assert not problems, f"{what} at {width} px: " + "; ".join(problems[:12])
+
+
 def marks(locator) -> dict[str, int]:
     """How many slot marks of each kind a timeline has."""
     counts: dict[str, int] = {}
@@ -134,31 +216,43 @@ def marks(locator) -> dict[str, int]:
     return counts
 
 
+def log_in(browser, live_server, screen: str = "laptop"):
+    width, height = SCREENS[screen]
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "correct horse")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{live_server.url}/admin/")
+    return page
+
+
+def launch(playwright):
+    # Scrollbars drawn, as on a real screen (Playwright hides them by default).
+    return playwright.chromium.launch(
+        executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, ignore_default_args=["--hide-scrollbars"]
+    )
+
+
 def test_the_admin_shows_badges_and_slot_timelines_and_run_now_makes_a_job_due(
     history, live_server
 ):
     sync_playwright = require_browser()
     User.objects.create_superuser("admin", "admin@example.com", "correct horse")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     jobs_url = f"{live_server.url}/admin/fencedjobs/joblease/"
 
     with sync_playwright() as playwright:  # type: ignore[operator]
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
-            page = browser.new_page(viewport={"width": 1700, "height": 640})
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/fencedjobs/joblease/")
-            page.fill("#id_username", "admin")
-            page.fill("#id_password", "correct horse")
-            page.click("input[type=submit]")
-            page.wait_for_url(jobs_url)
-
+            page = log_in(browser, live_server)
+            page.goto(jobs_url)
             rows = page.locator("#result_list tbody tr")
             by_name = {
-                rows.nth(i).locator("th.field-name").inner_text(): rows.nth(i)
+                rows.nth(i).locator("th.field-job .fj-name").inner_text(): rows.nth(i)
                 for i in range(rows.count())
             }
             states = {
-                name: row.locator("td.field-state .fj-badge").inner_text()
+                name: row.locator("td.field-job_state .fj-badge").inner_text()
                 for name, row in by_name.items()
             }
             assert states == {
@@ -167,11 +261,11 @@ def test_the_admin_shows_badges_and_slot_timelines_and_run_now_makes_a_job_due(
                 "billing.sync_invoices": "ok",
                 "search.reindex": "ok",
             }
-            first_two = [rows.nth(i).locator("th.field-name").inner_text() for i in range(2)]
+            first_two = [rows.nth(i).locator(".fj-name").inner_text() for i in range(2)]
             assert first_two == ["crm.import_contacts", "reports.hourly_rollup"]
             assert page.locator(".fj-badge.fj-late").is_visible()
             late_row = by_name["reports.hourly_rollup"]
-            late_reason = late_row.locator("td.field-reason").inner_text()
+            late_reason = late_row.locator("td.field-job_state .fj-reason .fj-full").text_content()
             assert late_reason.startswith("no successful run since 2026-12-01 11:00:00")
             assert late_reason.endswith("Europe/Berlin; expected by 12:35:00")
             # The compact timeline of each job: the late job's last slots did not run.
@@ -182,13 +276,10 @@ def test_the_admin_shows_badges_and_slot_timelines_and_run_now_makes_a_job_due(
             assert late_marks["due"] == 1
             assert late_marks["upcoming"] == 1  # 14:00 UTC
             assert compact.locator("rect.fj-slot-absent").first.is_visible()
-            page.click("#toggle-nav-sidebar")  # more room for the columns
-            page.set_viewport_size({"width": 2050, "height": 400})
             assert marks(by_name["crm.import_contacts"].locator("svg.fj-compact")).keys() == {
                 "failed",
                 "upcoming",
             }
-            page.screenshot(path=str(SCREENSHOTS / "admin-jobs.png"), full_page=True)
 
             page.click("text=billing.sync_invoices")
             page.wait_for_url("**/change/")
@@ -212,8 +303,6 @@ def test_the_admin_shows_badges_and_slot_timelines_and_run_now_makes_a_job_due(
             assert page.locator("ol.fj-fire-times li").count() == 10
             caption = page.locator(".fj-legend").first.inner_text()
             assert caption.startswith("The last day: 96 expected slots")
-            page.set_viewport_size({"width": 1300, "height": 760})
-            page.screenshot(path=str(SCREENSHOTS / "admin-job-timeline.png"))
 
             page.goto(jobs_url)
             page.click("text=reports.hourly_rollup")
@@ -238,3 +327,66 @@ def test_the_admin_shows_badges_and_slot_timelines_and_run_now_makes_a_job_due(
     assert reindex.next_run_at <= clock.now()
     (run,) = tick(["search.reindex"]).runs
     assert run.outcome == "succeeded"
+
+
+def test_every_admin_page_fits_a_laptop_and_a_desktop_screen_with_nothing_cut(history, live_server):
+    """The jobs list, a job's page, the runs list and a run's page (with its tasks and a
+    long error) at 1366x768 and 1920x1080: no horizontal overflow, no clipped text, long
+    reasons shortened with the whole text a click away. Takes the screenshots in docs/img."""
+    sync_playwright = require_browser()
+    User.objects.create_superuser("admin", "admin@example.com", "correct horse")
+    crm_run = JobRun.objects.filter(job="crm.import_contacts").first()
+    assert crm_run is not None
+    add_tasks(crm_run)
+    JobRun.objects.filter(pk=crm_run.pk).update(error=TRACEBACK)
+    billing = JobLease.objects.get(name="billing.sync_invoices")
+    pages = {
+        "jobs": reverse("admin:fencedjobs_joblease_changelist"),
+        "job": reverse("admin:fencedjobs_joblease_change", args=[billing.pk]),
+        "runs": reverse("admin:fencedjobs_jobrun_changelist"),
+        "run": reverse("admin:fencedjobs_jobrun_change", args=[crm_run.pk]),
+    }
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    with sync_playwright() as playwright:  # type: ignore[operator]
+        browser = launch(playwright)
+        try:
+            for screen in SCREENS:
+                page = log_in(browser, live_server, screen)
+                for what, url in pages.items():
+                    page.goto(f"{live_server.url}{url}")
+
+                    # The navigation sidebar open, as Django first shows it.
+                    page.locator("#nav-sidebar").wait_for(state="visible")
+                    assert_fits(page, f"{what} ({url})")
+                    if what == "jobs":
+                        # A long reason: its first clauses, the whole one click away.
+                        reason = page.locator("td.field-job_state .fj-reason").first
+                        assert (
+                            reason.locator(".fj-short")
+                            .inner_text()
+                            .startswith("116 consecutive failures (threshold 3)…")
+                        )
+                        assert not reason.locator(".fj-full").is_visible()
+                        reason.locator("summary").click()
+                        whole = reason.locator(".fj-full")
+                        assert whole.is_visible() and "ConnectionRefusedError" in whole.inner_text()
+                        assert_fits(page, "jobs with a whole reason shown")
+                        reason.locator("summary").click()
+                    if what == "run":
+                        # A task's error: its line, its traceback one click away.
+                        error = page.locator("table.fj-tasks .fj-more").first
+                        error.locator("summary").click()
+                        assert "Traceback" in error.locator(".fj-full").inner_text()
+                        assert_fits(page, "a run's page with a task's traceback shown")
+                        error.locator("summary").click()
+                    if screen == "laptop" or what in ("jobs", "runs"):
+                        suffix = "" if screen == "laptop" else "-1920"
+                        name = {"job": "admin-job-timeline"}.get(what, f"admin-{what}")
+                        page.screenshot(
+                            path=str(SCREENSHOTS / f"{name}{suffix}.png"),
+                            full_page=what in ("jobs", "run"),
+                        )
+                page.close()
+        finally:
+            browser.close()

@@ -38,7 +38,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_fencedjobs import baseline, clock, health, lease, manual
 from django_fencedjobs.admin import timeline
-from django_fencedjobs.admin.display import badge, instant, job_zone
+from django_fencedjobs.admin.display import badge, breakable, instant, job_zone, shortened
 from django_fencedjobs.health import JobHealth, State
 from django_fencedjobs.instants import format_instant
 from django_fencedjobs.models import JobLease, Outcome, Watermark
@@ -105,19 +105,18 @@ class StateFilter(admin.SimpleListFilter):
 
 @admin.register(JobLease)
 class JobLeaseAdmin(_ModelAdmin):
+    # Fits a 1366-px laptop with Django's navigation sidebar open: the reason under the
+    # state (shortened, the whole of it a click away), the schedule under the name, the
+    # failures in a row and the lease of a run in progress with the last run.
     list_display = (
-        "name",
-        "state",
-        "reason",
+        "job",
+        "job_state",
         "recent_slots",
-        "schedule",
         "next_run",
         "last_success",
         "last_outcome",
-        "failures",
-        "lease_held",
     )
-    list_display_links = ("name",)
+    list_display_links = ("job",)
     list_filter = (StateFilter, "paused")
     show_full_result_count = False  # one row per job: the filtered count is all it needs
     search_fields = ("name",)
@@ -255,6 +254,29 @@ class JobLeaseAdmin(_ModelAdmin):
 
     # -- columns -----------------------------------------------------------------------------
 
+    @admin.display(description=_("job"), ordering="name")
+    def job(self, row: JobLease) -> SafeString:
+        """The job's name, and its schedule in words below it."""
+        h = health_of(row)
+        schedule = (h.schedule or "not declared in code") if h else ""
+        return format_html(
+            '<span class="fj-name">{}</span><span class="fj-sub">{}</span>',
+            breakable(row.name),
+            schedule,
+        )
+
+    @admin.display(description=_("state"), ordering=RANK)
+    def job_state(self, row: JobLease) -> SafeString | str:
+        """The state's badge, and the reason below it (shortened, the whole a click away)."""
+        h = health_of(row)
+        if h is None:
+            return "-"
+        return format_html(
+            "{}{}",
+            badge(h.state.value, h.state.value.replace("_", " "), h.reason),
+            shortened(h.reason, css="fj-reason"),
+        )
+
     @admin.display(description=_("state"), ordering=RANK)
     def state(self, row: JobLease) -> SafeString | str:
         h = health_of(row)
@@ -308,6 +330,8 @@ class JobLeaseAdmin(_ModelAdmin):
 
     @admin.display(description=_("last run"))
     def last_outcome(self, row: JobLease) -> SafeString | str:
+        """The last run's outcome and when it ended (or started, while it runs); the
+        failures in a row; while a run holds the lease, its owner, fence and lease expiry."""
         h = health_of(row)
         if h is None or h.last_run is None:
             return "-"
@@ -315,8 +339,18 @@ class JobLeaseAdmin(_ModelAdmin):
         # A run in progress: when it started; any other: when it ended.
         when = run.started_at if run.outcome == Outcome.RUNNING else run.finished_at
         label = Outcome(run.outcome).label + (" (capped)" if run.capped else "")
+        notes = []
+        failures = row.consecutive_failures
+        if failures > 1 and run.outcome != Outcome.RUNNING:
+            notes.append((f"{failures} failures in a row",))
+        if h.running and h.lease_until is not None:
+            until = format_instant(h.lease_until, h.tz, ref=when)
+            notes.append((f"{h.owner} (fence {h.fence}), lease until {until}",))
         return format_html(
-            "{}<br>{}", badge(run.outcome, label, run.error_excerpt), instant(when, h.tz)
+            "{}<br>{}{}",
+            badge(run.outcome, label, run.error_excerpt),
+            instant(when, h.tz),
+            format_html_join("", '<span class="fj-sub">{}</span>', notes),
         )
 
     @admin.display(description=_("oldest unfinished"))
@@ -356,20 +390,6 @@ class JobLeaseAdmin(_ModelAdmin):
             counts,
             slot.failed_task,
             slot.error_excerpt or "-",
-        )
-
-    @admin.display(description=_("failures"), ordering="consecutive_failures")
-    def failures(self, row: JobLease) -> int:
-        return row.consecutive_failures
-
-    @admin.display(description=_("lease"))
-    def lease_held(self, row: JobLease) -> SafeString | str:
-        """While a run holds it: owner, fence and expiry, in one column."""
-        h = health_of(row)
-        if h is None or not h.running or h.lease_until is None:
-            return "-"
-        return format_html(
-            "{} (fence {})<br>until {}", h.owner, h.fence, instant(h.lease_until, h.tz)
         )
 
     @admin.display(description=_("held by"))

@@ -23,7 +23,14 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from django_fencedjobs import health, lease
-from django_fencedjobs.admin.display import badge, instant, job_zone
+from django_fencedjobs.admin.display import (
+    badge,
+    breakable,
+    instant,
+    job_zone,
+    owner_label,
+    shortened,
+)
 from django_fencedjobs.admin.paginator import EstimatedCountPaginator
 from django_fencedjobs.models import JobLease, JobRun, Outcome, RunTask, TaskStatus
 from django_fencedjobs.registry import registry
@@ -94,17 +101,16 @@ else:  # not subscriptable at run time
 
 @admin.register(JobRun)
 class JobRunAdmin(_ModelAdmin):
+    # Fits a 1366-px laptop with Django's navigation sidebar open: the slots a run caught
+    # up under its slot, its items and batches under its outcome, its start as a time of its
+    # slot's day, its fence under its owner, its error shortened (the whole a click away).
     list_display = (
         "slot",
-        "job",
+        "job_name",
         "outcome_badge",
         "started",
         "duration_text",
-        "items",
-        "batches",
-        "missed_slots",
-        "fence",
-        "owner",
+        "owner_fence",
         "error_excerpt",
         "tasks_summary",
     )
@@ -118,8 +124,8 @@ class JobRunAdmin(_ModelAdmin):
     list_per_page = 100
     fields = (
         ("job", "slot"),
-        ("outcome", "capped"),
-        ("started", "finished", "duration_text"),
+        ("outcome", "capped_text"),
+        ("started_at_text", "finished", "duration_text"),
         ("items", "batches", "missed_slots"),
         ("fence", "owner"),
         ("watermark_before", "watermark_after"),
@@ -128,7 +134,8 @@ class JobRunAdmin(_ModelAdmin):
     )
     readonly_fields = (
         "slot",
-        "started",
+        "capped_text",
+        "started_at_text",
         "finished",
         "duration_text",
         "error_text",
@@ -152,10 +159,25 @@ class JobRunAdmin(_ModelAdmin):
 
     @admin.display(description=_("scheduled for"), ordering="scheduled_for")
     def slot(self, run: JobRun) -> SafeString | str:
-        return instant(run.scheduled_for, job_zone(run.job))
+        """The run's slot; in the list, with the earlier slots it caught up on below it."""
+        when = instant(run.scheduled_for, job_zone(run.job))
+        if not run.missed_slots:
+            return when
+        n = run.missed_slots
+        return format_html(
+            '{}<span class="fj-sub">caught up {} earlier slot{}</span>',
+            when,
+            n,
+            "" if n == 1 else "s",
+        )
 
     @admin.display(description=_("started"))
     def started(self, run: JobRun) -> SafeString | str:
+        """In the list: on its slot's day, the time alone (the slot beside it has the date)."""
+        return instant(run.started_at, job_zone(run.job), ref=run.scheduled_for)
+
+    @admin.display(description=_("started"))
+    def started_at_text(self, run: JobRun) -> SafeString | str:
         return instant(run.started_at, job_zone(run.job))
 
     @admin.display(description=_("finished"))
@@ -164,17 +186,53 @@ class JobRunAdmin(_ModelAdmin):
 
     @admin.display(description=_("outcome"), ordering="outcome")
     def outcome_badge(self, run: JobRun) -> SafeString:
+        """The outcome, and below it the run's work (``40 items, 1 batch``)."""
         label = Outcome(run.outcome).label + (" (capped)" if run.capped else "")
-        return badge(run.outcome, label)
+        return format_html(
+            '{}<span class="fj-sub">{}</span>', badge(run.outcome, label), self.work(run)
+        )
+
+    @admin.display(description=_("capped"))
+    def capped_text(self, run: JobRun) -> SafeString | str:
+        """Said only of a run that was: it stopped at max_batches with work left."""
+        if not run.capped:
+            return str(_("no"))
+        return format_html(
+            "{} {}",
+            badge("capped", str(_("capped"))),
+            _("stopped at max_batches with work left; the next run goes on from there"),
+        )
 
     @admin.display(description=_("duration"))
     def duration_text(self, run: JobRun) -> str:
         seconds = run.duration
         return "-" if seconds is None else f"{seconds:.3f}s"
 
+    @admin.display(description=_("work"))
+    def work(self, run: JobRun) -> str:
+        """``40 items, 1 batch``."""
+        items = f"{run.items} item{'' if run.items == 1 else 's'}"
+        return f"{items}, {run.batches} batch{'' if run.batches == 1 else 'es'}"
+
+    @admin.display(description=_("job"), ordering="job")
+    def job_name(self, run: JobRun) -> SafeString:
+        return format_html('<span class="fj-name">{}</span>', breakable(run.job))
+
+    @admin.display(description=_("owner"))
+    def owner_fence(self, run: JobRun) -> SafeString | str:
+        """The process that ran it (its host's first label), and its fence below."""
+        return format_html(
+            '<span class="fj-owner">{}</span><span class="fj-sub">fence {}</span>',
+            owner_label(run.owner),
+            run.fence,
+        )
+
     @admin.display(description=_("error"))
-    def error_excerpt(self, run: JobRun) -> str:
-        return health.error_excerpt(run.error) or "-"
+    def error_excerpt(self, run: JobRun) -> SafeString | str:
+        """The error's last line, shortened (the whole line a click away, the traceback on
+        the run's page)."""
+        excerpt = health.error_excerpt(run.error)
+        return shortened(excerpt, limit=70, css="fj-error-line") if excerpt else "-"
 
     @admin.display(description=_("error"))
     def error_text(self, run: JobRun) -> SafeString | str:
@@ -198,21 +256,21 @@ class JobRunAdmin(_ModelAdmin):
         if not tasks:
             return "-"
         tz = job_zone(run.job)
+        slot = run.scheduled_for  # on the slot's day, a task's times are written as times
         rows = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-            '<td title="{}">{}</td></tr>',
+            '<tr><td class="fj-path">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+            "<td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
-                    task.task_path,
+                    breakable(task.task_path, at="._"),
                     task.backend,
                     task.result_id or "-",
                     badge(TASK_BADGE.get(task.status, ""), str(TaskStatus(task.status).label)),
-                    instant(task.enqueued_at, tz),
-                    instant(task.started_at, tz),
-                    instant(task.finished_at, tz),
-                    task.error,
-                    health.error_excerpt(task.error) or "-",
+                    instant(task.enqueued_at, tz, ref=slot),
+                    instant(task.started_at, tz, ref=slot),
+                    instant(task.finished_at, tz, ref=slot),
+                    _task_error(task.error),
                 )
                 for task in tasks[:TASKS_SHOWN]
             ),
@@ -244,3 +302,17 @@ class JobRunAdmin(_ModelAdmin):
             rows,
             more,
         )
+
+
+def _task_error(error: str) -> SafeString | str:
+    """A task's error in its table: its last line (shortened), its traceback a click away."""
+    excerpt = health.error_excerpt(error)
+    if not excerpt:
+        return "-"
+    return shortened(
+        excerpt,
+        limit=60,
+        css="fj-error-line",
+        whole=format_html('<pre class="fj-error">{}</pre>', error),
+        more=str(_("traceback")),
+    )

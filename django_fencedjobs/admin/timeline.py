@@ -2,25 +2,28 @@
 
 Drawn by ``admin/fencedjobs/joblease/timeline.html`` (an inline SVG): one mark per
 expected slot at its instant, coloured by its run's outcome. A slot with no run is drawn
-hollow, so absence is seen at a glance: *absent* (nothing ran for it), *coalesced* (it did
-not run; a later run caught up on it), *missed* (recorded as not started, past the job's
-``starting_deadline``), *paused*; a slot still within its allowance (run timeout plus
-grace) is *due*, and the next one *upcoming*. A run that is not on a slot of the schedule
-(run now) is a half-height mark. Behind the marks: the slot the dead man's switch waits
-for, up to its deadline, and, when that has passed, the time the job has been late, as
-:mod:`django_fencedjobs.health` decided; before the job was first seen nothing is
-expected.
+hollow, so absence is seen at a glance: *coalesced* (it did not run; a later run took its
+work over: each of the slots a run's ``missed_slots`` counts, wherever it sits), *absent*
+(nothing ran for it and no later run took it over), *missed* (recorded as not started,
+past the job's ``starting_deadline``), *paused*; a slot after the last run and still
+within its allowance (run timeout plus grace) is *due*, and the ones to come *upcoming*.
+A run that is not on a slot of the schedule (run now) is a half-height mark. Behind the
+marks: the slot the dead man's switch waits for, up to its deadline, and, when that has
+passed, the time the job has been late, as :mod:`django_fencedjobs.health` decided.
 
 How far back: the last day, when the schedule fires :attr:`Size.day_fewest` to
 :attr:`Size.most` times a day (a mark per slot stays readable); otherwise the last
 :attr:`Size.most` slots of a job that fires more often, or the last :attr:`Size.fewest` of
-one that fires less often (a daily job: its last month). The jobs list draws a compact one
+one that fires less often (a daily job: its last month). A job first seen more recently
+than that is drawn from when it was first seen, through the slot it waits for: nothing is
+expected before, so nothing before is drawn. The jobs list draws a compact one
 (:data:`LIST`), a job's page the full one (:data:`PAGE`), with a time axis in the job's
 zone. Runs are read for all the timelines of a page in one query (:func:`runs_in`).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta, tzinfo
@@ -60,7 +63,7 @@ class Size:
 
 
 PAGE = Size(width=900, height=66, mark=7, most=96, day_fewest=24, fewest=30, compact=False)
-LIST = Size(width=168, height=18, mark=4, most=24, day_fewest=24, fewest=24, compact=True)
+LIST = Size(width=144, height=18, mark=4, most=24, day_fewest=24, fewest=24, compact=True)
 
 #: The words for each kind of mark.
 KIND_LABELS: dict[str, str] = {
@@ -69,7 +72,7 @@ KIND_LABELS: dict[str, str] = {
     "coalesced": "did not run, caught up later",
     "paused": "did not run, paused",
     "due": "due, not late yet",
-    "upcoming": "next slot",
+    "upcoming": "upcoming",
 }
 #: Kinds drawn hollow: the slot has no run that did its work.
 HOLLOW = frozenset({"absent", "coalesced", "paused", "due", "upcoming", Outcome.MISSED.value})
@@ -101,11 +104,19 @@ class Window:
     slots: tuple[datetime, ...]
     #: When the job was first seen (its lease row was created): nothing is expected before.
     first_seen: datetime
-    #: The last day (else the last N slots).
+    #: The last day (else the last N slots, or since the job was first seen).
     day: bool
     #: How long after its slot a run may succeed before the slot counts as missing: the
     #: job's run timeout plus its grace (as for the dead man's switch).
     allowance: timedelta
+    #: The job was first seen after the day or the slots its schedule would show: the
+    #: window starts when it was first seen.
+    since_first_seen: bool = False
+
+    @property
+    def past_slots(self) -> int:
+        """How many slots were expected up to ``now``."""
+        return sum(slot <= self.now for slot in self.slots)
 
 
 def window_of(h: JobHealth, first_seen: datetime, size: Size) -> Window | None:
@@ -133,7 +144,8 @@ def expected_slots(
     allowance: timedelta,
     size: Size,
 ) -> Window:
-    """The window a timeline of ``size`` draws for ``schedule`` at ``now``."""
+    """The window a timeline of ``size`` draws for ``schedule`` at ``now``: the last day or
+    the last slots, or, for a job first seen since, from when it was first seen."""
     day = schedule.fire_times(now - DAY, now, limit=size.most + 1)
     past = day
     start, whole_day = now - DAY, True
@@ -143,15 +155,24 @@ def expected_slots(
         if last:  # else it never fired in the last 16 years: an empty day
             gap = (last[-1] - last[0]) / (len(last) - 1) if len(last) > 1 else DAY
             past, start, whole_day = last, last[0] - gap / 2, False
-    # Show what the job waits for next, when it is near enough to read on this scale.
-    ahead = now + (now - start) / 5
+    span = now - start
+    young = first_seen > start
+    if young:
+        # Nothing is expected before the job was first seen: the window starts there and
+        # reaches as far as the slot it waits for and its deadline (never further than
+        # an older job's window is long).
+        start, whole_day = min(first_seen, now), False
+        ahead = start + span
+    else:
+        # Show what the job waits for next, when it is near enough to read on this scale.
+        ahead = now + span / 5
     end = now
     for instant in (schedule.next_after(now), expected_by):
         if instant is not None and now < instant <= ahead:
             end = max(end, instant)
     future = schedule.fire_times(now, end) if end > now else []
     slots = tuple(slot for slot in (*past, *future) if slot > first_seen)
-    return Window(start, end, now, slots, first_seen, whole_day, allowance)
+    return Window(start, end, now, slots, first_seen, whole_day, allowance, young)
 
 
 def _last_slots(schedule: Schedule, now: datetime, count: int) -> list[datetime]:
@@ -193,34 +214,46 @@ class _Event:
     offslot: bool = False
     #: For a coalesced slot: the run that caught up on it.
     caught_up_by: JobRun | None = None
+    #: For an upcoming slot: the first of them, the one the job runs next.
+    next: bool = False
 
 
 def events(w: Window, runs: Iterable[JobRun], *, paused: bool) -> list[_Event]:
-    """Every expected slot and every run in ``w``, in order, each with its kind. A paused
-    job's slots with no run since its last run are *paused*, none *due* or *absent*."""
-    expected = set(w.slots)
+    """Every expected slot and every run in ``w``, in order, each with its kind.
+
+    A run that coalesced ``n`` earlier slots (its ``missed_slots``) caught up on the ``n``
+    slots of the schedule before its own: each of them is *coalesced*, however recent. A
+    slot with no run before a later run is never *due*: nothing will run for it any more.
+    A paused job's slots after its last run are *paused*, none *due* or *absent*."""
+    expected = sorted(w.slots)
+    on_schedule = set(expected)
     by_instant = {run.scheduled_for: run for run in runs if w.start < run.scheduled_for <= w.end}
+    caught_up: dict[datetime, JobRun] = {}
+    for at, catching_up in sorted(by_instant.items()):
+        if catching_up.missed_slots > 0:
+            i = bisect_left(expected, at)
+            for slot in expected[max(0, i - catching_up.missed_slots) : i]:
+                if slot not in by_instant:
+                    caught_up[slot] = catching_up
+    last_run = max(by_instant, default=None)
     found: list[_Event] = []
-    waiting: list[_Event] = []  # slots with no run since the last run
-    for at in sorted(expected | set(by_instant)):
+    upcoming = 0
+    for at in sorted({*expected, *by_instant}):
         run = by_instant.get(at)
+        after_last_run = last_run is None or at > last_run
         if run is not None:
-            if run.missed_slots:  # the earlier slots this run caught up on
-                for event in waiting[-run.missed_slots :]:
-                    event.kind, event.caught_up_by = "coalesced", run
-            waiting = []
-            found.append(_Event(at, run.outcome, run, offslot=at not in expected))
+            found.append(_Event(at, run.outcome, run, offslot=at not in on_schedule))
+        elif at in caught_up:
+            found.append(_Event(at, "coalesced", caught_up_by=caught_up[at]))
         elif at > w.now:
-            found.append(_Event(at, "upcoming"))
-        elif at + w.allowance >= w.now and not paused:
+            found.append(_Event(at, "upcoming", next=upcoming == 0))
+            upcoming += 1
+        elif paused and after_last_run:
+            found.append(_Event(at, "paused"))
+        elif after_last_run and at + w.allowance >= w.now:
             found.append(_Event(at, "due"))
         else:
-            event = _Event(at, "absent")
-            waiting.append(event)
-            found.append(event)
-    if paused:  # slots with no run since the last one: the job is paused
-        for event in waiting:
-            event.kind = "paused"
+            found.append(_Event(at, "absent"))
     return found
 
 
@@ -301,14 +334,7 @@ def _geometry(
     def at(instant: datetime, ref: datetime | None = None) -> str:
         return format_instant(instant, tz, ref=ref)
 
-    bands = [
-        band(
-            "unseen",
-            w.start,
-            w.first_seen,
-            f"before the job was first seen ({at(w.first_seen)}): no slot is expected",
-        )
-    ]
+    bands = []
     if h.awaited_slot is not None and h.expected_by is not None:
         bands.append(
             band(
@@ -345,8 +371,10 @@ def _geometry(
         "tick_y": _n(band_top + band_height + 4),
         "label_y": _n(size.height - 4),
         "legend": [(kind, KIND_LABELS[kind]) for kind in kinds],
-        "slot_count": sum(slot <= w.now for slot in w.slots),
+        "slot_count": w.past_slots,
         "day": w.day,
+        "since_first_seen": w.since_first_seen,
+        "first_seen": at(w.first_seen),
         "since": at(w.start),
         "aria_label": _aria_label(w, drawn),
         "late": any(b["kind"] == "late" for b in drawn_bands),
@@ -364,13 +392,19 @@ def _title(event: _Event, tz: tzinfo, allowance: timedelta, *, compact: bool) ->
     run = event.run
     if run is None:
         if event.kind == "coalesced" and event.caught_up_by is not None:
-            caught = format_instant(event.caught_up_by.scheduled_for, tz)
-            return f"{at}: did not run; caught up by the run of {caught}"
+            by = event.caught_up_by
+            caught = format_instant(by.scheduled_for, tz)
+            if by.outcome == Outcome.SUCCEEDED:
+                return f"{at}: did not run; caught up by the run of {caught}"
+            if by.outcome == Outcome.RUNNING:
+                return f"{at}: did not run; the run of {caught}, in progress, catches up on it"
+            label = Outcome(by.outcome).label
+            return f"{at}: did not run; coalesced into the run of {caught} ({label})"
         if event.kind == "due":
             deadline = format_instant(event.at + allowance, tz, ref=event.at)
             return f"{at}: due; late if no run has succeeded by {deadline}"
         if event.kind == "upcoming":
-            return f"{at}: the next slot"
+            return f"{at}: the next slot" if event.next else f"{at}: a slot to come"
         if event.kind == "paused":
             return f"{at}: did not run (the job is paused)"
         return f"{at}: did not run"
@@ -387,7 +421,8 @@ def _title(event: _Event, tz: tzinfo, allowance: timedelta, *, compact: bool) ->
     if event.offslot:
         parts.append("not a slot of the schedule (run now)")
     if run.missed_slots:
-        parts.append(f"caught up {run.missed_slots} earlier slot(s)")
+        n = run.missed_slots
+        parts.append(f"caught up {n} earlier slot{'s' if n != 1 else ''}")
     text = f"{at}: {', '.join(parts)}"
     if not compact and run.outcome in FAILURE_OUTCOMES and (excerpt := error_excerpt(run.error)):
         text += f": {excerpt}"
@@ -396,12 +431,17 @@ def _title(event: _Event, tz: tzinfo, allowance: timedelta, *, compact: bool) ->
 
 def _aria_label(w: Window, drawn: list[_Event]) -> str:
     missing = sum(event.kind in ("absent", "coalesced", "paused") for event in drawn)
-    span = "the last day" if w.day else f"the last {len(w.slots)} slots"
-    return f"Expected slots over {span}: {missing} did not run"
+    if w.since_first_seen:
+        span = "since the job was first seen"
+    elif w.day:
+        span = "the last day"
+    else:
+        span = f"the last {w.past_slots} slots"
+    return f"Expected slots {span}: {w.past_slots}, {missing} of them did not run"
 
 
 #: Tick spacings in minutes (below a day: wall-clock multiples; from a day: midnights).
-_STEPS = (5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080)
+_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080)
 _MAX_TICKS = 8
 _MIN_LABEL_GAP = 56.0
 
