@@ -70,6 +70,11 @@ class Settings:
     RUNNER_PASS_INTERVAL: timedelta | None = None
     #: The rows of runners not seen for this long are deleted (by a live runner).
     RUNNER_RETENTION: timedelta = timedelta(days=1)
+    #: Record each job's changes of state (ok, late, failing, no_runner, invalid) and tell
+    #: someone: mail to NOTIFY_EMAIL, and the ``job_state_changed`` signal.
+    NOTIFY: bool = False
+    #: Who gets the mail: "ADMINS" (``mail_admins``), or a list of addresses ([] for none).
+    NOTIFY_EMAIL: str | list[str] | tuple[str, ...] = "ADMINS"
 
     @property
     def owner(self) -> str:
@@ -149,6 +154,14 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "RUNNER_RETENTION": (
         lambda v: isinstance(v, timedelta) and v > timedelta(0),
         "a datetime.timedelta longer than zero, e.g. timedelta(days=1)",
+    ),
+    "NOTIFY": (lambda v: isinstance(v, bool), "True or False"),
+    "NOTIFY_EMAIL": (
+        lambda v: (
+            v == "ADMINS"
+            or (isinstance(v, list | tuple) and all(isinstance(a, str) and "@" in a for a in v))
+        ),
+        '"ADMINS", or a list of e-mail addresses ([] for no mail)',
     ),
 }
 

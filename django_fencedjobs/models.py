@@ -10,6 +10,9 @@
 * :class:`RunTask`: one row per ``django.tasks`` task a run enqueued
   (:mod:`django_fencedjobs.integrations.tasks`), written in the run's fenced transaction,
   with the task's outcome as its backend's workers report it.
+* :class:`Runner`: one row per ``runjobs`` loop, and per host and job set of ``--once``
+  passes, with its last beat (:mod:`django_fencedjobs.runners`).
+* :class:`JobNotice`: each job's last notified state (:mod:`django_fencedjobs.notify`).
 """
 
 from __future__ import annotations
@@ -230,3 +233,25 @@ class Runner(models.Model):
     @property
     def job_names(self) -> list[str]:
         return [name for name in self.jobs.splitlines() if name]
+
+
+class JobNotice(models.Model):
+    """A job's last recorded state for notifications (:mod:`django_fencedjobs.notify`): a
+    change is recorded here by a compare-and-set, and only the process that recorded it
+    tells anyone."""
+
+    job = models.CharField(_("job"), max_length=200, unique=True)
+    #: ``ok``, or the state notified: ``late``, ``failing``, ``no_runner``, ``invalid``.
+    state = models.CharField(_("state"), max_length=16)
+    severity = models.CharField(_("severity"), max_length=8)
+    reason = models.TextField(_("reason"), blank=True)
+    changed_at = models.DateTimeField(_("changed at"))
+    #: The process that recorded the change (a runner's owner label, or checkjobs').
+    changed_by = models.CharField(_("changed by"), max_length=200, blank=True)
+
+    class Meta:
+        verbose_name = _("job notice")
+        verbose_name_plural = _("job notices")
+
+    def __str__(self) -> str:
+        return f"{self.job}: {self.state} ({self.severity})"

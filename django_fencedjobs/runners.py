@@ -9,6 +9,8 @@ runner serves.
   logged once and tried again at the next; it never stops the loop.
 * A **pass** (``runjobs --once``, from cron) records itself with :func:`record_pass`: one row
   per host and set of jobs, whose ``last_beat_at`` is the start of its latest pass.
+* With ``FENCEDJOBS["NOTIFY"]`` on, a loop also evaluates every job's state every third
+  beat and tells its changes (:mod:`django_fencedjobs.notify`).
 
 A runner is **live** while its last beat is less than ``RUNNER_TIMEOUT`` (30 s) old, whether
 it stopped or died: a runner that dies expires on its own, and a restart quicker than the
@@ -120,6 +122,10 @@ class Presence:
             return
         self._next_beat = time.monotonic() + self.interval
         self._safely("beat", self._beat)
+        if not self._failing:
+            from django_fencedjobs import notify
+
+            notify.evaluate_if_due(self.interval)  # with NOTIFY on; never raises
 
     def stop(self) -> None:
         """The loop ends: ``stopped_at`` and a last beat. A live runner until
@@ -131,9 +137,7 @@ class Presence:
 
         def stopped() -> None:
             now = _stamp()
-            Runner.objects.using(lease_db()).filter(pk=pk).update(
-                last_beat_at=now, stopped_at=now
-            )
+            Runner.objects.using(lease_db()).filter(pk=pk).update(last_beat_at=now, stopped_at=now)
 
         self._safely("stop", stopped)
 

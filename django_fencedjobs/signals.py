@@ -9,6 +9,10 @@ Receivers are called with ``send_robust``: a failing receiver is logged, never b
   enqueued (:mod:`django_fencedjobs.integrations.tasks`) has finished, in the worker
   process that ran it; ``failed`` is True when any task of the run failed. ``job`` is None
   when the worker's process does not declare the job.
+* ``job_state_changed(sender=Job, transition)``: a job's state changed
+  (:class:`~django_fencedjobs.notify.Transition`: ok to late, failing, no_runner or
+  invalid, and back), with ``FENCEDJOBS["NOTIFY"]`` on; sent once per change, by the one
+  process that recorded it (a runner or ``checkjobs``), after the mail.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ run_started = Signal()
 run_finished = Signal()
 tick_finished = Signal()
 run_tasks_finished = Signal()
+job_state_changed = Signal()
 
 
 def send(signal: Signal, **kwargs: Any) -> None:

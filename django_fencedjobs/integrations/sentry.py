@@ -35,7 +35,12 @@ The monitor config (:func:`monitor_config`): the cron expression (aliases expand
 interval in the largest whole unit, the job's zone, ``checkin_margin`` = grace + jitter and
 ``max_runtime`` = run_timeout (both in whole minutes, rounded up: Sentry's unit), and
 ``failure_issue_threshold`` = ``failure_threshold``, so Sentry opens an issue when
-``checkjobs`` would call the job failing.
+``checkjobs`` would call the job failing in a row.
+
+**The verdict.** Check-ins are per run; a job can be failing with most runs ``ok`` (a
+failure rate) or have no live runner at all. With ``FENCEDJOBS["NOTIFY"]`` on, each change
+of a job's state (:mod:`django_fencedjobs.notify`) is also a Sentry event, one issue per
+job and state: the same verdict as ``checkjobs`` and the admin.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from django.db import DatabaseError
 from django.db.models import Count, Max, Q
@@ -174,6 +179,30 @@ def run_tasks_finished(*, job: Job | None, record: JobRun, failed: bool, **kwarg
     tasks = _tasks_of(record)
     last = tasks.last_finished_at if tasks is not None else None
     _close(job, record, failed=failed, duration=_until(record, last, None))
+
+
+@receiver(signals.job_state_changed, dispatch_uid="django_fencedjobs.integrations.sentry.state")
+def job_state_changed(*, transition: Any, **kwargs: Any) -> None:
+    """A job's change of state (``FENCEDJOBS["NOTIFY"]``, :mod:`django_fencedjobs.notify`)
+    is an event: the same verdict as ``checkjobs`` (a failure rate, no live runner, late),
+    which per-run check-ins cannot carry. One issue per job and state (its fingerprint);
+    ``error`` when critical, ``warning`` for a warning, ``info`` back to ok."""
+    if not enabled():
+        return
+    import sentry_sdk
+
+    state, severity = transition.current
+    level: Literal["error", "warning", "info"] = (
+        "error" if severity == "critical" else "warning" if severity == "warning" else "info"
+    )
+    with sentry_sdk.new_scope() as scope:
+        scope.fingerprint = ["django-fencedjobs", transition.name, state]
+        scope.set_tag("fencedjobs.job", transition.name)
+        scope.set_tag("fencedjobs.state", state)
+        scope.set_tag("fencedjobs.severity", severity)
+        scope.set_extra("reason", transition.health.reason)
+        scope.set_extra("previous_state", transition.previous[0])
+        sentry_sdk.capture_message(f"{transition.subject}: {transition.health.reason}", level=level)
 
 
 def _close(job: Job | None, record: JobRun, *, failed: bool, duration: float | None) -> None:

@@ -20,7 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_fencedjobs import baseline, clock, health, preflight, runners
+from django_fencedjobs import baseline, clock, health, notify, preflight, runners
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant, iso_utc
 
@@ -85,6 +85,12 @@ class Command(BaseCommand):
                 f"cannot read the job state, database unavailable: {_one_line(exc)}",
                 returncode=UNREACHABLE,
             ) from None
+        try:
+            notify.evaluate(healths, now=now)  # with NOTIFY on: tell each change once
+        except DatabaseError as exc:  # e.g. a user that may only read: still report
+            self.stderr.write(
+                f"could not record the jobs' changes of state (NOTIFY): {_one_line(exc)}"
+            )
         status = _exit_code(healths, strict=strict)
         if as_json:
             self.stdout.write(_json(healths, status, seen))

@@ -1,0 +1,241 @@
+"""Someone is told: a job's change of state, mailed once and signalled once.
+
+Opt-in: ``FENCEDJOBS["NOTIFY"] = True``. Whoever judges the jobs evaluates them: each runner
+loop every third beat (15 s by default, :func:`evaluate_if_due`), and ``checkjobs`` each
+time it runs, so a change is told even when no runner is alive.
+
+What is told is the job's **condition**: its state and severity when the state is one that
+needs someone (``late``, ``failing``, ``no_runner``, ``invalid``), else ``ok`` (``ok``,
+``running``, ``never_run``, ``paused``, ``capped``, ``removed``). A change of condition is a
+:class:`Transition`: ok to late, late to failing, failing (warning) to failing (critical),
+and back to ok.
+
+Once, whatever the number of observers: each job's condition is kept in a
+:class:`~django_fencedjobs.models.JobNotice` row, and a change is recorded with a
+compare-and-set on it (``UPDATE ... WHERE job = %s AND state = <the state read> AND
+severity = <the severity read>``). One process's statement changes the row; every other
+one, which read the same old state, changes none and tells nobody. Only the process that
+recorded the change sends it: a mail (``NOTIFY_EMAIL``: ``"ADMINS"``, through
+``mail_admins``, or a list of addresses) and the ``job_state_changed`` signal, for any
+other channel. A job without a row is ``ok`` (its row is created so): turning notifications
+on while a job is late tells it.
+
+The change is recorded before it is sent: a mail the server refuses is logged (an error,
+with the transition) and not sent again; the next change is.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings as django_settings
+from django.core.mail import mail_admins, send_mail
+from django.db import DatabaseError
+
+from django_fencedjobs import signals
+from django_fencedjobs.conf import get_settings
+from django_fencedjobs.health import JobHealth, Severity, State
+from django_fencedjobs.instants import format_instant
+from django_fencedjobs.lease import lease_db
+from django_fencedjobs.models import JobNotice
+
+logger = logging.getLogger("django_fencedjobs")
+
+__all__ = ["Transition", "condition", "evaluate", "evaluate_if_due"]
+
+#: The states someone is told about; every other reads ``ok``.
+TOLD = frozenset({State.LATE, State.FAILING, State.NO_RUNNER, State.INVALID})
+#: The condition of a job that needs nobody.
+OK = ("ok", Severity.HEALTHY.value)
+#: A runner evaluates the jobs every this many beats.
+BEATS_PER_EVALUATION = 3
+
+
+def condition(health: JobHealth) -> tuple[str, str]:
+    """(state, severity) as notifications see it: the state when someone is told about it,
+    else ``ok``."""
+    if health.state in TOLD:
+        return health.state.value, health.severity.value
+    return OK
+
+
+def _label(value: tuple[str, str]) -> str:
+    state, severity = value
+    if value == OK:
+        return "ok"
+    return f"{state} ({severity})" if state == State.FAILING else state
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A job's change of condition, recorded by this process."""
+
+    name: str
+    previous: tuple[str, str]
+    current: tuple[str, str]
+    health: JobHealth
+    recorded_by: str
+
+    @property
+    def back_to_ok(self) -> bool:
+        return self.current == OK
+
+    @property
+    def subject(self) -> str:
+        return f"{self.name}: {_label(self.previous)} -> {_label(self.current)}"
+
+    def body(self) -> str:
+        h = self.health
+        if self.back_to_ok:
+            head = f"{self.name} is ok again ({h.state.value}); it was {_label(self.previous)}."
+        else:
+            head = f"{self.name} is {_label(self.current)}; it was {_label(self.previous)}."
+        lines = [head, "", f"Why: {h.reason}", ""]
+        facts = [
+            ("Checked at", format_instant(h.checked_at, h.tz)),
+            ("Recorded by", self.recorded_by),
+            ("Schedule", h.schedule or "-"),
+            (
+                "Last success",
+                format_instant(h.last_success_at, h.tz) if h.last_success_at else "never",
+            ),
+            ("Next run", format_instant(h.next_run_at, h.tz) if h.next_run_at else "-"),
+            ("Runners", ", ".join(h.runners) or "none live"),
+        ]
+        if h.recent_runs:
+            facts.append(("Recent runs", f"{h.recent_failures} of {h.recent_runs} failed"))
+        lines += [f"{label}: {value}" for label, value in facts]
+        lines += [
+            "",
+            "Sent once for this change; the next message comes when the job's state changes "
+            "again. `manage.py checkjobs` and the admin show every job's state.",
+        ]
+        return "\n".join(lines)
+
+
+def evaluate(healths: Sequence[JobHealth], *, now: datetime | None = None) -> list[Transition]:
+    """Record the changes of condition among ``healths`` that this process is the first to
+    see, and tell them (mail, then ``job_state_changed``). Nothing when ``NOTIFY`` is off.
+    Returns the transitions this process recorded."""
+    settings = get_settings()
+    if not settings.NOTIFY or not healths:
+        return []
+    now = now or healths[0].checked_at
+    recorded = _record(healths, now, settings.owner)
+    for transition in recorded:
+        _tell(transition)
+    return recorded
+
+
+def _record(healths: Sequence[JobHealth], now: datetime, owner: str) -> list[Transition]:
+    notices = JobNotice.objects.using(lease_db())
+    known = {
+        row["job"]: (row["state"], row["severity"])
+        for row in notices.filter(job__in=[h.name for h in healths]).values(
+            "job", "state", "severity"
+        )
+    }
+    missing = [h.name for h in healths if h.name not in known]
+    if missing:
+        # A job without a row is ok: racing creators are harmless (the name is unique).
+        notices.bulk_create(
+            [JobNotice(job=name, state=OK[0], severity=OK[1], changed_at=now) for name in missing],
+            ignore_conflicts=True,
+        )
+    recorded = []
+    for health in healths:
+        previous = known.get(health.name, OK)
+        current = condition(health)
+        if current == previous:
+            continue
+        changed = notices.filter(job=health.name, state=previous[0], severity=previous[1]).update(
+            state=current[0],
+            severity=current[1],
+            reason=health.reason,
+            changed_at=now,
+            changed_by=owner,
+        )
+        if changed:  # ours: every other observer's statement finds the new state
+            recorded.append(Transition(health.name, previous, current, health, owner))
+    return recorded
+
+
+def _recipients() -> list[str] | None:
+    """None: ``mail_admins``; else the addresses (maybe none)."""
+    email = get_settings().NOTIFY_EMAIL
+    return None if email == "ADMINS" else list(email)
+
+
+def _tell(transition: Transition) -> None:
+    logger.log(
+        logging.INFO if transition.back_to_ok else logging.WARNING,
+        "job state changed: %s",
+        transition.subject,
+        extra={
+            "event": "job_state_changed",
+            "job": transition.name,
+            "state": transition.current[0],
+            "severity": transition.current[1],
+            "previous_state": transition.previous[0],
+        },
+    )
+    recipients = _recipients()
+    try:
+        if recipients is None:
+            mail_admins(transition.subject, transition.body())
+        elif recipients:
+            prefix = str(django_settings.EMAIL_SUBJECT_PREFIX)
+            send_mail(
+                prefix + transition.subject,
+                transition.body(),
+                str(django_settings.SERVER_EMAIL),
+                recipients,
+            )
+    except Exception:
+        logger.exception(
+            "could not mail the change of %s (%s); it is recorded, and not sent again",
+            transition.name,
+            transition.subject,
+            extra={"event": "notification_failed", "job": transition.name},
+        )
+    signals.send(signals.job_state_changed, transition=transition)
+
+
+#: When this process's runner last evaluated the jobs (monotonic seconds).
+_evaluated_at = 0.0
+
+
+def evaluate_if_due(beat: float) -> None:
+    """From a runner's beat: evaluate every job's health and tell its changes, at most every
+    :data:`BEATS_PER_EVALUATION` beats of ``beat`` seconds. Never raises: a failure is
+    logged and the next beat tries again."""
+    global _evaluated_at
+    if not get_settings().NOTIFY:
+        return
+    if time.monotonic() - _evaluated_at < BEATS_PER_EVALUATION * beat:
+        return
+    _evaluated_at = time.monotonic()
+    from django_fencedjobs import health
+
+    try:
+        evaluate(health.all_health())
+    except DatabaseError as exc:
+        logger.warning(
+            "could not evaluate the jobs' states (database unavailable): %s",
+            " ".join(str(exc).split()),
+            extra={"event": "notification_failed"},
+        )
+    except Exception:
+        logger.exception(
+            "evaluating the jobs' states failed", extra={"event": "notification_failed"}
+        )
+
+
+def reset() -> None:
+    """Forget when this process last evaluated (tests)."""
+    global _evaluated_at
+    _evaluated_at = 0.0
