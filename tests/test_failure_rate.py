@@ -197,3 +197,16 @@ def test_a_warning_share_above_the_critical_one_is_a_settings_error(jobs):
                 "FENCEDJOBS['FAILURE_RATE_RUNS'] must be an int of at least 2, got 1",
             )
         ]
+
+
+def test_the_admin_badge_says_the_flaky_job_is_failing(jobs):
+    from django.contrib.auth.models import User
+
+    from tests.test_admin import badges
+
+    flaky("f.flaky", SEVEN_OF_ELEVEN)
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "admin@example.com", "pw"))
+    response = client.get("/admin/fencedjobs/joblease/")
+    assert response.status_code == 200
+    assert badges(response.content.decode()) == [("failing", "f.flaky")]

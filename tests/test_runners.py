@@ -386,3 +386,18 @@ def test_runner_settings_are_checked(clocked):
             "FENCEDJOBS['RUNNER_TIMEOUT'] must be at least twice RUNNER_BEAT, so that one late "
             "beat does not make a live runner read dead"
         ]
+
+
+def test_the_admin_badge_says_no_runner(clocked):
+    from tests.test_admin import badges
+
+    declare()
+    tick()
+    presence = runners.Presence([registry.get(MINUTELY)], workers=1, owner="host-a:1")
+    presence.beat()
+    fake_clock.set(T0 + timedelta(seconds=31))
+    presence.beat()
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "admin@example.com", "pw"))
+    html = client.get("/admin/fencedjobs/joblease/").content.decode()
+    assert badges(html) == [("no_runner", DAILY), ("never_run", MINUTELY)]
