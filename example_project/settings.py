@@ -110,7 +110,16 @@ STATIC_URL = "static/"
 
 FENCEDJOBS: dict[str, object] = {
     # The defaults suit the demo: the database's clock, "<hostname>:<pid>" as the owner.
+    # Each change of a job's state mailed to ADMINS (docs/alerting.md, "Notifications"):
+    # `manage.py demo` turns it on for its runner.
+    "NOTIFY": env.bool("FENCEDJOBS_NOTIFY", default=False),
 }
+
+# Where notifications go. The console backend prints each message on the standard output
+# of the process that sends it; set EMAIL_BACKEND (and EMAIL_HOST, ...) for real mail.
+ADMINS = [("Ops", env.str("ADMIN_EMAIL", default="ops@example.com"))]
+SERVER_EMAIL = env.str("SERVER_EMAIL", default="jobs@example.com")
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 

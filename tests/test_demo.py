@@ -33,7 +33,12 @@ DEMO_JOBS = {
     "demo.minutely_rollup",
     "demo.weekday_report_berlin",
     "demo.write_digest",
+    "demo.flaky_upstream",
 }
+#: The console mail backend prints the runner's notification of the flaky job's first
+#: failure (its third run, a minute after the first), and the runners page is in the box.
+FLAKY_MAIL = "Subject: [Django] demo.flaky_upstream: ok -> failing (warning)"
+NOTIFICATION_TIMEOUT = 150
 #: The scheduled task's job, and the path of the task its runs enqueue.
 TASK_JOB, TASK_PATH = "demo.write_digest", "example_project.demo.tasks.write_digest"
 #: Bound on the wait for every job's first succeeded run (the demo asks for them at once).
@@ -183,6 +188,15 @@ def test_the_demo_runs_every_job_and_a_scheduled_task_on_its_worker_and_stops_on
         assert before[-1].startswith("  admin:     http://127.0.0.1:"), log()
         assert set(before[-2]) == {"="} and before[-3] == "", log()
 
+        assert "  runners:   http://127.0.0.1:" in text, log()
+        # The runner is seen (its row), and it tells the flaky job's first failure by mail.
+        (owner,) = _query(db, "SELECT owner FROM fencedjobs_runner WHERE mode = 'loop'")[0]
+        assert owner.endswith(f":{child_pids[0]}"), owner
+        while FLAKY_MAIL not in log_path.read_text(errors="replace"):
+            assert time.monotonic() - started < NOTIFICATION_TIMEOUT, log()
+            time.sleep(0.5)
+        assert "Why: the last run failed (1 in a row; critical at 3)" in log(), log()
+
         with urllib.request.urlopen(
             f"http://127.0.0.1:{port}/admin/login/", timeout=10
         ) as response:
@@ -245,7 +259,7 @@ def test_the_demo_asks_no_job_to_run_now_whose_next_slot_is_seconds_away(tmp_pat
     """A run made due just before its job's slot is superseded by the slot's run at once;
     the task ``demo.write_digest``'s first run enqueued then ended in ``FenceLost`` when the
     worker, still starting, had not run it before the slot. Two seconds before a 30-s slot,
-    the demo leaves the two 30-s jobs to that slot and makes the others due now."""
+    the demo leaves the three 30-s jobs to that slot and makes the others due now."""
     env = _demo_env(tmp_path / "demo.sqlite3", DJANGO_SETTINGS_MODULE="example_project.settings")
     out = subprocess.run(
         [sys.executable, "-c", RUN_NOW_NEAR_A_SLOT % {"names": sorted(DEMO_JOBS)}],
@@ -260,6 +274,7 @@ def test_the_demo_asks_no_job_to_run_now_whose_next_slot_is_seconds_away(tmp_pat
     assert next_slot_in == {
         "demo.send_due_reminders": 2.0,  # left to its slot
         "demo.write_digest": 2.0,  # left to its slot
+        "demo.flaky_upstream": 2.0,  # left to its slot
         "demo.minutely_rollup": 0.0,  # made due now
         "demo.weekday_report_berlin": 0.0,  # made due now
     }

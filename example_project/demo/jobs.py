@@ -8,6 +8,10 @@
   transaction: a missed minute is caught up by the next run, a double tick adds nothing.
 * ``demo.weekday_report_berlin``: a local-time job, weekdays at 09:00 in Europe/Berlin
   (07:00 or 08:00 UTC, depending on daylight saving time), with a stable jitter.
+* ``demo.flaky_upstream``: an unreliable upstream. Every 30 seconds; every third run fails.
+  Its first failure makes it failing (the last run failed), its next success ok again; from
+  its second failure its failure rate keeps it failing, as a warning. Each change of its
+  state is mailed once (in the demo, printed by the console mail backend).
 * ``demo.write_digest``: a scheduled ``django.tasks`` task, in one line. Every 30 seconds
   a run enqueues the task ``write_digest`` (``tasks.py``) once, in its fenced transaction;
   the demo's ``db_worker`` process runs it and writes a ``Digest`` row.
@@ -25,6 +29,7 @@ from zoneinfo import ZoneInfo
 
 from django_fencedjobs import Run, fenced_atomic, job
 from django_fencedjobs.integrations.tasks import schedule_task
+from django_fencedjobs.models import JobRun, Outcome
 from example_project.demo.models import Event, Reminder, Report, Rollup
 from example_project.demo.tasks import write_digest
 
@@ -98,6 +103,16 @@ def weekday_report_berlin(run: Run) -> None:
             },
         )
         run.add_items(1)
+
+
+@job(every=timedelta(seconds=30), name="demo.flaky_upstream", timeout=timedelta(seconds=10))
+def flaky_upstream(run: Run) -> None:
+    finished = JobRun.objects.filter(
+        job=run.job.name, outcome__in=[Outcome.SUCCEEDED, Outcome.FAILED]
+    ).count()
+    if finished % 3 == 2:
+        raise RuntimeError("upstream said 503 Service Unavailable")
+    run.add_items(1)
 
 
 # The run enqueues the task; the worker runs it. The job reads late when a task has not

@@ -5,7 +5,8 @@ scheduler and the admin together in the foreground until Ctrl-C.
 2. ask for one run of every job now ("run now", through the lease as any run), so each
    job has a recorded run in the first seconds, unless its next slot is that close anyway;
    then they run on their own schedules;
-3. start ``manage.py runjobs``, ``manage.py db_worker`` (django-tasks-db's worker, which
+3. start ``manage.py runjobs`` (with notifications on: each change of a job's state is a
+   mail, printed by the console backend), ``manage.py db_worker`` (django-tasks-db's worker, which
    runs the tasks the scheduled job ``demo.write_digest`` enqueues) and ``manage.py
    runserver --noreload``, each in its own process group, report once every job has a
    succeeded run and once the worker has run a task a run enqueued, then print the admin's
@@ -95,7 +96,10 @@ class Command(BaseCommand):
         supervisor.install_signal_handlers()
         python = sys.executable
         try:
-            jobs = supervisor.start("runjobs", [python, str(MANAGE_PY), "runjobs"])
+            # Notifications on for the runner: each change of a job's state is a mail, which
+            # the console backend prints among its lines.
+            notify = {**os.environ, "FENCEDJOBS_NOTIFY": os.environ.get("FENCEDJOBS_NOTIFY", "1")}
+            jobs = supervisor.start("runjobs", [python, str(MANAGE_PY), "runjobs"], env=notify)
             # --no-reload: the worker is this process, not a reloader's child (DEBUG
             # turns the reloader on by default).
             worker = supervisor.start(
@@ -220,11 +224,12 @@ def _admin_pages() -> list[tuple[str, str]]:
     from django.contrib import admin
     from django.urls import reverse
 
-    from django_fencedjobs.models import JobLease
+    from django_fencedjobs.models import JobLease, Runner
 
     pages = [
         ("jobs", JobLease),
         ("runs", JobRun),
+        ("runners", Runner),
         ("digests", Digest),
         ("rollups", Rollup),
         ("reminders", Reminder),
