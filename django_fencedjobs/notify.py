@@ -21,20 +21,23 @@ other channel. A job without a row is ``ok`` (its row is created so): turning no
 on while a job is late tells it.
 
 The change is recorded before it is sent: a mail the server refuses is logged (an error,
-with the transition) and not sent again; the next change is.
+with the transition) and not sent again; the next change is. The wait on the mail server
+is bounded (``EMAIL_TIMEOUT``, else :data:`MAIL_TIMEOUT`), and a runner tells from a
+thread of its own, so a slow mail server never holds up its loop or its beats.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings as django_settings
-from django.core.mail import mail_admins, send_mail
-from django.db import DatabaseError
+from django.core.mail import get_connection, mail_admins, send_mail
+from django.db import DatabaseError, connections
 
 from django_fencedjobs import signals
 from django_fencedjobs.conf import get_settings
@@ -53,6 +56,8 @@ TOLD = frozenset({State.LATE, State.FAILING, State.NO_RUNNER, State.INVALID})
 OK = ("ok", Severity.HEALTHY.value)
 #: A runner evaluates the jobs every this many beats.
 BEATS_PER_EVALUATION = 3
+#: Seconds a mail may wait on the mail server when ``EMAIL_TIMEOUT`` is not set.
+MAIL_TIMEOUT = 10
 
 
 def condition(health: JobHealth) -> tuple[str, str]:
@@ -117,18 +122,36 @@ class Transition:
         return "\n".join(lines)
 
 
-def evaluate(healths: Sequence[JobHealth], *, now: datetime | None = None) -> list[Transition]:
+def evaluate(
+    healths: Sequence[JobHealth], *, now: datetime | None = None, background: bool = False
+) -> list[Transition]:
     """Record the changes of condition among ``healths`` that this process is the first to
     see, and tell them (mail, then ``job_state_changed``). Nothing when ``NOTIFY`` is off.
-    Returns the transitions this process recorded."""
+    Returns the transitions this process recorded.
+
+    With ``background`` (a runner's loop), they are told from a thread of their own, so
+    that a slow mail server never holds up the loop and its beats."""
     settings = get_settings()
     if not settings.NOTIFY or not healths:
         return []
     now = now or healths[0].checked_at
     recorded = _record(healths, now, settings.owner)
-    for transition in recorded:
-        _tell(transition)
+    if recorded and background:
+        threading.Thread(
+            target=_tell_all, args=(recorded,), name="fencedjobs-notify", daemon=True
+        ).start()
+    elif recorded:
+        _tell_all(recorded, close=False)
     return recorded
+
+
+def _tell_all(transitions: Sequence[Transition], *, close: bool = True) -> None:
+    try:
+        for transition in transitions:
+            _tell(transition)
+    finally:
+        if close:
+            connections.close_all()  # this thread's, opened by a receiver
 
 
 def _record(healths: Sequence[JobHealth], now: datetime, owner: str) -> list[Transition]:
@@ -185,8 +208,10 @@ def _tell(transition: Transition) -> None:
     )
     recipients = _recipients()
     try:
+        # A bounded wait on the mail server, whatever EMAIL_TIMEOUT says (None: forever).
+        connection = get_connection(timeout=django_settings.EMAIL_TIMEOUT or MAIL_TIMEOUT)
         if recipients is None:
-            mail_admins(transition.subject, transition.body())
+            mail_admins(transition.subject, transition.body(), connection=connection)
         elif recipients:
             prefix = str(django_settings.EMAIL_SUBJECT_PREFIX)
             send_mail(
@@ -194,6 +219,7 @@ def _tell(transition: Transition) -> None:
                 transition.body(),
                 str(django_settings.SERVER_EMAIL),
                 recipients,
+                connection=connection,
             )
     except Exception:
         logger.exception(
@@ -222,7 +248,7 @@ def evaluate_if_due(beat: float) -> None:
     from django_fencedjobs import health
 
     try:
-        evaluate(health.all_health())
+        evaluate(health.all_health(), background=True)
     except DatabaseError as exc:
         logger.warning(
             "could not evaluate the jobs' states (database unavailable): %s",
