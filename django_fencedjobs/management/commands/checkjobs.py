@@ -96,7 +96,7 @@ class Command(BaseCommand):
             self.stdout.write(_json(healths, status, seen))
         else:
             self.stdout.write(_table(healths))
-            if seen.seen:
+            if any(h.state is health.State.NO_RUNNER for h in healths):
                 self.stdout.write(_runners_line(seen))
         if status:
             bad = [h for h in healths if h.severity is health.Severity.CRITICAL] or [
@@ -133,7 +133,8 @@ def _json(healths: list[health.JobHealth], status: int, seen: runners.Coverage) 
 
 
 def _runners_line(seen: runners.Coverage) -> str:
-    """One line on the runners, once any has been seen: the live loops, else the last seen."""
+    """One line on the runners, below a table with a ``no_runner`` job: the live loops,
+    else the last runner seen."""
     live = sorted(seen.live(), key=lambda r: r.last_beat_at, reverse=True)
     if live:
         listed = ", ".join(
