@@ -71,11 +71,13 @@ def _version() -> str:
 
 def _stamp() -> Any:
     """The instant a beat writes: the database's clock as SQL where that is the configured
-    clock (PostgreSQL), else the configured clock's reading."""
+    clock (PostgreSQL), else the configured clock's reading. ``statement_timestamp()``, not
+    ``clock_timestamp()``: a stop writes it twice (``stopped_at`` and the last beat) and the
+    two must be one instant."""
     connection = connections[lease_db()]
     if get_settings().CLOCK == DATABASE_CLOCK and connection.vendor == "postgresql":
         return Func(
-            function="clock_timestamp", template="%(function)s()", output_field=DateTimeField()
+            function="statement_timestamp", template="%(function)s()", output_field=DateTimeField()
         )
     return clock.now()
 

@@ -22,7 +22,7 @@ from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from django_fencedjobs.exceptions import ScheduleError
@@ -122,12 +122,13 @@ CRON = st.tuples(
 
 @functools.cache
 def transitions(zone: str) -> tuple[datetime, ...]:
-    """Instants (UTC) where the zone's offset changes, 2023-2029 (starts are 2024-2027)."""
+    """Instants (UTC) where the zone's offset changes, 2023-2030: starts are at most a few
+    days before one in 2029, and the compared fires reach 366 days past the start."""
     tz = ZoneInfo(zone)
     found = []
     probe = datetime(2023, 1, 1, tzinfo=UTC)
     previous = probe.astimezone(tz).utcoffset()
-    while probe.year < 2030:
+    while probe.year < 2031:
         probe += timedelta(minutes=30)
         current = probe.astimezone(tz).utcoffset()
         if current != previous:
@@ -139,7 +140,7 @@ def transitions(zone: str) -> tuple[datetime, ...]:
 @st.composite
 def zone_and_start(draw: st.DrawFn) -> tuple[str, datetime]:
     zone = draw(st.sampled_from(ZONES))
-    near = transitions(zone)
+    near = [t for t in transitions(zone) if t.year < 2030]
     if near and draw(st.booleans()):
         # Start shortly before a transition, so it is among the compared fires.
         anchor = draw(st.sampled_from(near))
@@ -205,6 +206,12 @@ def build(expr: str, zone: str) -> tuple[Schedule | None, CronSim | None]:
 
 @PROPERTY_SETTINGS
 @given(expr=CRON, zone_start=zone_and_start())
+# Lord Howe's shift in April 2030, past the last start: cronsim's miss there is its known
+# deviation 1, told only when the transitions looked at reach as far as the compared fires.
+@example(
+    expr="* 11 7-29/6 4 MON#3",
+    zone_start=("Australia/Lord_Howe", datetime(2029, 10, 6, 15, 30, tzinfo=UTC)),
+)
 def test_fire_times_equal_cronsims(expr: str, zone_start: tuple[str, datetime]) -> None:
     zone, start = zone_start
     schedule, oracle = build(expr, zone)
@@ -437,7 +444,7 @@ def test_nearest_weekday_lists_in_any_zone_are_the_union_on_the_wall_clock(
 
 def test_property_strategies_reach_the_interesting_cases() -> None:
     """Guard against a strategy that silently stopped generating DST-relevant cases."""
-    assert len(transitions("America/New_York")) == 14
+    assert len(transitions("America/New_York")) == 16  # two a year, 2023-2030
     assert len(transitions("UTC")) == 0
     assert date(2026, 4, 5) in {
         t.astimezone(ZoneInfo("Australia/Lord_Howe")).date()
