@@ -35,7 +35,7 @@ def measure(smoke: bool) -> common.Report:
     from django.test.utils import CaptureQueriesContext, override_settings
 
     from bench.benchapp.models import Row
-    from django_fencedjobs import Run, fenced_atomic, job, lease
+    from django_fencedjobs import Run, db, fenced_atomic, job
     from django_fencedjobs.clock import fake_clock
     from django_fencedjobs.loop import tick
     from django_fencedjobs.models import JobLease
@@ -72,14 +72,14 @@ def measure(smoke: bool) -> common.Report:
             # The least any check made by a statement can cost: a statement that reads
             # nothing, sent in BEGIN's round trip as the fence's check is.
             with transaction.atomic():
-                lease.first_statement(connection, "SELECT 1", [])
+                db.first_statement(connection, "SELECT 1", [])
                 write(rows)
 
         def plain_with_read(rows: int) -> None:
             # The fence's check without its lock: what the lookup alone costs. (Not a
             # fence: without the lock a takeover can commit between it and the writes.)
             with transaction.atomic():
-                lease.first_statement(
+                db.first_statement(
                     connection,
                     f"SELECT 1 FROM {table} WHERE name = %s AND fence = %s",
                     [run.job.name, run.fence],
@@ -90,7 +90,7 @@ def measure(smoke: bool) -> common.Report:
             # The fence's lookup and lock, without the idle limit and the transaction's
             # identity that the fence's check returns with them.
             with transaction.atomic():
-                lease.first_statement(
+                db.first_statement(
                     connection,
                     f"SELECT 1 FROM {table} WHERE name = %s AND fence = %s FOR UPDATE",
                     [run.job.name, run.fence],

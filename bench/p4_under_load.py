@@ -24,7 +24,7 @@ PREFIX = "bench.p4l."
 
 def measure(smoke: bool) -> common.Report:
     from bench.benchapp.models import Row
-    from django_fencedjobs import clock, fenced_atomic, job, lease, loop, runner
+    from django_fencedjobs import clock, declared, fenced_atomic, job, loop, operations
     from django_fencedjobs.models import JobRun
     from django_fencedjobs.registry import registry
 
@@ -53,11 +53,11 @@ def measure(smoke: bool) -> common.Report:
                     name=f"{PREFIX}long{i}",
                     timeout=timedelta(seconds=28),
                 )(slow)
-            declared = runner.runnable_jobs()
-            runner.sync(declared, clock.now())
+            declared = declared.runnable_jobs()
+            declared.sync(declared, clock.now())
             for d in declared:
                 if d.name != fast_name:
-                    lease.make_due(d.name, clock.now())  # busy from the first second
+                    operations.make_due(d.name, clock.now())  # busy from the first second
             loop.clear_stop()
             guard.start()
             loop.loop(workers=4)

@@ -186,7 +186,7 @@ def _measure(smoke: bool, cpu: common.CpuSampler) -> common.Report:
     from django.db import connection
 
     from bench.benchapp.models import Row
-    from django_fencedjobs import clock, runner
+    from django_fencedjobs import clock, declared
     from django_fencedjobs.models import JobRun
     from django_fencedjobs.registry import registry
 
@@ -195,7 +195,7 @@ def _measure(smoke: bool, cpu: common.CpuSampler) -> common.Report:
     Row.objects.filter(note__startswith="job").delete()
     with registry.isolated():
         declare(jobs, every)
-        runner.sync(runner.runnable_jobs(), clock.now())
+        declared.sync(declared.runnable_jobs(), clock.now())
 
     def commits() -> int:
         with connection.cursor() as cursor:

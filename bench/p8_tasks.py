@@ -50,7 +50,7 @@ def enqueue_cost(smoke: bool) -> tuple[list[list[str]], dict[str, float]]:
     from django_tasks_db.models import DBTaskResult
 
     from bench.benchapp.tasks import noop
-    from django_fencedjobs import clock, fenced_atomic, job, lease, runner
+    from django_fencedjobs import clock, declared, fenced_atomic, job, lease, operations, runner
     from django_fencedjobs.fencing import reset_current_run, set_current_run
     from django_fencedjobs.models import JobRun, RunTask
     from django_fencedjobs.registry import registry
@@ -70,18 +70,18 @@ def enqueue_cost(smoke: bool) -> tuple[list[list[str]], dict[str, float]]:
                         run.enqueue(noop, i)
 
             declared = job(every=timedelta(hours=1), name=name)(fan_out).job  # type: ignore[attr-defined]
-            runner.sync([declared], clock.now())
+            declared.sync([declared], clock.now())
 
             def whole_run(declared: Any = declared) -> None:
-                lease.make_due(declared.name, clock.now())
+                operations.make_due(declared.name, clock.now())
                 record = runner.run_job(declared, lease.read([declared.name])[declared.name])
                 assert record is not None and record.outcome == "succeeded", record
 
             # The enqueue block alone, in a run of a second job that holds its lease
             # (taken once, for all the samples).
             held = job(every=timedelta(hours=1), name=f"{name}_held")(fan_out).job  # type: ignore[attr-defined]
-            runner.sync([held], clock.now())
-            lease.make_due(held.name, clock.now())
+            declared.sync([held], clock.now())
+            operations.make_due(held.name, clock.now())
             holder = JobRun.objects.create(job=held.name, scheduled_for=clock.now(), fence=0)
             with transaction.atomic():
                 fence = lease.acquire(

@@ -32,7 +32,16 @@ NAME = "bench.p9.one_write"
 def measure(smoke: bool) -> common.Report:
 
     from bench.benchapp.models import Row
-    from django_fencedjobs import clock, fenced_atomic, job, lease, loop, runner
+    from django_fencedjobs import (
+        clock,
+        declared,
+        fenced_atomic,
+        job,
+        lease,
+        loop,
+        operations,
+        runner,
+    )
     from django_fencedjobs.registry import registry
 
     repeats = 3 if smoke else 15
@@ -46,10 +55,10 @@ def measure(smoke: bool) -> common.Report:
     common.clear_jobs("bench.p9.")
     with registry.isolated():
         declared = job(every=timedelta(hours=1), name=NAME)(one_write).job  # type: ignore[attr-defined]
-        runner.sync([declared], clock.now())
+        declared.sync([declared], clock.now())
 
         def due_row() -> lease.LeaseRow:
-            lease.make_due(NAME, clock.now())
+            operations.make_due(NAME, clock.now())
             return lease.read([NAME])[NAME]
 
         def sample(how: str) -> float:

@@ -14,7 +14,7 @@ and so sets the baseline:
 * a runner, at its first tick with the job.
 
 Racing creators are harmless: the unique job name wins once. An observer only creates
-missing rows, through the runner's own :func:`~django_fencedjobs.runner.sync`; it never
+missing rows, through the runner's own :func:`~django_fencedjobs.declared.sync`; it never
 changes an existing one (it may run other code than the runner does).
 """
 
@@ -30,7 +30,7 @@ from django.core import mail
 from django.db import DatabaseError, connections, router, transaction
 from django.db.migrations.loader import MigrationLoader
 
-from django_fencedjobs import clock, lease, runner
+from django_fencedjobs import clock, db, declared, lease
 from django_fencedjobs.models import JobLease
 
 logger = logging.getLogger("django_fencedjobs")
@@ -60,7 +60,7 @@ def record_first_sightings(now: datetime) -> Sightings:
     reports what there is. The write runs in its own transaction, or savepoint inside the
     caller's, so a refusal leaves the caller's transaction usable.
     """
-    jobs = runner.runnable_jobs()
+    jobs = declared.runnable_jobs()
     if not jobs:
         return Sightings()
     existing = lease.read([job.name for job in jobs])
@@ -69,8 +69,8 @@ def record_first_sightings(now: datetime) -> Sightings:
         return Sightings()
     names = [job.name for job in new]
     try:
-        with transaction.atomic(using=lease.lease_db()):
-            runner.sync(new, now, fingerprints={})  # no stored fingerprint: create only
+        with transaction.atomic(using=db.lease_db()):
+            declared.sync(new, now, fingerprints={})  # no stored fingerprint: create only
     except DatabaseError as exc:
         error = " ".join(str(exc).split()) or type(exc).__name__
         logger.warning(
@@ -115,7 +115,7 @@ def record_on_migrate(
     """
     if plan is None:
         return
-    if using != lease.lease_db() or not router.allow_migrate_model(using, JobLease):
+    if using != db.lease_db() or not router.allow_migrate_model(using, JobLease):
         return
     if hasattr(mail, "outbox"):  # set by django.test.utils.setup_test_environment()
         return

@@ -307,7 +307,7 @@ def check_isolation(
     READ or SERIALIZABLE a fenced transaction that locks the lease row after the run's own
     renewal updated it fails with a serialization error, and so does an acquirer that loses
     a race: runs fail for no fault of theirs. (``manage.py runjobs`` also refuses a server
-    whose default says otherwise: :func:`lease.isolation_problem`.)"""
+    whose default says otherwise: :func:`db.isolation_problem`.)"""
     from django_fencedjobs.models import JobLease
 
     alias = router.db_for_write(JobLease)

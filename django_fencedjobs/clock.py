@@ -20,6 +20,8 @@ from django.db import connections
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
+from django_fencedjobs.text import one_line
+
 Clock = Callable[[], datetime]
 
 
@@ -38,16 +40,16 @@ def database_now() -> datetime:
     As the first statement of a transaction (a run's acquisition reads the clock first) it
     costs no round trip of its own: it goes with the transaction's ``BEGIN``.
     """
-    from django_fencedjobs import lease
+    from django_fencedjobs import db
 
-    connection = connections[lease.lease_db()]
+    connection = connections[db.lease_db()]
     if connection.vendor == "postgresql":
         sql = "SELECT clock_timestamp()"
     elif connection.vendor == "mysql":
         sql = "SELECT UTC_TIMESTAMP(6)"
     else:
         return system_now()
-    row = lease.first_statement(connection, sql, [])
+    row = db.first_statement(connection, sql, [])
     value: datetime = row[0]  # type: ignore[index]  # one row, always
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
@@ -110,7 +112,7 @@ def _load(path: str) -> Clock:
     try:
         value = import_string(path)
     except ImportError as exc:
-        raise ImproperlyConfigured(f"{setting} cannot be imported: {_one_line(exc)}") from None
+        raise ImproperlyConfigured(f"{setting} cannot be imported: {one_line(exc)}") from None
     if inspect.isclass(value):
         raise ImproperlyConfigured(
             f"{setting} names a class, whose instances are not datetimes; name a "
@@ -134,10 +136,6 @@ def _load(path: str) -> Clock:
             f"zero-argument callable returning an aware datetime."
         ) from None
     return cast(Clock, value)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def now() -> datetime:

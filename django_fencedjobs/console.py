@@ -40,7 +40,7 @@ from django.core.management.base import OutputWrapper
 from django.db import DatabaseError
 
 from django_fencedjobs import signals
-from django_fencedjobs.lease import lease_db
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import JobLease
 from django_fencedjobs.registry import Job
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol, TypeVar, overload
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_fencedjobs import lease
+from django_fencedjobs import db
 from django_fencedjobs.exceptions import NotInRun, RunAborted
 
 
@@ -111,7 +111,7 @@ class FencedAtomic(ContextDecorator):
         stopped = run._stopped()
         if stopped is not None:
             raise stopped  # before BEGIN: the run's session may already have been ended
-        leases = lease.lease_db()
+        leases = db.lease_db()
         alias = self.using or leases
         if alias != leases:
             raise NotInRun(
@@ -144,7 +144,7 @@ class FencedAtomic(ContextDecorator):
         traceback: TracebackType | None,
     ) -> bool | None:
         # Blocks end in the order they began: the innermost open one is this entry's.
-        connection = connections[self.using or lease.lease_db()]
+        connection = connections[self.using or db.lease_db()]
         block = connection.atomic_blocks[-1]
         deferred = block.deferred if isinstance(block, _FencedTransaction) else {}
         outer = connection.atomic_blocks[:-1]

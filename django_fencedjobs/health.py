@@ -70,9 +70,9 @@ from django.db.models import Count, F, Func, IntegerField, Max, Min, OuterRef, S
 
 from django_fencedjobs import clock, runners
 from django_fencedjobs.conf import get_settings
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant
-from django_fencedjobs.lease import lease_db
 from django_fencedjobs.listing import describe_schedule
 from django_fencedjobs.models import (
     UNFINISHED_TASK,
@@ -83,6 +83,7 @@ from django_fencedjobs.models import (
     TaskStatus,
 )
 from django_fencedjobs.registry import Job, registry
+from django_fencedjobs.text import error_excerpt
 
 __all__ = [
     "JobHealth",
@@ -104,8 +105,6 @@ RATED_OUTCOMES = frozenset({Outcome.SUCCEEDED, *FAILURE_OUTCOMES})
 #: The fewest failures in the window that make a failure rate a verdict: one failure is
 #: the last run's (judged on its own), not a rate.
 MIN_RATE_FAILURES = 2
-#: Characters of a run's error kept in a reason or a list column.
-ERROR_EXCERPT_CHARS = 160
 #: Statuses of a task that has finished.
 FINISHED_TASK = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED)
 #: What an unfinished task past its deadline most likely means, by status.
@@ -681,10 +680,3 @@ def _health(facts: dict[str, Any], state: State, severity: Severity, reason: str
 
 def _next(next_run_at: datetime, now: datetime, tz: tzinfo) -> str:
     return "due now" if next_run_at <= now else format_instant(next_run_at, tz, ref=now)
-
-
-def error_excerpt(error: str, limit: int = ERROR_EXCERPT_CHARS) -> str:
-    """The last non-empty line of a traceback (the exception), on one line, bounded."""
-    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
-    text = lines[-1] if lines else ""
-    return text if len(text) <= limit else text[: limit - 1] + "…"

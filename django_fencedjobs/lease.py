@@ -19,27 +19,20 @@ instantiation would dominate the cost of a small transaction).
 
 from __future__ import annotations
 
-import contextlib
-import enum
 import functools
 import hashlib
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, connections, router, transaction
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F
 from django.db.models.functions import Greatest
 
+from django_fencedjobs.db import first_statement, lease_db
 from django_fencedjobs.models import LEASE_FREE, JobLease, JobRun, Outcome
-
-
-def lease_db() -> str:
-    """The database alias that holds the leases; fenced writes must go to the same one."""
-    return router.db_for_write(JobLease)
 
 
 @dataclass(frozen=True)
@@ -289,8 +282,9 @@ def lock_fence(
     fence's whole price. On PostgreSQL it costs no round trip of its own either when it is
     the first statement of its transaction (as it is in a fenced block of its own): psycopg
     sends a transaction's ``BEGIN`` as a round trip of its own before the first statement,
-    so here ``BEGIN`` and the check go together instead (:func:`_begin_with`), and a fenced
-    one-row transaction takes as many round trips as a plain one. The lock is the same.
+    so here ``BEGIN`` and the check go together instead
+    (:func:`~django_fencedjobs.db.first_statement`), and a fenced one-row transaction takes
+    as many round trips as a plain one. The lock is the same.
     """
     if connection.features.has_select_for_update:
         sql = (
@@ -305,66 +299,6 @@ def lock_fence(
         )
         updated: int = cursor.rowcount
     return _held(connection, ()) if updated == 1 else None
-
-
-def first_statement(
-    connection: BaseDatabaseWrapper, sql: str, params: list[Any]
-) -> tuple[Any, ...] | None:
-    """Run ``sql`` and return its first row (or None). As the first statement of an open
-    transaction on PostgreSQL, it goes in the same round trip as the transaction's
-    ``BEGIN`` (:func:`_begin_with`); elsewhere it is any statement."""
-    begin = _begin_with(connection)
-    if begin:
-        # psycopg's own cursor: Django's wrapper (query logging, execute wrappers) would
-        # cost as much as the round trip saved.
-        with connection.wrap_database_errors, connection.connection.cursor() as raw:
-            raw.execute(f"{begin}; {sql}", params)
-            raw.nextset()  # past BEGIN's result, to the statement's
-            row: tuple[Any, ...] | None = raw.fetchone()
-            return row
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        found: tuple[Any, ...] | None = cursor.fetchone()
-        return found
-
-
-def _begin_with(connection: BaseDatabaseWrapper) -> str:
-    """PostgreSQL, inside ``transaction.atomic`` before its first statement: the ``BEGIN``
-    to send with that statement, after telling psycopg not to send its own; else "".
-
-    Django opened the transaction by turning psycopg's autocommit off, and psycopg would
-    send ``BEGIN`` by itself, and wait for its answer, before the first statement. With
-    autocommit back on psycopg sends nothing of its own, the explicit ``BEGIN`` opens the
-    transaction on the server, and everything up to Django's ``COMMIT`` or ``ROLLBACK`` (which
-    psycopg sends whatever its autocommit says) is in it. Django turns autocommit on again
-    when the block ends, as usual. Only with Django's default ``AUTOCOMMIT`` (Django then
-    owns every transaction boundary), client-side binding (Django's default: the two
-    statements go as one query) and READ COMMITTED (``fencedjobs.E015``).
-    """
-    settings = connection.settings_dict
-    if (
-        connection.vendor != "postgresql"
-        or not settings.get("AUTOCOMMIT")
-        # Server-side binding sends each statement on its own, as a prepared statement.
-        or (settings.get("OPTIONS") or {}).get("server_side_binding")
-    ):
-        return ""
-    from psycopg import IsolationLevel
-    from psycopg.pq import TransactionStatus
-
-    raw = connection.connection
-    if (
-        raw is None
-        or raw.autocommit
-        or not connection.in_atomic_block
-        or raw.info.transaction_status != TransactionStatus.IDLE
-        or raw.isolation_level not in (None, IsolationLevel.READ_COMMITTED)
-        or raw.read_only is not None
-        or raw.deferrable is not None
-    ):
-        return ""
-    raw.autocommit = True
-    return "BEGIN"
 
 
 def lock_task_fence(
@@ -447,53 +381,13 @@ def try_advisory_xact_lock(
     return _held(connection, first_statement(connection, sql, [advisory_key(name)]))
 
 
-#: The longest a statement of the app's own bookkeeping (renewal, the end of a run, an
-#: admin action) waits for a lease row that someone else has locked.
-LOCK_WAIT = 2.0
-
-
-@contextlib.contextmanager
-def bounded_wait(seconds: float = LOCK_WAIT) -> Iterator[BaseDatabaseWrapper]:
-    """A transaction on the lease database in which waiting for a lock ends after
-    ``seconds`` with a ``DatabaseError`` (see :func:`is_lock_timeout`).
-
-    No statement of the app waits on another holder's row lock without a bound: a holder
-    paused inside its fenced transaction keeps its lock until the server ends that
-    transaction, and nothing of the app may freeze behind it meanwhile. PostgreSQL:
-    ``lock_timeout``, local to this transaction. SQLite: the connection's busy timeout,
-    for the duration (SQLite waits for its write lock per transaction, not per statement).
-    """
-    alias = lease_db()
-    connection = connections[alias]
-    if connection.vendor == "sqlite":
-        with _sqlite_busy_timeout(connection, seconds), transaction.atomic(using=alias):
-            yield connection
-        return
-    with transaction.atomic(using=alias):
-        if connection.vendor == "postgresql":
-            # In BEGIN's round trip: this runs at every run's end and every renewal.
-            first_statement(
-                connection,
-                "SELECT set_config('lock_timeout', %s, true)",
-                [f"{int(seconds * 1000)}ms"],
-            )
-        yield connection
-
-
-def is_lock_timeout(exc: BaseException) -> bool:
-    """True when ``exc`` is a lock wait that :func:`bounded_wait` cut short."""
-    cause = exc.__cause__
-    if getattr(cause, "sqlstate", None) == "55P03":  # PostgreSQL: lock_not_available
-        return True
-    return "database is locked" in str(exc)
-
-
 def renew(name: str, fence: int, until: datetime) -> bool:
     """Extend the lease to ``until``; False when the fence is no longer ours.
 
     Conditional on the fence, so a superseded run cannot extend its successor's lease.
     ``Greatest`` keeps the lease from moving backwards if renewals arrive out of order.
-    Run it in :func:`bounded_wait`: the run's own fenced transaction may hold the row.
+    Run it in :func:`~django_fencedjobs.db.bounded_wait`: the run's own fenced transaction
+    may hold the row.
     """
     return (
         JobLease.objects.using(lease_db())
@@ -523,101 +417,6 @@ def end(name: str, fence: int, *, succeeded_at: datetime | None, failed: bool) -
     elif failed:
         changes["consecutive_failures"] = F("consecutive_failures") + 1
     return JobLease.objects.using(lease_db()).filter(name=name, fence=fence).update(**changes) == 1
-
-
-class Change(enum.Enum):
-    """What an operator's change of one lease row did (:func:`make_due`, :func:`set_paused`,
-    :func:`skip_slot`): the admin and ``manage.py jobctl`` say which. True only for
-    :attr:`DONE`, so ``if make_due(...):`` reads as before."""
-
-    #: The row was changed.
-    DONE = "done"
-    #: Nothing to change: the row does not match (already due, already paused or resumed,
-    #: its slot moved on meanwhile, or no such row).
-    UNCHANGED = "unchanged"
-    #: The row stayed locked for :data:`LOCK_WAIT`: a run is inside a fenced transaction on
-    #: it. Nothing was changed; trying again in a moment usually succeeds.
-    BUSY = "busy"
-
-    def __bool__(self) -> bool:
-        return self is Change.DONE
-
-
-def _locked_update(name: str, changes: dict[str, object], **conditions: object) -> Change:
-    """An operator's change of one lease row, waiting at most :data:`LOCK_WAIT` for it:
-    :attr:`Change.DONE`, :attr:`Change.UNCHANGED` when the row does not match, or
-    :attr:`Change.BUSY` when it stayed locked (a run is inside a fenced transaction): the
-    caller reports which, and the operator tries a busy row again."""
-    try:
-        with bounded_wait():
-            updated = (
-                JobLease.objects.using(lease_db()).filter(name=name, **conditions).update(**changes)
-            )
-    except DatabaseError as exc:
-        if is_lock_timeout(exc):
-            return Change.BUSY
-        raise
-    return Change.DONE if updated == 1 else Change.UNCHANGED
-
-
-def make_due(name: str, now: datetime) -> Change:
-    """ "Run now": make the job due at ``now``. It still goes through :func:`acquire`.
-    :attr:`Change.UNCHANGED` when it is due already."""
-    return _locked_update(name, {"next_run_at": now}, next_run_at__gt=now)
-
-
-def set_paused(name: str, paused: bool) -> Change:
-    """Pause or resume the job; :attr:`Change.UNCHANGED` when it already is. A run in
-    progress goes on: pausing only keeps :func:`acquire` from starting the next one."""
-    return _locked_update(name, {"paused": paused}, paused=not paused)
-
-
-def skip_slot(seen: LeaseRow, *, next_run_at: datetime) -> Change:
-    """Move the job's next slot from the one in ``seen`` to ``next_run_at``: past a slot
-    that cannot be recorded (its run row already exists), or a slot an operator skips.
-    Conditional on the row as seen (fence and slot): :attr:`Change.UNCHANGED` when a run
-    took the job meanwhile, or the slot moved on."""
-    return _locked_update(
-        seen.name, {"next_run_at": next_run_at}, fence=seen.fence, next_run_at=seen.next_run_at
-    )
-
-
-@contextlib.contextmanager
-def _sqlite_busy_timeout(connection: BaseDatabaseWrapper, seconds: float) -> Iterator[None]:
-    """Set SQLite's busy timeout on ``connection`` for the duration, then restore it."""
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA busy_timeout")
-        (previous,) = cursor.fetchone()
-        cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f"PRAGMA busy_timeout = {int(previous)}")
-
-
-def isolation_problem() -> str | None:
-    """Why the lease database cannot run jobs at its transaction isolation, or None.
-
-    PostgreSQL at REPEATABLE READ or SERIALIZABLE (set in ``OPTIONS``: system check
-    ``fencedjobs.E015``; or as the server's, database's or role's
-    ``default_transaction_isolation``, which only a query shows): a fenced transaction
-    that locks the lease row after the run's own renewal changed it fails with "could not
-    serialize access", and so does an acquirer that loses a race.
-    """
-    connection = connections[lease_db()]
-    if connection.vendor != "postgresql":
-        return None
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW transaction_isolation")
-        (level,) = cursor.fetchone()
-    if level == "read committed":
-        return None
-    return (
-        f"the database runs transactions at {level.upper()} (default_transaction_isolation "
-        "or DATABASES OPTIONS isolation_level); the job leases need READ COMMITTED, "
-        "PostgreSQL's default (fencedjobs.E015)"
-    )
 
 
 # -- the handler's transaction ------------------------------------------------------------

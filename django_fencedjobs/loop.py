@@ -37,13 +37,14 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_fencedjobs import clock, lease, runners, signals
+from django_fencedjobs import clock, db, lease, runners, signals
 from django_fencedjobs.conf import get_settings
+from django_fencedjobs.declared import runnable_jobs, sync
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobRun
 from django_fencedjobs.registry import Job
 from django_fencedjobs.run import stop
-from django_fencedjobs.runner import record_pending, run_job, runnable_jobs, sync
+from django_fencedjobs.runner import record_pending, run_job
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -251,7 +252,7 @@ class Pool:
             self._finish(job.name, _latest_run(job.name))
 
         try:
-            _keep_or_replace(connections[lease.lease_db()])
+            _keep_or_replace(connections[db.lease_db()])
             return run_job(job, row, on_abandon=give_up)
         except DatabaseError as exc:
             logger.error(
@@ -260,7 +261,7 @@ class Pool:
                 exc,
                 extra={"event": "database_unavailable", "job": job.name},
             )
-            connections[lease.lease_db()].close()
+            connections[db.lease_db()].close()
         except Exception:
             logger.exception("the runner failed around %s", job.name)
         return None
@@ -291,7 +292,7 @@ def _keep_or_replace(connection: BaseDatabaseWrapper) -> None:
 
 def _latest_run(name: str) -> JobRun | None:
     try:
-        return JobRun.objects.using(lease.lease_db()).filter(job=name).order_by("-fence").first()
+        return JobRun.objects.using(db.lease_db()).filter(job=name).order_by("-fence").first()
     except DatabaseError:
         return None
 

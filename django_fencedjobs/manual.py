@@ -9,7 +9,7 @@ its writes are fenced. The schedule goes on as before: like every run, it moves 
 next slot to the first one after now.
 
 Pause, resume and skip change the job's lease row with the admin's bounded wait
-(:data:`~django_fencedjobs.lease.LOCK_WAIT`): a row a run keeps locked inside a fenced
+(:data:`~django_fencedjobs.db.LOCK_WAIT`): a row a run keeps locked inside a fenced
 transaction for longer raises :class:`JobBusy`, and nothing is changed.
 """
 
@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django_fencedjobs import clock, lease, runner
+from django_fencedjobs import clock, db, declared, lease, operations, runner
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobLease, JobRun
 from django_fencedjobs.registry import Job
@@ -56,9 +56,9 @@ def run_now(job: Job) -> JobRun:
     made due, so no run is left queued behind the one that holds the lease.
     """
     now = clock.now()
-    runner.sync([job], now)  # a job no runner has seen yet gets its row here
+    declared.sync([job], now)  # a job no runner has seen yet gets its row here
     _refuse_if_busy(job, now)
-    lease.make_due(job.name, now)
+    operations.make_due(job.name, now)
     row = lease.read([job.name])[job.name]
     record = runner.run_job(job, row)
     if record is None:  # another runner took the lease between the check and now
@@ -71,7 +71,7 @@ def run_now(job: Job) -> JobRun:
 
 def _refuse_if_busy(job: Job, now: datetime) -> None:
     paused, owner, until = (
-        JobLease.objects.using(lease.lease_db())
+        JobLease.objects.using(db.lease_db())
         .filter(name=job.name)
         .values_list("paused", "owner", "lease_until")
         .get()
@@ -92,7 +92,7 @@ def pause(job: Job) -> Operated:
     """Pause ``job``: no run of it starts until it is resumed. A run in progress goes on to
     its end."""
     now = _seen(job)
-    change = lease.set_paused(job.name, True)
+    change = operations.set_paused(job.name, True)
     _refuse_if_locked(job, change)
     if not change:
         return Operated(job.name, False, f"{job.name} is already paused: nothing changed")
@@ -109,7 +109,7 @@ def resume(job: Job) -> Operated:
     """Resume ``job``: it runs from its next slot, or at a runner's next pass when slots
     fell due while it was paused (they coalesce into one run)."""
     now = _seen(job)
-    change = lease.set_paused(job.name, False)
+    change = operations.set_paused(job.name, False)
     _refuse_if_locked(job, change)
     if not change:
         return Operated(job.name, False, f"{job.name} is not paused: nothing changed")
@@ -132,7 +132,7 @@ def skip_next_slot(job: Job) -> Operated:
         now = clock.now()
         row = lease.read([job.name])[job.name]
         target = schedule.next_after(max(row.next_run_at, now))
-        change = lease.skip_slot(row, next_run_at=target)
+        change = operations.skip_slot(row, next_run_at=target)
         _refuse_if_locked(job, change)
         if change:
             if row.next_run_at <= now:
@@ -162,14 +162,14 @@ def _done(job: Job, event: str, line: str) -> Operated:
 def _seen(job: Job) -> datetime:
     """Now; and the job's lease row, created if no runner has seen the job yet."""
     now = clock.now()
-    runner.sync([job], now)
+    declared.sync([job], now)
     return now
 
 
 def _row(job: Job) -> tuple[bool, str, datetime, datetime]:
     """The job's paused flag, lease owner, lease expiry and next slot."""
     found: tuple[bool, str, datetime, datetime] = (
-        JobLease.objects.using(lease.lease_db())
+        JobLease.objects.using(db.lease_db())
         .filter(name=job.name)
         .values_list("paused", "owner", "lease_until", "next_run_at")
         .get()
@@ -177,11 +177,11 @@ def _row(job: Job) -> tuple[bool, str, datetime, datetime]:
     return found
 
 
-def _refuse_if_locked(job: Job, change: lease.Change) -> None:
-    if change is lease.Change.BUSY:
+def _refuse_if_locked(job: Job, change: operations.Change) -> None:
+    if change is operations.Change.BUSY:
         raise JobBusy(
             f"job {job.name!r} is busy: a run is inside a fenced transaction on its lease row, "
-            f"which stayed locked for {lease.LOCK_WAIT:g}s; nothing changed, try again"
+            f"which stayed locked for {db.LOCK_WAIT:g}s; nothing changed, try again"
         )
 
 

@@ -41,9 +41,9 @@ from django.db import DatabaseError, connections
 
 from django_fencedjobs import signals
 from django_fencedjobs.conf import get_settings
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.health import JobHealth, Severity, State
 from django_fencedjobs.instants import format_instant
-from django_fencedjobs.lease import lease_db
 from django_fencedjobs.models import JobNotice
 
 logger = logging.getLogger("django_fencedjobs")

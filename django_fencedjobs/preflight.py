@@ -11,8 +11,8 @@ from django.db import connections
 
 from django_fencedjobs import clock
 from django_fencedjobs.conf import get_settings
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.exceptions import FencedJobsError
-from django_fencedjobs.lease import lease_db
 from django_fencedjobs.registry import Job, registry
 
 

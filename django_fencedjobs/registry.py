@@ -140,7 +140,7 @@ def _schedule_problem(job: Job, schedule: Schedule) -> tuple[str, JobError] | No
     if job.exclusion == "advisory":
         from django.db import connections
 
-        from django_fencedjobs.lease import lease_db
+        from django_fencedjobs.db import lease_db
 
         vendor = connections[lease_db()].vendor
         if vendor != "postgresql":

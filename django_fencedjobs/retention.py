@@ -29,7 +29,7 @@ from django.dispatch import receiver
 
 from django_fencedjobs import signals
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.lease import lease_db
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import JobRun, Outcome
 
 logger = logging.getLogger("django_fencedjobs")

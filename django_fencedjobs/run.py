@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from django.db.models import Model, Q, QuerySet
 from django.utils import timezone as dj_timezone
 
-from django_fencedjobs import clock, lease
+from django_fencedjobs import clock, db, lease
 from django_fencedjobs.exceptions import FenceLost, NotInRun, WatermarkError
 from django_fencedjobs.fencing import FencedAtomic, current_run, in_fenced_block
 from django_fencedjobs.models import JobRun, Watermark
@@ -118,7 +118,7 @@ class Run:
         :class:`WatermarkError` when called outside the run's fenced block or when
         ``value`` is behind the stored watermark.
         """
-        alias = lease.lease_db()
+        alias = db.lease_db()
         if current_run() is not self or not in_fenced_block(alias):
             raise WatermarkError(
                 f"job {self.job.name!r}: advance_watermark() must be called inside "
@@ -252,7 +252,7 @@ class Run:
     def _batches(
         self, queryset: QuerySet[ModelT], size: int
     ) -> Generator[list[ModelT], None, None]:
-        alias = lease.lease_db()
+        alias = db.lease_db()
         features = connections[alias].features
         claim = queryset.using(alias).select_for_update(
             skip_locked=features.has_select_for_update_skip_locked,
@@ -318,7 +318,7 @@ class Run:
         (so too in a thread of the handler's own, which is in none of the run's blocks).
         """
         try:
-            inside = current_run() is self and in_fenced_block(lease.lease_db())
+            inside = current_run() is self and in_fenced_block(db.lease_db())
         except NotInRun:  # a thread without the run's context
             inside = False
         if inside:
@@ -367,7 +367,7 @@ class Run:
         if self._lost:
             raise FenceLost(_fence_gone(self))
         until = clock.now() + self.job.lease_ttl
-        connection = connections[lease.lease_db()]
+        connection = connections[db.lease_db()]
         if connection.in_atomic_block:
             # Inside a transaction of the handler's: the renewal locks the lease row until
             # it ends, as a fenced block does, so it is checked (and bounded, and can be
@@ -377,7 +377,7 @@ class Run:
                 self._check_fence(connection)
             renewed = lease.renew(self.job.name, self.fence, until)
         else:
-            with lease.bounded_wait():
+            with db.bounded_wait():
                 renewed = lease.renew(self.job.name, self.fence, until)
         if not renewed:
             self._lost = True

@@ -24,70 +24,26 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F
 
-from django_fencedjobs import clock, lease, signals
+from django_fencedjobs import clock, db, lease, operations, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import FenceLost, JobTimeout
 from django_fencedjobs.fencing import reset_current_run, set_current_run
-from django_fencedjobs.health import error_excerpt
-from django_fencedjobs.models import LEASE_FREE, JobLease, JobRun, Outcome, Watermark
-from django_fencedjobs.registry import Job, registry
+from django_fencedjobs.models import LEASE_FREE, JobRun, Outcome, Watermark
+from django_fencedjobs.registry import Job
 from django_fencedjobs.run import Run, watermark_text
 from django_fencedjobs.supervisor import Supervisor, fence_lost_error, timed_out_error
+from django_fencedjobs.text import bounded, error_excerpt
 
 logger = logging.getLogger("django_fencedjobs")
 
 #: Missed slots are counted up to this many; past it the count says "at least".
 MAX_COUNTED_SLOTS = 10_000
-
-
-# -- syncing declared jobs with their lease rows ------------------------------------------
-
-
-def sync(jobs: Sequence[Job], now: datetime, fingerprints: dict[str, str] | None = None) -> bool:
-    """Create lease rows for new jobs and recompute ``next_run_at`` for changed schedules.
-
-    ``fingerprints`` are the stored schedule fingerprints by job name, when the caller has
-    already read them (a tick has); otherwise they are read here. Returns True when
-    anything changed (the caller re-reads).
-    """
-    if fingerprints is None:
-        rows = lease.read([job.name for job in jobs])
-        fingerprints = {name: row.schedule_fingerprint for name, row in rows.items()}
-    missing: list[JobLease] = []
-    changed = False
-    for job in jobs:
-        schedule = job.valid_schedule
-        stored = fingerprints.get(job.name)
-        if stored is None:
-            missing.append(
-                JobLease(
-                    name=job.name,
-                    next_run_at=schedule.next_after(now),
-                    schedule_fingerprint=schedule.fingerprint(),
-                    created_at=now,
-                )
-            )
-        elif stored != schedule.fingerprint():
-            fingerprint, next_run_at = schedule.fingerprint(), schedule.next_after(now)
-            changed = lease.reschedule(job.name, stored, fingerprint, next_run_at) or changed
-    if missing:
-        lease.create(missing)
-    return changed or bool(missing)
-
-
-def runnable_jobs(names: Sequence[str] | None = None) -> list[Job]:
-    """The jobs to consider: the named ones (unknown names raise), or every job with a valid
-    schedule."""
-    if names:
-        return [registry.get(name) for name in names]
-    return [job for job in registry.all() if job.schedule is not None]
 
 
 # -- one run --------------------------------------------------------------------------------
@@ -115,7 +71,7 @@ def run_job(job: Job, row: lease.LeaseRow, *, on_abandon: Any = None) -> JobRun 
     supervisor's thread, if the handler is given up on."""
     owner = get_settings().owner
     schedule = job.valid_schedule
-    alias = lease.lease_db()
+    alias = db.lease_db()
     try:
         with transaction.atomic(using=alias):
             # The clock first: the database's goes with the transaction's BEGIN.
@@ -172,7 +128,7 @@ def run_job(job: Job, row: lease.LeaseRow, *, on_abandon: Any = None) -> JobRun 
     except IntegrityError:
         # A run for this slot already exists (e.g. "run now" landed on a recorded slot):
         # skip the slot rather than retry it forever.
-        lease.skip_slot(row, next_run_at=next_run_at)
+        operations.skip_slot(row, next_run_at=next_run_at)
         logger.warning(
             "slot %s of %s is already recorded; skipped",
             scheduled_for.isoformat(),
@@ -235,7 +191,7 @@ def _execute(job: Job, run: Run, on_abandon: Any) -> JobRun:
         reset_current_run(token)
     supervisor.join()
     if supervisor.fired is not None or supervisor.abandoned:
-        _discard_connection(lease.lease_db())
+        _discard_connection(db.lease_db())
         if outcome not in (Outcome.TIMED_OUT, Outcome.FENCE_LOST):
             outcome, error = _outcome_of(None, run, supervisor)
     if outcome == Outcome.SUCCEEDED and run._interrupted:
@@ -285,7 +241,7 @@ def _database_failure(run: Run, outcome: str, error: str) -> tuple[str, str]:
     """The handler failed on a database error. If the run's fence is gone meanwhile, the
     error was the end of its run (the server ended its session after it sat idle in a
     transaction past the lease, typically paused, and another run took over): fence_lost."""
-    _discard_connection(lease.lease_db())
+    _discard_connection(db.lease_db())
     try:
         row = lease.read([run.job.name]).get(run.job.name)
     except DatabaseError:
@@ -317,14 +273,10 @@ def _discard_connection(alias: str) -> None:
 
 
 def _bounded_traceback(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
-    limit = get_settings().ERROR_MAX_CHARS
-    if len(text) > limit:
-        text = "…" + text[-(limit - 1) :] if limit > 1 else "…"
-    return text
+    return bounded("".join(traceback.format_exception(exc)), get_settings().ERROR_MAX_CHARS)
 
 
-def record_end(run: Run, outcome: str, error: str, *, wait: float = lease.LOCK_WAIT) -> bool:
+def record_end(run: Run, outcome: str, error: str, *, wait: float = db.LOCK_WAIT) -> bool:
     """Record how ``run`` ended: the one function that does, whoever calls it (the run's
     thread when the handler returns, its supervisor at the timeout or on giving up).
 
@@ -339,8 +291,8 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = lease.LOCK_W
     """
     run._lost = True
     job, record = run.job, run.record
-    alias = lease.lease_db()
-    with lease.bounded_wait(wait):
+    alias = db.lease_db()
+    with db.bounded_wait(wait):
         released = lease.end(
             job.name,
             run.fence,
@@ -425,13 +377,13 @@ def _record(run: Run, outcome: str, error: str) -> JobRun:
                 exc,
                 extra=_log_fields(run.record, event="record_failed"),
             )
-            connections[lease.lease_db()].close()
+            connections[db.lease_db()].close()
             if attempt == 2:
                 _pending.append((run, outcome, error))
                 return run.record
             time.sleep(0.5)
     # Recorded already, by its supervisor at the timeout or by a successor's takeover.
-    run.record.refresh_from_db(using=lease.lease_db())
+    run.record.refresh_from_db(using=db.lease_db())
     return run.record
 
 
@@ -469,4 +421,4 @@ def _log_fields(record: JobRun, *, event: str, **more: Any) -> dict[str, Any]:
     return fields
 
 
-__all__ = ["record_end", "record_pending", "run_job", "runnable_jobs", "sync"]
+__all__ = ["record_end", "record_pending", "run_job"]

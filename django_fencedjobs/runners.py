@@ -48,7 +48,7 @@ from django.db.models import DateTimeField, Func
 
 from django_fencedjobs import clock
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.lease import lease_db
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import Runner, RunnerMode
 from django_fencedjobs.registry import Job
 

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections
 
-from django_fencedjobs import clock, lease
+from django_fencedjobs import clock, db, lease
 from django_fencedjobs.exceptions import FenceLost, JobTimeout, RunAborted
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class Supervisor(threading.Thread):
         self._end = end
         self._on_abandon = on_abandon
         self.target_thread = threading.get_ident()
-        connection = connections[lease.lease_db()]
+        connection = connections[db.lease_db()]
         #: SQLite: the handler's connection, to close if it holds the database's write lock
         #: outside a fenced block. (A fenced block registers its transaction on the run.)
         self._raw = connection.connection if connection.vendor == "sqlite" else None
@@ -151,10 +151,10 @@ class Supervisor(threading.Thread):
         own fenced transaction, or a takeover in progress); try again."""
         run = self.run_
         try:
-            with lease.bounded_wait(wait):
+            with db.bounded_wait(wait):
                 return lease.renew(run.job.name, run.fence, clock.now() + run.job.lease_ttl)
         except DatabaseError as exc:
-            if lease.is_lock_timeout(exc):
+            if db.is_lock_timeout(exc):
                 return None
             # Transient (a restart): the lease has slack until it expires; try again.
             logger.warning(
@@ -162,7 +162,7 @@ class Supervisor(threading.Thread):
                 exc,
                 extra={"event": "renew_failed", "job": run.job.name, "fence": run.fence},
             )
-            connections[lease.lease_db()].close()
+            connections[db.lease_db()].close()
             return True
 
     def _stop_handler(self, reason: type[RunAborted]) -> None:
@@ -200,13 +200,13 @@ class Supervisor(threading.Thread):
             self._end(run, Outcome.TIMED_OUT, error, wait=REVOKE_WAIT)
             return
         except DatabaseError:
-            connections[lease.lease_db()].close()
+            connections[db.lease_db()].close()
         self._end_transaction()
         try:
-            self._end(run, Outcome.TIMED_OUT, error, wait=lease.LOCK_WAIT)
+            self._end(run, Outcome.TIMED_OUT, error, wait=db.LOCK_WAIT)
         except DatabaseError as exc:
             # The runner records it when the handler returns, or on giving up.
-            connections[lease.lease_db()].close()
+            connections[db.lease_db()].close()
             logger.warning(
                 "could not revoke the timed-out run of %s yet: %s",
                 run.job.name,

@@ -533,7 +533,7 @@ def test_an_operation_on_a_busy_row_says_busy_not_that_nothing_was_to_do(
     history, superuser_client, operation, verb
 ):
     """A run inside a fenced transaction keeps the job's lease row locked: the operation
-    waits lease.LOCK_WAIT, changes nothing, and says so; it is not "already due", nor
+    waits db.LOCK_WAIT, changes nothing, and says so; it is not "already due", nor
     silence."""
     from tests.test_operations_command import RowLock
 

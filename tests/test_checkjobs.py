@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_fencedjobs import lease
+from django_fencedjobs import operations
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.registry import registry
@@ -83,7 +83,7 @@ def test_job_is_repeatable(history):
 
 
 def test_strict_makes_a_paused_job_exit_1(history):
-    lease.set_paused(FINE, True)
+    operations.set_paused(FINE, True)
     assert checkjobs("--job", FINE)[0] == 0
     status, _, error = checkjobs("--job", FINE, "--strict")
     assert status == 1

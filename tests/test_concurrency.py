@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections
 
-from django_fencedjobs import clock, runner
+from django_fencedjobs import clock, declared
 from django_fencedjobs.models import LEASE_FREE, JobLease, JobRun, Outcome
 from django_fencedjobs.registry import registry
 from tests.faults import jobs as faults
@@ -161,7 +161,7 @@ def test_a_fleet_of_runners_shares_the_due_jobs_without_waiting_on_each_other(sp
     try:
         with registry.isolated():
             faults.register()
-            runner.sync(runner.runnable_jobs(names), clock.now())
+            declared.sync(declared.runnable_jobs(names), clock.now())
     finally:
         faults.CONFIG.clear()
     loops = [spawn("loop", ",".join(names), f"R{n}", **config) for n in range(4)]

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_fencedjobs import clock, lease
+from django_fencedjobs import clock, operations
 from django_fencedjobs.models import LEASE_FREE, JobLease, JobRun, Outcome
 from tests.faults.harness import wait_until
 from tests.test_runjobs_command import REPO, check_env
@@ -117,7 +117,7 @@ def abandoned_handlers(port: int) -> float | None:
 
 
 def make_due(name: str) -> None:
-    assert lease.make_due(name, clock.now()), f"{name} was already due"
+    assert operations.make_due(name, clock.now()), f"{name} was already due"
 
 
 def runs(name: str) -> list[JobRun]:

@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections
 
-from django_fencedjobs import clock, lease, loop, runner
+from django_fencedjobs import clock, declared, lease, loop, operations
 from django_fencedjobs.models import JobLease, JobRun, Outcome
 from django_fencedjobs.registry import registry
 from tests.faults.harness import make_due, prepare, runs, wait_lease_expired, wait_until
@@ -55,9 +55,9 @@ def test_a_locked_lease_row_holds_up_no_other_job_and_no_admin_action(spawn):
         # "Run now", pause and a schedule change wait a bounded time, then say so.
         now = clock.now()
         row = lease.read([PAUSED_WRITER])[PAUSED_WRITER]
-        assert lease.set_paused(PAUSED_WRITER, True) is lease.Change.BUSY
+        assert operations.set_paused(PAUSED_WRITER, True) is operations.Change.BUSY
         earlier = row.next_run_at - timedelta(seconds=1)  # a change the row would take
-        assert lease.make_due(PAUSED_WRITER, earlier) is lease.Change.BUSY
+        assert operations.make_due(PAUSED_WRITER, earlier) is operations.Change.BUSY
         assert lease.reschedule(PAUSED_WRITER, row.schedule_fingerprint, "changed", now) is False
         assert JobLease.objects.get(name=PAUSED_WRITER).schedule_fingerprint != "changed"
     finally:
@@ -86,7 +86,7 @@ def test_a_holder_paused_inside_its_transaction_is_ended_by_the_server_and_taken
     a.touch("resume-A")
     wait_lease_expired(PAUSED_WRITER, diagnostics=spawn.logs)
     wait_until(
-        lambda: lease.make_due(PAUSED_WRITER, clock.now()),
+        lambda: operations.make_due(PAUSED_WRITER, clock.now()),
         what="the paused holder's transaction to be ended by the server",
         diagnostics=spawn.logs,
     )
@@ -201,8 +201,8 @@ def test_a_finishing_run_takes_the_lease_row_before_its_run_row(jobs):
         go.wait(30)
 
     ticking = threading.Thread(target=lambda: (loop.tick(), connections.close_all()))
-    runner.sync([registry.get("t.lock_order")], clock.now())
-    lease.make_due("t.lock_order", clock.now())
+    declared.sync([registry.get("t.lock_order")], clock.now())
+    operations.make_due("t.lock_order", clock.now())
     ticking.start()
     assert returning.wait(30)
     (run,) = JobRun.objects.filter(job="t.lock_order")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from django_fencedjobs import FenceLost, NotInRun, Run, WatermarkError, fenced_atomic, job
+from django_fencedjobs import FenceLost, NotInRun, Run, WatermarkError, declared, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, Outcome
@@ -287,13 +287,13 @@ def test_advisory_exclusion_refuses_a_second_concurrent_transaction(inside_run, 
 def test_a_fenced_one_row_transaction_takes_as_many_round_trips_as_a_plain_one(jobs):
     """The fence check goes with the transaction's BEGIN: counted in the wire protocol, a
     round trip ends with the server's ReadyForQuery."""
-    from django_fencedjobs import lease, runner
+    from django_fencedjobs import lease
 
     @job("*/5 * * * *", name="t.round_trips")
     def round_trips(run):
         pass
 
-    runner.sync([round_trips.job], fake_clock())
+    declared.sync([round_trips.job], fake_clock())
     fence = JobLease.objects.get(name="t.round_trips").fence
 
     def plain() -> None:

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_fencedjobs import health as health_module
-from django_fencedjobs import job, lease
+from django_fencedjobs import job, operations
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.health import JobHealth, Severity, State, all_health, job_health
@@ -188,13 +188,13 @@ def test_a_paused_job_is_paused_even_when_it_would_be_late(jobs):
     tick()
     fake_clock.set(T0 + timedelta(minutes=15))
     tick()
-    lease.set_paused("h.resting", True)
+    operations.set_paused("h.resting", True)
     fake_clock.set(T0 + timedelta(hours=5))
     assert tick().runs == []
     paused = job_health("h.resting")
     assert (paused.state, paused.severity) == (State.PAUSED, Severity.WARNING)
     assert paused.reason == "paused: no runs until resumed; last success 2026-11-29 09:15:00 UTC"
-    lease.set_paused("h.resting", False)
+    operations.set_paused("h.resting", False)
     assert job_health("h.resting").state == State.LATE
 
 

@@ -13,7 +13,7 @@ import pytest
 from django.db import transaction
 from django.test import override_settings
 
-from django_fencedjobs import clock, job, lease, loop, signals
+from django_fencedjobs import clock, db, job, lease, loop, operations, signals
 from django_fencedjobs.clock import fake_clock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -72,7 +72,7 @@ def test_the_loop_reads_again_when_other_runners_took_the_jobs_it_read(jobs, mon
 
     def another_runner_takes_them_all(sender, now, **kwargs):
         rows = lease.read([j.name for j in loop.runnable_jobs()])
-        with transaction.atomic(using=lease.lease_db()):
+        with transaction.atomic(using=db.lease_db()):
             for row in rows.values():
                 if row.is_due(now):
                     fence = lease.acquire(
@@ -108,7 +108,7 @@ def test_the_next_wakeup_is_the_next_job_not_due_whatever_is_due_now(jobs):
     job(every=timedelta(hours=1), name="t.long")(lambda run: None)
     job(every=timedelta(minutes=1), name="t.frequent")(lambda run: None)
     loop._scan(loop.runnable_jobs())
-    lease.make_due("t.long", clock.now())
+    operations.make_due("t.long", clock.now())
     seen = lease.scan(["t.long", "t.frequent"], clock.now())
     assert [row.name for row in seen.due] == ["t.long"]
     assert seen.wakeup == lease.read(["t.frequent"])["t.frequent"].next_run_at

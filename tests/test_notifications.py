@@ -25,7 +25,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_fencedjobs import job, lease, runners, signals
+from django_fencedjobs import job, operations, runners, signals
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobNotice
@@ -326,7 +326,7 @@ def test_a_live_runner_tells_a_failing_job_without_any_checkjobs(smtp, child_env
             )
             from django_fencedjobs import clock
 
-            lease.make_due(BROKEN, clock.now())  # its run fails at once
+            operations.make_due(BROKEN, clock.now())  # its run fails at once
             messages = wait_until(
                 smtp.messages,
                 what="the runner's mail",

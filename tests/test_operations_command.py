@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 from django.db import connections
 
-from django_fencedjobs import clock, lease
+from django_fencedjobs import clock, db, operations
 from django_fencedjobs.schedule import Schedule
 from tests.test_runjobs_command import REPO, check_env, closed_port, runjobs, start
 
@@ -141,7 +141,7 @@ def test_a_busy_row_is_one_line_and_exit_75_and_changes_nothing(child_env, opera
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
         f"CommandError: job {NIGHTLY!r} is busy: a run is inside a fenced transaction on its "
-        f"lease row, which stayed locked for {lease.LOCK_WAIT:g}s; nothing changed, try again"
+        f"lease row, which stayed locked for {db.LOCK_WAIT:g}s; nothing changed, try again"
     ]
     after = row()
     assert (after.paused, after.next_run_at) == (before.paused, before.next_run_at)
@@ -196,14 +196,14 @@ def test_an_unreachable_database_is_one_line_and_exit_1(child_env):
 def test_the_lease_changes_tell_done_unchanged_and_busy_apart(child_env):
     jobctl(child_env, "pause", NIGHTLY)
     now = clock.now()
-    assert lease.set_paused(NIGHTLY, True) is lease.Change.UNCHANGED
+    assert operations.set_paused(NIGHTLY, True) is operations.Change.UNCHANGED
     with RowLock(NIGHTLY):
-        assert lease.make_due(NIGHTLY, now) is lease.Change.BUSY
-        assert lease.set_paused(NIGHTLY, False) is lease.Change.BUSY
-    assert lease.make_due(NIGHTLY, now) is lease.Change.DONE
-    assert lease.make_due(NIGHTLY, now) is lease.Change.UNCHANGED  # already due
-    assert lease.set_paused(NIGHTLY, False) is lease.Change.DONE
-    assert [bool(change) for change in lease.Change] == [True, False, False]
+        assert operations.make_due(NIGHTLY, now) is operations.Change.BUSY
+        assert operations.set_paused(NIGHTLY, False) is operations.Change.BUSY
+    assert operations.make_due(NIGHTLY, now) is operations.Change.DONE
+    assert operations.make_due(NIGHTLY, now) is operations.Change.UNCHANGED  # already due
+    assert operations.set_paused(NIGHTLY, False) is operations.Change.DONE
+    assert [bool(change) for change in operations.Change] == [True, False, False]
 
 
 # -- runjobs --now around it ----------------------------------------------------------------

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_fencedjobs import FenceLost, JobTimeout, NotInRun, fenced_atomic, job
+from django_fencedjobs import FenceLost, JobTimeout, NotInRun, declared, fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, JobRun, Outcome, Watermark
@@ -52,7 +52,6 @@ def test_a_due_job_runs_once_and_is_recorded(jobs):
 
 
 def test_a_schedule_changed_in_code_moves_the_next_slot_once(jobs):
-    from django_fencedjobs import runner
 
     @job("0 * * * *", name="t.rescheduled")
     def rescheduled(run):
@@ -66,11 +65,11 @@ def test_a_schedule_changed_in_code_moves_the_next_slot_once(jobs):
         pass
 
     fake_clock.advance(timedelta(minutes=1))
-    assert runner.sync([rescheduled.job], fake_clock()) is True
+    assert declared.sync([rescheduled.job], fake_clock()) is True
     lease = JobLease.objects.get()
     assert lease.next_run_at == T0 + timedelta(minutes=5)
     assert lease.schedule_fingerprint == rescheduled.job.valid_schedule.fingerprint()
-    assert runner.sync([rescheduled.job], fake_clock()) is False
+    assert declared.sync([rescheduled.job], fake_clock()) is False
 
 
 def test_missed_slots_coalesce_into_one_run(jobs):

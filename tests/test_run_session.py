@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 
-from django_fencedjobs import fenced_atomic, job, lease, manual
+from django_fencedjobs import db, fenced_atomic, job, manual
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, JobRun, Outcome
@@ -139,14 +139,14 @@ def test_a_bounded_wait_costs_no_round_trip(jobs):
             rows.update(owner="plain")
 
     def bounded() -> None:
-        with lease.bounded_wait(0.5):
+        with db.bounded_wait(0.5):
             rows.update(owner="bounded")
 
     assert round_trips_of(plain) == 3
     assert round_trips_of(bounded) == 3
     assert rows.get().owner == "bounded"
     # The timeout is the transaction's own: set inside, gone after.
-    with lease.bounded_wait(0.5), connection.cursor() as cursor:
+    with db.bounded_wait(0.5), connection.cursor() as cursor:
         cursor.execute("SHOW lock_timeout")
         assert cursor.fetchone()[0] == "500ms"
     with connection.cursor() as cursor:

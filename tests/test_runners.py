@@ -31,8 +31,8 @@ from django.test import Client, override_settings
 import django_fencedjobs
 from django_fencedjobs import runners
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.health import Severity, State, job_health
-from django_fencedjobs.lease import lease_db
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import Runner, RunnerMode
 from django_fencedjobs.registry import registry

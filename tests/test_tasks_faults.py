@@ -21,7 +21,7 @@ from datetime import timedelta
 import pytest
 from django_tasks_db.models import DBTaskResult
 
-from django_fencedjobs import clock, lease
+from django_fencedjobs import clock, operations
 from django_fencedjobs.health import State, job_health
 from django_fencedjobs.models import UNFINISHED_TASK, Outcome, RunTask, TaskStatus
 from django_fencedjobs.registry import registry
@@ -139,7 +139,7 @@ def test_an_enqueue_paused_before_its_commit_and_taken_over_never_commits(spawn,
     a.touch("resume-A")
     wait_lease_expired(TASK_TAKEOVER, diagnostics=spawn.logs)
     wait_until(
-        lambda: lease.make_due(TASK_TAKEOVER, clock.now()),
+        lambda: operations.make_due(TASK_TAKEOVER, clock.now()),
         what="the paused holder's transaction to be ended by the server",
         diagnostics=spawn.logs,
     )
@@ -247,7 +247,7 @@ def test_a_worker_paused_inside_a_tasks_fenced_block_does_not_freeze_the_job(spa
     worker.stop()
     worker.touch("release")  # seen as soon as it runs again
     wait_until(
-        lambda: lease.make_due(TASK_HELD, clock.now()),
+        lambda: operations.make_due(TASK_HELD, clock.now()),
         timeout=15,
         what="the paused task's transaction to be ended by the server (the job's lease row "
         "stays locked by a worker paused inside a task's fenced block)",

@@ -36,7 +36,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from django_fencedjobs import baseline, clock, health, lease, manual
+from django_fencedjobs import baseline, clock, db, health, manual, operations
 from django_fencedjobs.admin import timeline
 from django_fencedjobs.admin.display import badge, breakable, instant, job_zone, shortened
 from django_fencedjobs.health import JobHealth, State
@@ -209,7 +209,7 @@ class JobLeaseAdmin(_ModelAdmin):
             found = timeline.window_of(h, row.created_at, timeline.LIST) if h else None
             if found is not None:
                 windows[row.name] = found
-        runs = timeline.runs_in(windows, using=lease.lease_db())
+        runs = timeline.runs_in(windows, using=db.lease_db())
         for row in rows:
             if row.name in windows:
                 setattr(row, "fencedjobs_slots", (windows[row.name], runs[row.name]))  # noqa: B010
@@ -417,7 +417,7 @@ class JobLeaseAdmin(_ModelAdmin):
         window = timeline.window_of(h, row.created_at, timeline.PAGE) if h else None
         if h is None or window is None:
             return "-"
-        runs = timeline.runs_in({row.name: window}, using=lease.lease_db(), with_errors=True)
+        runs = timeline.runs_in({row.name: window}, using=db.lease_db(), with_errors=True)
         site = self.admin_site.name
         return timeline.render(
             h,
@@ -446,7 +446,7 @@ class JobLeaseAdmin(_ModelAdmin):
 
     @admin.display(description=_("watermarks"))
     def watermarks(self, row: JobLease) -> SafeString | str:
-        marks = list(Watermark.objects.using(lease.lease_db()).filter(job=row.name).order_by("key"))
+        marks = list(Watermark.objects.using(db.lease_db()).filter(job=row.name).order_by("key"))
         if not marks:
             return "none (this job keeps no watermark)"
         tz = job_zone(row.name)
@@ -508,8 +508,8 @@ class JobLeaseAdmin(_ModelAdmin):
             if row.name not in registry:
                 outcome.skipped.append(f"{row.name} (not declared in code)")
                 continue
-            change = lease.make_due(row.name, now)
-            if change is lease.Change.DONE:
+            change = operations.make_due(row.name, now)
+            if change is operations.Change.DONE:
                 when = format_instant(now, job_zone(row.name))
                 self.log_change(request, row, f"Run now: made due at {when}.")
             outcome.add(row.name, change, already="already due")
@@ -535,10 +535,10 @@ class JobLeaseAdmin(_ModelAdmin):
             try:
                 operated = manual.skip_next_slot(job)
             except manual.JobBusy:
-                outcome.add(row.name, lease.Change.BUSY)
+                outcome.add(row.name, operations.Change.BUSY)
                 continue
             self.log_change(request, row, f"Skip: {operated.line}.")
-            outcome.add(row.name, lease.Change.DONE)
+            outcome.add(row.name, operations.Change.DONE)
         self._report(request, "Skipped the next slot", "skipped", outcome)
 
     def _set_paused(
@@ -547,10 +547,10 @@ class JobLeaseAdmin(_ModelAdmin):
         outcome = _Outcome()
         for row in queryset:
             if row.paused == paused:
-                change = lease.Change.UNCHANGED
+                change = operations.Change.UNCHANGED
             else:
-                change = lease.set_paused(row.name, paused)
-            if change is lease.Change.DONE:
+                change = operations.set_paused(row.name, paused)
+            if change is operations.Change.DONE:
                 self.log_change(request, row, "Paused." if paused else "Resumed.")
             outcome.add(row.name, change, already="already paused" if paused else "not paused")
         verb = "paused" if paused else "resumed"
@@ -564,7 +564,7 @@ class JobLeaseAdmin(_ModelAdmin):
             self.message_user(
                 request,
                 f"Busy, not {verb}: {', '.join(outcome.busy)} (a run kept the job's lease row "
-                f"locked inside a fenced transaction for {lease.LOCK_WAIT:g}s); try again.",
+                f"locked inside a fenced transaction for {db.LOCK_WAIT:g}s); try again.",
                 messages.ERROR,
             )
         if outcome.skipped:
@@ -582,10 +582,10 @@ class _Outcome:
         self.busy: list[str] = []
         self.skipped: list[str] = []
 
-    def add(self, name: str, change: lease.Change, *, already: str = "") -> None:
-        if change is lease.Change.DONE:
+    def add(self, name: str, change: operations.Change, *, already: str = "") -> None:
+        if change is operations.Change.DONE:
             self.done.append(name)
-        elif change is lease.Change.BUSY:
+        elif change is operations.Change.BUSY:
             self.busy.append(name)
         else:
             self.skipped.append(f"{name} ({already})")

@@ -22,7 +22,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from django_fencedjobs import health, lease
+from django_fencedjobs import db, text
 from django_fencedjobs.admin.display import (
     badge,
     breakable,
@@ -63,7 +63,7 @@ class JobNameFilter(admin.SimpleListFilter):
     parameter_name = "job"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        recorded = JobLease.objects.using(lease.lease_db()).values_list("name", flat=True)
+        recorded = JobLease.objects.using(db.lease_db()).values_list("name", flat=True)
         names = sorted({*recorded, *registry.names()})
         return [(name, name) for name in names]
 
@@ -81,7 +81,7 @@ class RunChangeList(ChangeList):
         counts: dict[int, dict[str, int]] = {}
         if runs:
             rows = (
-                RunTask.objects.using(lease.lease_db())
+                RunTask.objects.using(db.lease_db())
                 .filter(run_id__in=[run.pk for run in runs])
                 .order_by()
                 .values_list("run_id", "status")
@@ -231,7 +231,7 @@ class JobRunAdmin(_ModelAdmin):
     def error_excerpt(self, run: JobRun) -> SafeString | str:
         """The error's last line, shortened (the whole line a click away, the traceback on
         the run's page)."""
-        excerpt = health.error_excerpt(run.error)
+        excerpt = text.error_excerpt(run.error)
         return shortened(excerpt, limit=70, css="fj-error-line") if excerpt else "-"
 
     @admin.display(description=_("error"))
@@ -251,7 +251,7 @@ class JobRunAdmin(_ModelAdmin):
     @admin.display(description=_("tasks"))
     def tasks_table(self, run: JobRun) -> SafeString | str:
         """The tasks the run enqueued, in order (the first :data:`TASKS_SHOWN`), read-only."""
-        alias = lease.lease_db()
+        alias = db.lease_db()
         tasks = list(RunTask.objects.using(alias).filter(run_id=run.pk)[: TASKS_SHOWN + 1])
         if not tasks:
             return "-"
@@ -306,7 +306,7 @@ class JobRunAdmin(_ModelAdmin):
 
 def _task_error(error: str) -> SafeString | str:
     """A task's error in its table: its last line (shortened), its traceback a click away."""
-    excerpt = health.error_excerpt(error)
+    excerpt = text.error_excerpt(error)
     if not excerpt:
         return "-"
     return shortened(

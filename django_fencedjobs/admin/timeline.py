@@ -34,10 +34,11 @@ from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
 
-from django_fencedjobs.health import FAILURE_OUTCOMES, JobHealth, error_excerpt
+from django_fencedjobs.health import FAILURE_OUTCOMES, JobHealth
 from django_fencedjobs.instants import format_instant, iso_utc
 from django_fencedjobs.models import JobRun, Outcome
 from django_fencedjobs.schedule import Schedule
+from django_fencedjobs.text import error_excerpt
 
 __all__ = ["LIST", "PAGE", "Size", "Window", "render", "runs_in", "window_of"]
 

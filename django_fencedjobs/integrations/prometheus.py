@@ -48,7 +48,7 @@ from django.views.decorators.http import require_safe
 
 from django_fencedjobs import clock, health, loop, runners
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.lease import lease_db
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import JobRun, Outcome
 
 try:

@@ -61,7 +61,7 @@ from django.dispatch import receiver
 
 from django_fencedjobs import signals
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.lease import lease_db
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import UNFINISHED_TASK, JobRun, Outcome, RunTask, TaskStatus
 from django_fencedjobs.registry import Job
 

@@ -49,7 +49,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, connections, router, transaction
 from django.dispatch import receiver
 
-from django_fencedjobs import clock, lease
+from django_fencedjobs import clock, db, lease
+from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import FenceLost, NotInRun
 from django_fencedjobs.fencing import (
     at_exit,
@@ -61,6 +62,7 @@ from django_fencedjobs.fencing import (
 from django_fencedjobs.models import UNFINISHED_TASK, RunTask, TaskStatus
 from django_fencedjobs.registry import DEFAULT_LEASE_TTL, Job, job, registry
 from django_fencedjobs.savepoints import Ledger
+from django_fencedjobs.text import bounded
 
 if find_spec("django.tasks") is not None:  # Django 6.0+: the framework is built in
     from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
@@ -160,7 +162,7 @@ def enqueue(
             f"job {run.job.name!r}: run.enqueue() expects a django.tasks Task (a function "
             f"decorated with @task), got {task!r}"
         )
-    alias = lease.lease_db()
+    alias = db.lease_db()
     if not in_fenced_block(alias):
         with fenced_atomic():
             return enqueue(run, task, args, kwargs)
@@ -294,7 +296,7 @@ def _hand_over(tasks: list[tuple[RunTask, HandOver]]) -> None:
     late. A task the backend refuses is recorded failed, and the error raised (the run
     fails); the tasks after it stay pending.
     """
-    rows = RunTask.objects.using(lease.lease_db())
+    rows = RunTask.objects.using(db.lease_db())
     for record, (task, args, kwargs) in tasks:
         try:
             with _dispatching(record.job, record.fence):
@@ -360,7 +362,7 @@ def _take(record: RunTask, result: TaskResult[Any, Any]) -> None:
 def _error_of(result: TaskResult[Any, Any]) -> str:
     if result.status != TaskResultStatus.FAILED or not result.errors:
         return ""
-    return str(result.errors[-1].traceback)[-4000:]
+    return bounded(str(result.errors[-1].traceback), get_settings().ERROR_MAX_CHARS)
 
 
 # -- the fence, inside the task -----------------------------------------------------------------
@@ -387,7 +389,7 @@ class TaskFence:
     def _resolve(self) -> tuple[str, int]:
         if self.job is not None and self.fence is not None:
             return self.job, self.fence
-        alias = lease.lease_db()
+        alias = db.lease_db()
         # A task of a backend that writes to the lease database was recorded in the same
         # transaction as itself: if its record is not there, there is none to wait for.
         in_lease_db = _queue_in(self.backend, alias)
@@ -484,7 +486,7 @@ def _after_task(task_result: TaskResult[Any, Any]) -> None:
     """Send ``run_tasks_finished`` when the task just reported was its run's last."""
     from django_fencedjobs import signals
 
-    alias = lease.lease_db()
+    alias = db.lease_db()
     try:
         record = (
             RunTask.objects.using(alias)
@@ -506,7 +508,7 @@ def _after_task(task_result: TaskResult[Any, Any]) -> None:
 def _report(task_result: TaskResult[Any, Any], *, only: Sequence[str], **fields: Any) -> bool:
     """Record a worker's report on the task's record, if a run enqueued it; True when one
     was updated. A report that cannot be written is logged, never raised into the worker."""
-    alias = lease.lease_db()
+    alias = db.lease_db()
     try:
         updated: int = (
             RunTask.objects.using(alias)

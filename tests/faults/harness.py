@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import pytest
 from django.db import connection
 
-from django_fencedjobs import clock, lease, runner
+from django_fencedjobs import clock, operations
 from django_fencedjobs.models import JobLease, JobRun
 from django_fencedjobs.registry import registry
 from tests.faults import jobs
@@ -218,13 +218,13 @@ def prepare(name: str, *, due: bool = True) -> None:
     with registry.isolated():
         jobs.register()
         declared = registry.get(name)
-        runner.sync([declared], now())
+        declared.sync([declared], now())
     if due:
         make_due(name)
 
 
 def make_due(name: str) -> None:
-    assert lease.make_due(name, now()), f"{name} was already due"
+    assert operations.make_due(name, now()), f"{name} was already due"
 
 
 def lease_row(name: str) -> JobLease:

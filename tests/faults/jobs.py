@@ -10,7 +10,7 @@ process is SIGKILLed). The test polls those files to know where a worker is. Per
 come from :data:`CONFIG`, which the worker fills from ``--set KEY=VALUE``.
 
 Every schedule is hourly or slower unless a test needs the loop to fire by itself: the
-tests make a job due with ``lease.make_due`` ("run now"), so no test waits for a slot.
+tests make a job due with ``operations.make_due`` ("run now"), so no test waits for a slot.
 """
 
 from __future__ import annotations

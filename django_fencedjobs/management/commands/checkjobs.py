@@ -23,6 +23,7 @@ from django.db import DatabaseError
 from django_fencedjobs import baseline, clock, health, notify, preflight, runners
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant, iso_utc
+from django_fencedjobs.text import one_line
 
 #: The exit status when the job state cannot be read at all.
 UNREACHABLE = 3
@@ -74,7 +75,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         except ImproperlyConfigured as exc:
             raise CommandError(
-                f"FENCEDJOBS is invalid: {_one_line(exc)}", returncode=BAD_SETTINGS
+                f"FENCEDJOBS is invalid: {one_line(exc)}", returncode=BAD_SETTINGS
             ) from None
         except preflight.NotMigrated as exc:
             raise CommandError(
@@ -82,14 +83,14 @@ class Command(BaseCommand):
             ) from None
         except DatabaseError as exc:
             raise CommandError(
-                f"cannot read the job state, database unavailable: {_one_line(exc)}",
+                f"cannot read the job state, database unavailable: {one_line(exc)}",
                 returncode=UNREACHABLE,
             ) from None
         try:
             notify.evaluate(healths, now=now)  # with NOTIFY on: tell each change once
         except DatabaseError as exc:  # e.g. a user that may only read: still report
             self.stderr.write(
-                f"could not record the jobs' changes of state (NOTIFY): {_one_line(exc)}"
+                f"could not record the jobs' changes of state (NOTIFY): {one_line(exc)}"
             )
         status = _exit_code(healths, strict=strict)
         if as_json:
@@ -262,7 +263,3 @@ def _as_dict(h: health.JobHealth) -> dict[str, Any]:
         if tasks is None
         else {"unfinished": slot(tasks.unfinished), "last_outcome": slot(tasks.last_outcome)},
     }
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -18,9 +18,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_fencedjobs import manual, preflight
+from django_fencedjobs.db import LOCK_WAIT
 from django_fencedjobs.exceptions import UnknownJob
-from django_fencedjobs.lease import LOCK_WAIT
 from django_fencedjobs.registry import Job, registry
+from django_fencedjobs.text import one_line
 
 #: The exit status for a busy lease row: EX_TEMPFAIL of sysexits.h, "a temporary failure;
 #: the user is invited to retry". Distinct from every other status of the app's commands.
@@ -67,11 +68,7 @@ class Command(BaseCommand):
         except (UnknownJob, preflight.NotMigrated) as exc:
             raise CommandError(str(exc)) from None
         except ImproperlyConfigured as exc:
-            raise CommandError(f"FENCEDJOBS is invalid: {_one_line(exc)}") from None
+            raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
         except DatabaseError as exc:
-            raise CommandError(f"database unavailable: {_one_line(exc)}") from None
+            raise CommandError(f"database unavailable: {one_line(exc)}") from None
         self.stdout.write(done.line)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -14,12 +14,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_fencedjobs import checks, console, lease, loop, manual, preflight, runners
+from django_fencedjobs import checks, console, db, loop, manual, preflight, runners
 from django_fencedjobs.exceptions import FencedJobsError, UnknownJob
-from django_fencedjobs.health import error_excerpt
 from django_fencedjobs.listing import describe_jobs
 from django_fencedjobs.models import Outcome
 from django_fencedjobs.registry import Job
+from django_fencedjobs.text import error_excerpt, one_line
 
 #: ``--now``: the run was recorded, and did not succeed. Not 2, which is argparse's exit
 #: status for a usage error.
@@ -104,7 +104,7 @@ class Command(BaseCommand):
         try:
             preflight.check_settings()
         except ImproperlyConfigured as exc:
-            raise CommandError(f"FENCEDJOBS is invalid: {_one_line(exc)}") from None
+            raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
         try:
             valid, invalid = preflight.select_jobs(jobs)
         except UnknownJob as exc:
@@ -128,7 +128,7 @@ class Command(BaseCommand):
                 # Fail fast if the database is unreachable or not migrated at start; once
                 # running, the loop survives the database going away.
                 preflight.check_tables()
-                problem = lease.isolation_problem()
+                problem = db.isolation_problem()
                 if problem:
                     raise CommandError(problem)
                 if metrics is not None:
@@ -153,9 +153,9 @@ class Command(BaseCommand):
         except FencedJobsError as exc:  # --now: paused, or its lease is held
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:
-            raise CommandError(f"database unavailable: {_one_line(exc)}") from None
+            raise CommandError(f"database unavailable: {one_line(exc)}") from None
         except ImproperlyConfigured as exc:  # e.g. a clock that returns no aware datetime
-            raise CommandError(f"FENCEDJOBS is invalid: {_one_line(exc)}") from None
+            raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -186,7 +186,7 @@ def _serve_metrics(host: str, port: int) -> None:
     try:
         from django_fencedjobs.integrations import prometheus
     except ImportError as exc:
-        raise CommandError(_one_line(exc)) from None
+        raise CommandError(one_line(exc)) from None
     try:
         prometheus.serve(host, port)
     except OSError as exc:
@@ -241,7 +241,3 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return value
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -32,7 +32,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from django_fencedjobs import clock, lease, runner
+from django_fencedjobs import clock, declared, lease, operations
 from django_fencedjobs.models import JobRun, Outcome, RunTask, TaskStatus
 from example_project.demo.management.commands.demo_seed import seed
 from example_project.demo.models import Digest, Reminder, Rollup
@@ -278,14 +278,14 @@ def _ensure_admin() -> str:
 
 def _run_every_job_now() -> tuple[list[str], dict[str, datetime], datetime]:
     """Create the jobs' lease rows if needed and make every job due now: "run now", which
-    still goes through the lease (``lease.make_due``, then ``acquire`` in runjobs), but for
+    still goes through the lease (``operations.make_due``, then ``acquire`` in runjobs), but for
     the jobs whose next slot is within :data:`RUN_NOW_MARGIN`. Returns the jobs' names,
     the next slots of those left to their schedule, and the instant the others were made
     due."""
-    jobs = runner.runnable_jobs()
+    jobs = declared.runnable_jobs()
     names = [job.name for job in jobs]
     now = clock.now()
-    runner.sync(jobs, now)
+    declared.sync(jobs, now)
     soon = {
         name: row.next_run_at
         for name, row in lease.read(names).items()
@@ -293,7 +293,7 @@ def _run_every_job_now() -> tuple[list[str], dict[str, datetime], datetime]:
     }
     for name in names:
         if name not in soon:
-            lease.make_due(name, now)
+            operations.make_due(name, now)
     return names, soon, now
 
 

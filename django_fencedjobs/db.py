@@ -1,0 +1,163 @@
+"""The lease database, and how the app talks to it.
+
+Which database holds the leases (:func:`lease_db`; fenced writes go to the same one), how a
+statement rides in the same round trip as its transaction's ``BEGIN`` on PostgreSQL
+(:func:`first_statement`), and the bound on every wait for a row lock of the app's own
+bookkeeping (:func:`bounded_wait`). The statements that decide exclusion are
+:mod:`django_fencedjobs.lease`'s; this module holds no policy of its own about jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import connections, router, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from django_fencedjobs.models import JobLease
+
+
+def lease_db() -> str:
+    """The database alias that holds the leases; fenced writes must go to the same one."""
+    return router.db_for_write(JobLease)
+
+
+def first_statement(
+    connection: BaseDatabaseWrapper, sql: str, params: list[Any]
+) -> tuple[Any, ...] | None:
+    """Run ``sql`` and return its first row (or None). As the first statement of an open
+    transaction on PostgreSQL, it goes in the same round trip as the transaction's
+    ``BEGIN`` (:func:`_begin_with`); elsewhere it is any statement."""
+    begin = _begin_with(connection)
+    if begin:
+        # psycopg's own cursor: Django's wrapper (query logging, execute wrappers) would
+        # cost as much as the round trip saved.
+        with connection.wrap_database_errors, connection.connection.cursor() as raw:
+            raw.execute(f"{begin}; {sql}", params)
+            raw.nextset()  # past BEGIN's result, to the statement's
+            row: tuple[Any, ...] | None = raw.fetchone()
+            return row
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found: tuple[Any, ...] | None = cursor.fetchone()
+        return found
+
+
+def _begin_with(connection: BaseDatabaseWrapper) -> str:
+    """PostgreSQL, inside ``transaction.atomic`` before its first statement: the ``BEGIN``
+    to send with that statement, after telling psycopg not to send its own; else "".
+
+    Django opened the transaction by turning psycopg's autocommit off, and psycopg would
+    send ``BEGIN`` by itself, and wait for its answer, before the first statement. With
+    autocommit back on psycopg sends nothing of its own, the explicit ``BEGIN`` opens the
+    transaction on the server, and everything up to Django's ``COMMIT`` or ``ROLLBACK`` (which
+    psycopg sends whatever its autocommit says) is in it. Django turns autocommit on again
+    when the block ends, as usual. Only with Django's default ``AUTOCOMMIT`` (Django then
+    owns every transaction boundary), client-side binding (Django's default: the two
+    statements go as one query) and READ COMMITTED (``fencedjobs.E015``).
+    """
+    settings = connection.settings_dict
+    if (
+        connection.vendor != "postgresql"
+        or not settings.get("AUTOCOMMIT")
+        # Server-side binding sends each statement on its own, as a prepared statement.
+        or (settings.get("OPTIONS") or {}).get("server_side_binding")
+    ):
+        return ""
+    from psycopg import IsolationLevel
+    from psycopg.pq import TransactionStatus
+
+    raw = connection.connection
+    if (
+        raw is None
+        or raw.autocommit
+        or not connection.in_atomic_block
+        or raw.info.transaction_status != TransactionStatus.IDLE
+        or raw.isolation_level not in (None, IsolationLevel.READ_COMMITTED)
+        or raw.read_only is not None
+        or raw.deferrable is not None
+    ):
+        return ""
+    raw.autocommit = True
+    return "BEGIN"
+
+
+#: The longest a statement of the app's own bookkeeping (renewal, the end of a run, an
+#: admin action) waits for a lease row that someone else has locked.
+LOCK_WAIT = 2.0
+
+
+@contextlib.contextmanager
+def bounded_wait(seconds: float = LOCK_WAIT) -> Iterator[BaseDatabaseWrapper]:
+    """A transaction on the lease database in which waiting for a lock ends after
+    ``seconds`` with a ``DatabaseError`` (see :func:`is_lock_timeout`).
+
+    No statement of the app waits on another holder's row lock without a bound: a holder
+    paused inside its fenced transaction keeps its lock until the server ends that
+    transaction, and nothing of the app may freeze behind it meanwhile. PostgreSQL:
+    ``lock_timeout``, local to this transaction. SQLite: the connection's busy timeout,
+    for the duration (SQLite waits for its write lock per transaction, not per statement).
+    """
+    alias = lease_db()
+    connection = connections[alias]
+    if connection.vendor == "sqlite":
+        with _sqlite_busy_timeout(connection, seconds), transaction.atomic(using=alias):
+            yield connection
+        return
+    with transaction.atomic(using=alias):
+        if connection.vendor == "postgresql":
+            # In BEGIN's round trip: this runs at every run's end and every renewal.
+            first_statement(
+                connection,
+                "SELECT set_config('lock_timeout', %s, true)",
+                [f"{int(seconds * 1000)}ms"],
+            )
+        yield connection
+
+
+def is_lock_timeout(exc: BaseException) -> bool:
+    """True when ``exc`` is a lock wait that :func:`bounded_wait` cut short."""
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) == "55P03":  # PostgreSQL: lock_not_available
+        return True
+    return "database is locked" in str(exc)
+
+
+@contextlib.contextmanager
+def _sqlite_busy_timeout(connection: BaseDatabaseWrapper, seconds: float) -> Iterator[None]:
+    """Set SQLite's busy timeout on ``connection`` for the duration, then restore it."""
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        (previous,) = cursor.fetchone()
+        cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {int(previous)}")
+
+
+def isolation_problem() -> str | None:
+    """Why the lease database cannot run jobs at its transaction isolation, or None.
+
+    PostgreSQL at REPEATABLE READ or SERIALIZABLE (set in ``OPTIONS``: system check
+    ``fencedjobs.E015``; or as the server's, database's or role's
+    ``default_transaction_isolation``, which only a query shows): a fenced transaction
+    that locks the lease row after the run's own renewal changed it fails with "could not
+    serialize access", and so does an acquirer that loses a race.
+    """
+    connection = connections[lease_db()]
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW transaction_isolation")
+        (level,) = cursor.fetchone()
+    if level == "read committed":
+        return None
+    return (
+        f"the database runs transactions at {level.upper()} (default_transaction_isolation "
+        "or DATABASES OPTIONS isolation_level); the job leases need READ COMMITTED, "
+        "PostgreSQL's default (fencedjobs.E015)"
+    )

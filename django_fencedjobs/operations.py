@@ -1,0 +1,75 @@
+"""An operator's changes of one job's lease row: make it due, pause or resume it, move its
+next slot. Each waits at most :data:`~django_fencedjobs.db.LOCK_WAIT` for the row, which a
+run keeps locked inside a fenced transaction, and says what it did (:class:`Change`).
+:mod:`django_fencedjobs.manual` (``manage.py jobctl``, ``runjobs --now``) and the admin's
+actions call them; the runner moves past a slot it cannot record with :func:`skip_slot`.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from django.db import DatabaseError
+
+from django_fencedjobs.db import bounded_wait, is_lock_timeout, lease_db
+from django_fencedjobs.lease import LeaseRow
+from django_fencedjobs.models import JobLease
+
+
+class Change(enum.Enum):
+    """What an operator's change of one lease row did (:func:`make_due`, :func:`set_paused`,
+    :func:`skip_slot`): the admin and ``manage.py jobctl`` say which. True only for
+    :attr:`DONE`, so ``if make_due(...):`` reads as before."""
+
+    #: The row was changed.
+    DONE = "done"
+    #: Nothing to change: the row does not match (already due, already paused or resumed,
+    #: its slot moved on meanwhile, or no such row).
+    UNCHANGED = "unchanged"
+    #: The row stayed locked for :data:`~django_fencedjobs.db.LOCK_WAIT`: a run is inside a
+    #: fenced transaction on it. Nothing was changed; trying again in a moment usually succeeds.
+    BUSY = "busy"
+
+    def __bool__(self) -> bool:
+        return self is Change.DONE
+
+
+def _locked_update(name: str, changes: dict[str, object], **conditions: object) -> Change:
+    """An operator's change of one lease row, waiting at most
+    :data:`~django_fencedjobs.db.LOCK_WAIT` for it: :attr:`Change.DONE`,
+    :attr:`Change.UNCHANGED` when the row does not match, or :attr:`Change.BUSY` when it
+    stayed locked (a run is inside a fenced transaction): the caller reports which, and the
+    operator tries a busy row again."""
+    try:
+        with bounded_wait():
+            updated = (
+                JobLease.objects.using(lease_db()).filter(name=name, **conditions).update(**changes)
+            )
+    except DatabaseError as exc:
+        if is_lock_timeout(exc):
+            return Change.BUSY
+        raise
+    return Change.DONE if updated == 1 else Change.UNCHANGED
+
+
+def make_due(name: str, now: datetime) -> Change:
+    """ "Run now": make the job due at ``now``. It still goes through :func:`acquire`.
+    :attr:`Change.UNCHANGED` when it is due already."""
+    return _locked_update(name, {"next_run_at": now}, next_run_at__gt=now)
+
+
+def set_paused(name: str, paused: bool) -> Change:
+    """Pause or resume the job; :attr:`Change.UNCHANGED` when it already is. A run in
+    progress goes on: pausing only keeps :func:`acquire` from starting the next one."""
+    return _locked_update(name, {"paused": paused}, paused=not paused)
+
+
+def skip_slot(seen: LeaseRow, *, next_run_at: datetime) -> Change:
+    """Move the job's next slot from the one in ``seen`` to ``next_run_at``: past a slot
+    that cannot be recorded (its run row already exists), or a slot an operator skips.
+    Conditional on the row as seen (fence and slot): :attr:`Change.UNCHANGED` when a run
+    took the job meanwhile, or the slot moved on."""
+    return _locked_update(
+        seen.name, {"next_run_at": next_run_at}, fence=seen.fence, next_run_at=seen.next_run_at
+    )
