@@ -1,4 +1,4 @@
-"""Schedules across both DST transitions, as exact lists of UTC instants.
+"""Schedules across both DST transitions, as exact lists of instants.
 
 The rule (ISC/Debian cron, docs/schedules.md):
 
@@ -8,6 +8,11 @@ The rule (ISC/Debian cron, docs/schedules.md):
 * wildcard or stepped hour: every real instant whose wall time matches fires;
   nothing is invented in the gap, and both occurrences of a repeated wall time
   fire.
+
+Each case of ``FIRE_TIMES`` is a zone, an expression, a window ``(start, end]`` in UTC and
+every fire time in it, written as the wall clock of the zone with its UTC offset
+(``2026-03-08 03:00-0400``): the offset makes each one an exact instant, and the wall time
+is what the rule speaks of.
 
 2026 transitions used below (checked against zoneinfo in
 test_the_transitions_used_here_are_the_real_ones):
@@ -27,11 +32,21 @@ America/Santiago       Sun 2026-09-06 00:00-01:00 (04:00Z)     Sat 2026-04-04 23
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from django_fencedjobs.schedule import Schedule
+
+NY = "America/New_York"
+LONDON = "Europe/London"
+LORD_HOWE = "Australia/Lord_Howe"
+DUBLIN = "Europe/Dublin"
+SANTIAGO = "America/Santiago"
+
+#: How an expected fire time is written: the zone's wall clock and its UTC offset.
+WALL = "%Y-%m-%d %H:%M%z"
 
 
 def z(text: str) -> datetime:
@@ -39,15 +54,21 @@ def z(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
 
 
-def fires(cron: str, zone: str, start: str, end: str) -> list[datetime]:
-    """Fire times in (start, end], both given as UTC "YYYY-MM-DD HH:MM"."""
-    return Schedule(cron, timezone=zone).fire_times(z(start), z(end))
-
-
 def local(instants: list[datetime], zone: str) -> list[str]:
-    """Instants as local wall times with their offset, for readable failure messages."""
+    """Instants as wall times of ``zone`` with their offset (``WALL``)."""
     tz = ZoneInfo(zone)
-    return [t.astimezone(tz).strftime("%m-%d %H:%M%z") for t in instants]
+    return [t.astimezone(tz).strftime(WALL) for t in instants]
+
+
+def instants(walls: list[str]) -> list[datetime]:
+    """The instants that wall times written as ``WALL`` name."""
+    return [datetime.strptime(wall, WALL) for wall in walls]
+
+
+def case(zone: str, cron: str, start: str, end: str, behaviour: str, expected: list[str]) -> Any:
+    """One row: its id reads as the zone, the expression and what it does."""
+    city = "UTC" if zone == "UTC" else zone.rsplit("/", 1)[1].replace("_", " ")
+    return pytest.param(zone, cron, start, end, expected, id=f"{city}, {cron}: {behaviour}")
 
 
 @pytest.mark.parametrize(
@@ -74,361 +95,319 @@ def test_the_transitions_used_here_are_the_real_ones(
     assert at.astimezone(tz).utcoffset() == timedelta(hours=offset_after)
 
 
-# --------------------------------------------------------------------------- America/New_York
-
-NY = "America/New_York"
-
-
-def test_fixed_time_in_spring_gap_runs_once_after_the_gap_in_new_york() -> None:
-    got = fires("30 2 * * *", NY, "2026-03-07 00:00", "2026-03-10 00:00")
+FIRE_TIMES = [
+    # ------------------------------------------------------------------- America/New_York
     # Sat 02:30 EST, Sun (02:30 does not exist) 03:00 EDT, Mon 02:30 EDT.
-    assert got == [z("2026-03-07 07:30"), z("2026-03-08 07:00"), z("2026-03-09 06:30")], local(
-        got, NY
-    )
-
-
-def test_fixed_time_in_repeated_hour_runs_once_at_the_first_occurrence_in_new_york() -> None:
-    got = fires("30 1 * * *", NY, "2026-10-31 00:00", "2026-11-03 00:00")
+    case(NY, "30 2 * * *", "2026-03-07 00:00", "2026-03-10 00:00",
+         "on 03-08 02:30 is in the spring gap, so it runs once, at 03:00 EDT",
+         ["2026-03-07 02:30-0500", "2026-03-08 03:00-0400", "2026-03-09 02:30-0400"]),
     # Sat 01:30 EDT, Sun 01:30 EDT (not again at 01:30 EST), Mon 01:30 EST.
-    assert got == [z("2026-10-31 05:30"), z("2026-11-01 05:30"), z("2026-11-02 06:30")], local(
-        got, NY
-    )
-
-
-def test_fixed_time_in_the_gap_hour_on_fall_back_day_is_unaffected_in_new_york() -> None:
+    case(NY, "30 1 * * *", "2026-10-31 00:00", "2026-11-03 00:00",
+         "on 11-01 01:30 happens twice and runs once, at the first (EDT)",
+         ["2026-10-31 01:30-0400", "2026-11-01 01:30-0400", "2026-11-02 01:30-0500"]),
     # 02:30 happens once on fall-back day (the repeated hour is 01:00-02:00).
-    got = fires("30 2 * * *", NY, "2026-10-31 12:00", "2026-11-01 12:00")
-    assert got == [z("2026-11-01 07:30")], local(got, NY)
-
-
-def test_fixed_time_outside_the_shifted_hour_is_unchanged_in_new_york() -> None:
-    spring = fires("30 4 * * *", NY, "2026-03-07 00:00", "2026-03-10 00:00")
-    assert spring == [z("2026-03-07 09:30"), z("2026-03-08 08:30"), z("2026-03-09 08:30")]
-    fall = fires("30 4 * * *", NY, "2026-10-31 00:00", "2026-11-03 00:00")
-    assert fall == [z("2026-10-31 08:30"), z("2026-11-01 09:30"), z("2026-11-02 09:30")]
-
-
-def test_weekday_schedule_keeps_local_time_across_the_transition_weekend_in_new_york() -> None:
-    spring = fires("0 9 * * 1-5", NY, "2026-03-06 00:00", "2026-03-10 00:00")
+    case(NY, "30 2 * * *", "2026-10-31 12:00", "2026-11-01 12:00",
+         "on 11-01 02:30 is after the repeated hour and runs as on any day",
+         ["2026-11-01 02:30-0500"]),
+    # A fixed time outside the shifted hour is unchanged, in spring and in the fall.
+    case(NY, "30 4 * * *", "2026-03-07 00:00", "2026-03-10 00:00",
+         "on 03-08 04:30 is outside the shifted hour and unchanged",
+         ["2026-03-07 04:30-0500", "2026-03-08 04:30-0400", "2026-03-09 04:30-0400"]),
+    case(NY, "30 4 * * *", "2026-10-31 00:00", "2026-11-03 00:00",
+         "on 11-01 04:30 is outside the shifted hour and unchanged",
+         ["2026-10-31 04:30-0400", "2026-11-01 04:30-0500", "2026-11-02 04:30-0500"]),
     # Fri 09:00 EST, Mon 09:00 EDT: the UTC instant moves by an hour.
-    assert spring == [z("2026-03-06 14:00"), z("2026-03-09 13:00")], local(spring, NY)
-    fall = fires("0 9 * * 1-5", NY, "2026-10-30 00:00", "2026-11-03 00:00")
-    assert fall == [z("2026-10-30 13:00"), z("2026-11-02 14:00")], local(fall, NY)
-
-
-def test_day_of_week_schedule_inside_the_shifted_hour_follows_the_fixed_time_rule() -> None:
-    # US transitions are on Sundays, so a Sunday-only job meets them.
-    spring = fires("30 2 * * sun", NY, "2026-03-01 00:00", "2026-03-16 00:00")
-    assert spring == [z("2026-03-01 07:30"), z("2026-03-08 07:00"), z("2026-03-15 06:30")]
-    fall = fires("30 1 * * 0", NY, "2026-10-25 00:00", "2026-11-09 00:00")
-    assert fall == [z("2026-10-25 05:30"), z("2026-11-01 05:30"), z("2026-11-08 06:30")]
+    case(NY, "0 9 * * 1-5", "2026-03-06 00:00", "2026-03-10 00:00",
+         "across the 03-08 weekend weekdays keep 09:00 local time",
+         ["2026-03-06 09:00-0500", "2026-03-09 09:00-0400"]),
+    case(NY, "0 9 * * 1-5", "2026-10-30 00:00", "2026-11-03 00:00",
+         "across the 11-01 weekend weekdays keep 09:00 local time",
+         ["2026-10-30 09:00-0400", "2026-11-02 09:00-0500"]),
+    # A day-of-week schedule inside the shifted hour follows the fixed-time rule: US
+    # transitions are on Sundays, so a Sunday-only job meets them...
+    case(NY, "30 2 * * sun", "2026-03-01 00:00", "2026-03-16 00:00",
+         "the Sunday 03-08 02:30 is in the spring gap, so it runs at 03:00 EDT",
+         ["2026-03-01 02:30-0500", "2026-03-08 03:00-0400", "2026-03-15 02:30-0400"]),
+    case(NY, "30 1 * * 0", "2026-10-25 00:00", "2026-11-09 00:00",
+         "the Sunday 11-01 01:30 happens twice and runs once, at the first (EDT)",
+         ["2026-10-25 01:30-0400", "2026-11-01 01:30-0400", "2026-11-08 01:30-0500"]),
     # ...and a Monday-to-Friday job at 02:30 simply skips the transition Sunday.
-    weekdays = fires("30 2 * * 1-5", NY, "2026-03-06 00:00", "2026-03-10 00:00")
-    assert weekdays == [z("2026-03-06 07:30"), z("2026-03-09 06:30")]
-
-
-def test_several_wall_times_in_the_gap_collapse_into_one_run_in_new_york() -> None:
-    got = fires("0,20,40 2 * * *", NY, "2026-03-08 00:00", "2026-03-09 00:00")
-    assert got == [z("2026-03-08 07:00")], local(got, NY)
+    case(NY, "30 2 * * 1-5", "2026-03-06 00:00", "2026-03-10 00:00",
+         "weekdays at 02:30 skip the transition Sunday 03-08",
+         ["2026-03-06 02:30-0500", "2026-03-09 02:30-0400"]),
+    # Several wall times in the gap collapse into one run.
+    case(NY, "0,20,40 2 * * *", "2026-03-08 00:00", "2026-03-09 00:00",
+         "on 03-08 three wall times in the spring gap are one run at 03:00 EDT",
+         ["2026-03-08 03:00-0400"]),
     # A stepped-but-fixed hour field (does not start with "*") is fixed time too.
-    got = fires("0 1-23/1 * * *", NY, "2026-03-08 05:30", "2026-03-08 09:30")
-    assert got == [
-        z("2026-03-08 06:00"),
-        z("2026-03-08 07:00"),
-        z("2026-03-08 08:00"),
-        z("2026-03-08 09:00"),
-    ], local(got, NY)
-
-
-def test_fixed_hours_list_in_repeated_hour_runs_each_wall_time_once_in_new_york() -> None:
-    got = fires("0 0-3 * * *", NY, "2026-11-01 03:00", "2026-11-01 09:00")
+    case(NY, "0 1-23/1 * * *", "2026-03-08 05:30", "2026-03-08 09:30",
+         "on 03-08 02:00 is in the spring gap and is one run with 03:00",
+         ["2026-03-08 01:00-0500", "2026-03-08 03:00-0400", "2026-03-08 04:00-0400",
+          "2026-03-08 05:00-0400"]),
     # 00:00 EDT, 01:00 EDT (first), 02:00 EST, 03:00 EST.
-    assert got == [
-        z("2026-11-01 04:00"),
-        z("2026-11-01 05:00"),
-        z("2026-11-01 07:00"),
-        z("2026-11-01 08:00"),
-    ], local(got, NY)
-
-
-def test_quarter_hour_wildcard_runs_every_real_instant_in_spring_in_new_york() -> None:
-    got = fires("*/15 * * * *", NY, "2026-03-08 06:00", "2026-03-08 07:30")
+    case(NY, "0 0-3 * * *", "2026-11-01 03:00", "2026-11-01 09:00",
+         "on 11-01 an hour list runs each wall time once, 01:00 at the first (EDT)",
+         ["2026-11-01 00:00-0400", "2026-11-01 01:00-0400", "2026-11-01 02:00-0500",
+          "2026-11-01 03:00-0500"]),
     # 01:15, 01:30, 01:45 EST, then 03:00, 03:15, 03:30 EDT: nothing invented at 02:xx.
-    assert got == [
-        z("2026-03-08 06:15"),
-        z("2026-03-08 06:30"),
-        z("2026-03-08 06:45"),
-        z("2026-03-08 07:00"),
-        z("2026-03-08 07:15"),
-        z("2026-03-08 07:30"),
-    ]
-    assert local(got, NY)[3] == "03-08 03:00-0400"
-
-
-def test_quarter_hour_wildcard_runs_both_repeated_hours_in_fall_in_new_york() -> None:
-    got = fires("*/15 * * * *", NY, "2026-11-01 04:45", "2026-11-01 07:00")
-    assert got == [z("2026-11-01 05:00") + timedelta(minutes=15 * i) for i in range(9)]
-    assert local(got, NY) == [
-        "11-01 01:00-0400",
-        "11-01 01:15-0400",
-        "11-01 01:30-0400",
-        "11-01 01:45-0400",
-        "11-01 01:00-0500",
-        "11-01 01:15-0500",
-        "11-01 01:30-0500",
-        "11-01 01:45-0500",
-        "11-01 02:00-0500",
-    ]
-
-
-def test_hourly_wildcard_skips_the_gap_and_runs_both_one_oclocks_in_new_york() -> None:
-    spring = fires("0 * * * *", NY, "2026-03-08 04:30", "2026-03-08 08:30")
+    case(NY, "*/15 * * * *", "2026-03-08 06:00", "2026-03-08 07:30",
+         "on 03-08 every real quarter hour runs, none is invented in the spring gap",
+         ["2026-03-08 01:15-0500", "2026-03-08 01:30-0500", "2026-03-08 01:45-0500",
+          "2026-03-08 03:00-0400", "2026-03-08 03:15-0400", "2026-03-08 03:30-0400"]),
+    case(NY, "*/15 * * * *", "2026-11-01 04:45", "2026-11-01 07:00",
+         "on 11-01 every quarter hour of both passes of 01:00-02:00 runs",
+         ["2026-11-01 01:00-0400", "2026-11-01 01:15-0400", "2026-11-01 01:30-0400",
+          "2026-11-01 01:45-0400", "2026-11-01 01:00-0500", "2026-11-01 01:15-0500",
+          "2026-11-01 01:30-0500", "2026-11-01 01:45-0500", "2026-11-01 02:00-0500"]),
     # 00:00 EST, 01:00 EST, 03:00 EDT, 04:00 EDT (there is no 02:00).
-    assert spring == [
-        z("2026-03-08 05:00"),
-        z("2026-03-08 06:00"),
-        z("2026-03-08 07:00"),
-        z("2026-03-08 08:00"),
-    ]
-    fall = fires("0 * * * *", NY, "2026-11-01 03:30", "2026-11-01 07:30")
+    case(NY, "0 * * * *", "2026-03-08 04:30", "2026-03-08 08:30",
+         "on 03-08 hourly skips the spring gap's 02:00",
+         ["2026-03-08 00:00-0500", "2026-03-08 01:00-0500", "2026-03-08 03:00-0400",
+          "2026-03-08 04:00-0400"]),
     # 00:00 EDT, 01:00 EDT, 01:00 EST, 02:00 EST.
-    assert fall == [
-        z("2026-11-01 04:00"),
-        z("2026-11-01 05:00"),
-        z("2026-11-01 06:00"),
-        z("2026-11-01 07:00"),
-    ]
-
-
-def test_wildcard_minute_in_a_fixed_hour_runs_both_passes_and_skips_the_gap_in_new_york() -> None:
-    fall = fires("*/30 1 * * *", NY, "2026-11-01 00:00", "2026-11-01 12:00")
-    assert local(fall, NY) == [
-        "11-01 01:00-0400",
-        "11-01 01:30-0400",
-        "11-01 01:00-0500",
-        "11-01 01:30-0500",
-    ]
-    spring = fires("*/30 2 * * *", NY, "2026-03-07 12:00", "2026-03-09 12:00")
-    assert local(spring, NY) == ["03-09 02:00-0400", "03-09 02:30-0400"]
-
-
-def test_stepped_hour_never_invents_the_missing_hour_in_new_york() -> None:
-    got = fires("0 */2 * * *", NY, "2026-03-08 04:30", "2026-03-08 10:30")
+    case(NY, "0 * * * *", "2026-11-01 03:30", "2026-11-01 07:30",
+         "on 11-01 hourly runs both 01:00s",
+         ["2026-11-01 00:00-0400", "2026-11-01 01:00-0400", "2026-11-01 01:00-0500",
+          "2026-11-01 02:00-0500"]),
+    # A wildcard minute in a fixed hour runs both passes and skips the gap.
+    case(NY, "*/30 1 * * *", "2026-11-01 00:00", "2026-11-01 12:00",
+         "on 11-01 a wildcard minute in hour 1 runs in both passes",
+         ["2026-11-01 01:00-0400", "2026-11-01 01:30-0400", "2026-11-01 01:00-0500",
+          "2026-11-01 01:30-0500"]),
+    case(NY, "*/30 2 * * *", "2026-03-07 12:00", "2026-03-09 12:00",
+         "on 03-08 a wildcard minute in hour 2 has nothing to run (all in the gap)",
+         ["2026-03-09 02:00-0400", "2026-03-09 02:30-0400"]),
     # 00:00 EST, then 04:00 EDT: 02:00 never happened, so it never runs.
-    assert local(got, NY) == ["03-08 00:00-0500", "03-08 04:00-0400", "03-08 06:00-0400"]
-
-
-# --------------------------------------------------------------------------- Europe/London
-
-LONDON = "Europe/London"
-
-
-def test_fixed_time_in_spring_gap_runs_once_after_the_gap_in_london() -> None:
-    got = fires("30 1 * * *", LONDON, "2026-03-28 00:00", "2026-03-31 00:00")
+    case(NY, "0 */2 * * *", "2026-03-08 04:30", "2026-03-08 10:30",
+         "on 03-08 a stepped hour never invents the missing 02:00",
+         ["2026-03-08 00:00-0500", "2026-03-08 04:00-0400", "2026-03-08 06:00-0400"]),
+    # ---------------------------------------------------------------------- Europe/London
     # Sat 01:30 GMT, Sun 02:00 BST (first instant after the gap), Mon 01:30 BST.
-    assert got == [z("2026-03-28 01:30"), z("2026-03-29 01:00"), z("2026-03-30 00:30")], local(
-        got, LONDON
-    )
-
-
-def test_fixed_time_in_repeated_hour_runs_once_at_the_first_occurrence_in_london() -> None:
-    got = fires("30 1 * * *", LONDON, "2026-10-24 00:00", "2026-10-27 00:00")
+    case(LONDON, "30 1 * * *", "2026-03-28 00:00", "2026-03-31 00:00",
+         "on 03-29 01:30 is in the spring gap, so it runs once, at 02:00 BST",
+         ["2026-03-28 01:30+0000", "2026-03-29 02:00+0100", "2026-03-30 01:30+0100"]),
     # Sat 01:30 BST, Sun 01:30 BST (first of two), Mon 01:30 GMT.
-    assert got == [z("2026-10-24 00:30"), z("2026-10-25 00:30"), z("2026-10-26 01:30")], local(
-        got, LONDON
-    )
-
-
-def test_fixed_time_outside_the_shifted_hour_is_unchanged_in_london() -> None:
-    got = fires("0 3 * * *", LONDON, "2026-03-28 00:00", "2026-03-30 00:00")
-    assert got == [z("2026-03-28 03:00"), z("2026-03-29 02:00")]
-    got = fires("0 3 * * *", LONDON, "2026-10-24 00:00", "2026-10-26 00:00")
-    assert got == [z("2026-10-24 02:00"), z("2026-10-25 03:00")]
-
-
-def test_weekday_schedule_keeps_local_time_across_the_transition_weekend_in_london() -> None:
-    got = fires("0 9 * * 1-5", LONDON, "2026-03-27 00:00", "2026-03-31 00:00")
-    assert got == [z("2026-03-27 09:00"), z("2026-03-30 08:00")]
-    got = fires("0 9 * * mon-fri", LONDON, "2026-10-23 00:00", "2026-10-27 00:00")
-    assert got == [z("2026-10-23 08:00"), z("2026-10-26 09:00")]
+    case(LONDON, "30 1 * * *", "2026-10-24 00:00", "2026-10-27 00:00",
+         "on 10-25 01:30 happens twice and runs once, at the first (BST)",
+         ["2026-10-24 01:30+0100", "2026-10-25 01:30+0100", "2026-10-26 01:30+0000"]),
+    # A fixed time outside the shifted hour is unchanged.
+    case(LONDON, "0 3 * * *", "2026-03-28 00:00", "2026-03-30 00:00",
+         "on 03-29 03:00 is outside the shifted hour and unchanged",
+         ["2026-03-28 03:00+0000", "2026-03-29 03:00+0100"]),
+    case(LONDON, "0 3 * * *", "2026-10-24 00:00", "2026-10-26 00:00",
+         "on 10-25 03:00 is outside the shifted hour and unchanged",
+         ["2026-10-24 03:00+0100", "2026-10-25 03:00+0000"]),
+    # A weekday schedule keeps its local time across the transition weekend.
+    case(LONDON, "0 9 * * 1-5", "2026-03-27 00:00", "2026-03-31 00:00",
+         "across the 03-29 weekend weekdays keep 09:00 local time",
+         ["2026-03-27 09:00+0000", "2026-03-30 09:00+0100"]),
+    case(LONDON, "0 9 * * mon-fri", "2026-10-23 00:00", "2026-10-27 00:00",
+         "across the 10-25 weekend weekdays keep 09:00 local time",
+         ["2026-10-23 09:00+0100", "2026-10-26 09:00+0000"]),
     # Sunday-only, inside the shifted hour: the fixed-time rule.
-    got = fires("30 1 * * 0", LONDON, "2026-03-22 00:00", "2026-04-06 00:00")
-    assert got == [z("2026-03-22 01:30"), z("2026-03-29 01:00"), z("2026-04-05 00:30")]
-
-
-def test_wildcards_run_every_real_instant_in_london() -> None:
-    spring = fires("0 * * * *", LONDON, "2026-03-28 23:30", "2026-03-29 02:30")
-    # 00:00 GMT, 02:00 BST, 03:00 BST: 01:00 never happened.
-    assert spring == [z("2026-03-29 00:00"), z("2026-03-29 01:00"), z("2026-03-29 02:00")]
-    assert local(spring, LONDON) == ["03-29 00:00+0000", "03-29 02:00+0100", "03-29 03:00+0100"]
-    fall = fires("0 * * * *", LONDON, "2026-10-24 22:30", "2026-10-25 02:30")
+    case(LONDON, "30 1 * * 0", "2026-03-22 00:00", "2026-04-06 00:00",
+         "the Sunday 03-29 01:30 is in the spring gap, so it runs at 02:00 BST",
+         ["2026-03-22 01:30+0000", "2026-03-29 02:00+0100", "2026-04-05 01:30+0100"]),
+    # Wildcards run every real instant. 00:00 GMT, 02:00 BST, 03:00 BST: 01:00 never happened.
+    case(LONDON, "0 * * * *", "2026-03-28 23:30", "2026-03-29 02:30",
+         "on 03-29 hourly skips the spring gap's 01:00",
+         ["2026-03-29 00:00+0000", "2026-03-29 02:00+0100", "2026-03-29 03:00+0100"]),
     # 00:00 BST, 01:00 BST, 01:00 GMT, 02:00 GMT.
-    assert fall == [
-        z("2026-10-24 23:00"),
-        z("2026-10-25 00:00"),
-        z("2026-10-25 01:00"),
-        z("2026-10-25 02:00"),
-    ]
-    quarter = fires("*/15 * * * *", LONDON, "2026-10-24 23:45", "2026-10-25 02:00")
-    assert quarter == [z("2026-10-25 00:00") + timedelta(minutes=15 * i) for i in range(9)]
-
-
-# --------------------------------------------------------------------------- Australia/Lord_Howe
-
-LORD_HOWE = "Australia/Lord_Howe"
-
-
-def test_fixed_time_in_half_hour_gap_runs_once_after_the_gap_on_lord_howe() -> None:
-    got = fires("15 2 * * *", LORD_HOWE, "2026-10-02 00:00", "2026-10-05 00:00")
+    case(LONDON, "0 * * * *", "2026-10-24 22:30", "2026-10-25 02:30",
+         "on 10-25 hourly runs both 01:00s",
+         ["2026-10-25 00:00+0100", "2026-10-25 01:00+0100", "2026-10-25 01:00+0000",
+          "2026-10-25 02:00+0000"]),
+    case(LONDON, "*/15 * * * *", "2026-10-24 23:45", "2026-10-25 02:00",
+         "on 10-25 every quarter hour of both passes of 01:00-02:00 runs",
+         ["2026-10-25 01:00+0100", "2026-10-25 01:15+0100", "2026-10-25 01:30+0100",
+          "2026-10-25 01:45+0100", "2026-10-25 01:00+0000", "2026-10-25 01:15+0000",
+          "2026-10-25 01:30+0000", "2026-10-25 01:45+0000", "2026-10-25 02:00+0000"]),
+    # ---------------------------------------------------------------- Australia/Lord_Howe
     # Sat 02:15 +10:30, Sun 02:30 +11 (02:00-02:30 was skipped), Mon 02:15 +11.
-    assert got == [z("2026-10-02 15:45"), z("2026-10-03 15:30"), z("2026-10-04 15:15")], local(
-        got, LORD_HOWE
-    )
-
-
-def test_fixed_time_after_the_half_hour_gap_is_unchanged_on_lord_howe() -> None:
+    case(LORD_HOWE, "15 2 * * *", "2026-10-02 00:00", "2026-10-05 00:00",
+         "on 10-04 02:15 is in the half-hour spring gap, so it runs once, at 02:30",
+         ["2026-10-03 02:15+1030", "2026-10-04 02:30+1100", "2026-10-05 02:15+1100"]),
     # 02:45 is in the shifted clock hour but exists: it runs at 02:45.
-    got = fires("45 2 * * *", LORD_HOWE, "2026-10-02 00:00", "2026-10-04 00:00")
-    assert got == [z("2026-10-02 16:15"), z("2026-10-03 15:45")], local(got, LORD_HOWE)
-
-
-def test_fixed_time_in_repeated_half_hour_runs_once_on_lord_howe() -> None:
-    got = fires("45 1 * * *", LORD_HOWE, "2026-04-03 00:00", "2026-04-06 00:00")
+    case(LORD_HOWE, "45 2 * * *", "2026-10-02 00:00", "2026-10-04 00:00",
+         "on 10-04 02:45 is after the half-hour gap and unchanged",
+         ["2026-10-03 02:45+1030", "2026-10-04 02:45+1100"]),
     # Sat 01:45 +11, Sun 01:45 +11 (not again at 01:45 +10:30), Mon 01:45 +10:30.
-    assert got == [z("2026-04-03 14:45"), z("2026-04-04 14:45"), z("2026-04-05 15:15")], local(
-        got, LORD_HOWE
-    )
+    case(LORD_HOWE, "45 1 * * *", "2026-04-03 00:00", "2026-04-06 00:00",
+         "on 04-05 01:45 happens twice and runs once, at the first (+11)",
+         ["2026-04-04 01:45+1100", "2026-04-05 01:45+1100", "2026-04-06 01:45+1030"]),
     # 01:15 is before the repeated half hour: once, unchanged.
-    got = fires("15 1 * * *", LORD_HOWE, "2026-04-04 00:00", "2026-04-05 00:00")
-    assert got == [z("2026-04-04 14:15")]
-
-
-def test_weekday_schedule_keeps_local_time_on_lord_howe() -> None:
-    got = fires("0 9 * * 1-5", LORD_HOWE, "2026-10-01 00:00", "2026-10-05 00:00")
+    case(LORD_HOWE, "15 1 * * *", "2026-04-04 00:00", "2026-04-05 00:00",
+         "on 04-05 01:15 is before the repeated half hour and runs once",
+         ["2026-04-05 01:15+1100"]),
     # Fri 09:00 +10:30, Mon 09:00 +11.
-    assert got == [z("2026-10-01 22:30"), z("2026-10-04 22:00")]
-    got = fires("15 2 * * sun", LORD_HOWE, "2026-09-26 00:00", "2026-10-12 00:00")
-    assert got == [z("2026-09-26 15:45"), z("2026-10-03 15:30"), z("2026-10-10 15:15")]
-
-
-def test_quarter_hour_wildcard_on_lord_howe() -> None:
-    spring = fires("*/15 * * * *", LORD_HOWE, "2026-10-03 15:00", "2026-10-03 16:00")
-    assert local(spring, LORD_HOWE) == [
-        "10-04 01:45+1030",
-        "10-04 02:30+1100",
-        "10-04 02:45+1100",
-        "10-04 03:00+1100",
-    ]
-    fall = fires("*/15 * * * *", LORD_HOWE, "2026-04-04 14:15", "2026-04-04 15:30")
-    assert local(fall, LORD_HOWE) == [
-        "04-05 01:30+1100",
-        "04-05 01:45+1100",
-        "04-05 01:30+1030",
-        "04-05 01:45+1030",
-        "04-05 02:00+1030",
-    ]
-
-
-def test_hourly_wildcard_has_ninety_minute_gaps_on_lord_howe() -> None:
-    spring = fires("0 * * * *", LORD_HOWE, "2026-10-03 13:00", "2026-10-03 17:00")
+    case(LORD_HOWE, "0 9 * * 1-5", "2026-10-01 00:00", "2026-10-05 00:00",
+         "across the 10-04 weekend weekdays keep 09:00 local time",
+         ["2026-10-02 09:00+1030", "2026-10-05 09:00+1100"]),
+    case(LORD_HOWE, "15 2 * * sun", "2026-09-26 00:00", "2026-10-12 00:00",
+         "the Sunday 10-04 02:15 is in the spring gap, so it runs at 02:30",
+         ["2026-09-27 02:15+1030", "2026-10-04 02:30+1100", "2026-10-11 02:15+1100"]),
+    case(LORD_HOWE, "*/15 * * * *", "2026-10-03 15:00", "2026-10-03 16:00",
+         "on 10-04 every real quarter hour runs, 02:00 and 02:15 never happen",
+         ["2026-10-04 01:45+1030", "2026-10-04 02:30+1100", "2026-10-04 02:45+1100",
+          "2026-10-04 03:00+1100"]),
+    case(LORD_HOWE, "*/15 * * * *", "2026-04-04 14:15", "2026-04-04 15:30",
+         "on 04-05 the repeated 01:30 and 01:45 run twice",
+         ["2026-04-05 01:30+1100", "2026-04-05 01:45+1100", "2026-04-05 01:30+1030",
+          "2026-04-05 01:45+1030", "2026-04-05 02:00+1030"]),
     # 01:00 +10:30 then 03:00 +11: 02:00 never happened.
-    assert local(spring, LORD_HOWE) == [
-        "10-04 00:00+1030",
-        "10-04 01:00+1030",
-        "10-04 03:00+1100",
-        "10-04 04:00+1100",
-    ]
-    fall = fires("0 * * * *", LORD_HOWE, "2026-04-04 12:30", "2026-04-04 16:30")
+    case(LORD_HOWE, "0 * * * *", "2026-10-03 13:00", "2026-10-03 17:00",
+         "on 10-04 hourly has a ninety-minute gap, from 01:00 to 03:00",
+         ["2026-10-04 00:00+1030", "2026-10-04 01:00+1030", "2026-10-04 03:00+1100",
+          "2026-10-04 04:00+1100"]),
     # 01:00 +11, then 02:00 +10:30, 90 minutes later: no whole hour was repeated.
-    assert fall == [
-        z("2026-04-04 13:00"),
-        z("2026-04-04 14:00"),
-        z("2026-04-04 15:30"),
-        z("2026-04-04 16:30"),
-    ]
-    assert Schedule("0 * * * *", timezone=LORD_HOWE).min_interval() == timedelta(hours=1)
-
-
-def test_stepped_hour_finds_the_half_shifted_hour_on_lord_howe() -> None:
+    case(LORD_HOWE, "0 * * * *", "2026-04-04 12:30", "2026-04-04 16:30",
+         "on 04-05 hourly has a ninety-minute gap, from 01:00 to 02:00",
+         ["2026-04-05 00:00+1100", "2026-04-05 01:00+1100", "2026-04-05 02:00+1030",
+          "2026-04-05 03:00+1030"]),
     # 02:13 +10:30 exists once on fall-back day (after the repeated 01:30-02:00).
-    got = fires("13 */2 * * *", LORD_HOWE, "2026-04-04 12:00", "2026-04-04 18:00")
-    assert local(got, LORD_HOWE) == ["04-05 00:13+1100", "04-05 02:13+1030", "04-05 04:13+1030"]
-
-
-# --------------------------------------------------------------------------- L and #
-# European clocks change on the last Sunday of March and October (0L), American
-# ones on the second Sunday of March (0#2) and the first of November (0#1): a
-# job on such a day meets the transition, with the same rule as any other.
-
-
-def test_last_sunday_at_a_fixed_time_follows_the_fixed_time_rule_in_london() -> None:
-    spring = fires("30 1 * 3 0L", LONDON, "2026-01-01 00:00", "2028-01-01 00:00")
+    case(LORD_HOWE, "13 */2 * * *", "2026-04-04 12:00", "2026-04-04 18:00",
+         "on 04-05 a stepped hour finds 02:13 once, after the repeated half hour",
+         ["2026-04-05 00:13+1100", "2026-04-05 02:13+1030", "2026-04-05 04:13+1030"]),
+    # ---------------------------------------------------------------------- L and #
+    # European clocks change on the last Sunday of March and October (0L), American
+    # ones on the second Sunday of March (0#2) and the first of November (0#1): a
+    # job on such a day meets the transition, with the same rule as any other.
+    #
     # 01:30 does not exist on either day: 02:00 BST, the end of the gap.
-    assert spring == [z("2026-03-29 01:00"), z("2027-03-28 01:00")], local(spring, LONDON)
-    fall = fires("30 1 * 10 0L", LONDON, "2026-01-01 00:00", "2028-01-01 00:00")
+    case(LONDON, "30 1 * 3 0L", "2026-01-01 00:00", "2028-01-01 00:00",
+         "on the last Sunday of March 01:30 is in the gap, so it runs at 02:00 BST",
+         ["2026-03-29 02:00+0100", "2027-03-28 02:00+0100"]),
     # 01:30 happens twice: once, at the first (BST).
-    assert fall == [z("2026-10-25 00:30"), z("2027-10-31 00:30")], local(fall, LONDON)
-
-
-def test_last_sunday_with_wildcards_runs_every_real_instant_in_london() -> None:
-    spring = fires("0 * * 3 SUNL", LONDON, "2026-03-28 23:30", "2026-03-29 02:30")
-    assert local(spring, LONDON) == ["03-29 00:00+0000", "03-29 02:00+0100", "03-29 03:00+0100"]
-    fall = fires("*/30 1 * 10 7L", LONDON, "2026-10-24 12:00", "2026-10-26 00:00")
-    assert local(fall, LONDON) == [
-        "10-25 01:00+0100",
-        "10-25 01:30+0100",
-        "10-25 01:00+0000",
-        "10-25 01:30+0000",
-    ]
-
-
-def test_nth_sunday_at_a_fixed_time_follows_the_fixed_time_rule_in_new_york() -> None:
-    spring = fires("30 2 * 3 0#2", NY, "2026-01-01 00:00", "2027-01-01 00:00")
+    case(LONDON, "30 1 * 10 0L", "2026-01-01 00:00", "2028-01-01 00:00",
+         "on the last Sunday of October 01:30 runs once, at the first (BST)",
+         ["2026-10-25 01:30+0100", "2027-10-31 01:30+0100"]),
+    # The last Sunday with wildcards runs every real instant.
+    case(LONDON, "0 * * 3 SUNL", "2026-03-28 23:30", "2026-03-29 02:30",
+         "on the last Sunday of March hourly skips the gap's 01:00",
+         ["2026-03-29 00:00+0000", "2026-03-29 02:00+0100", "2026-03-29 03:00+0100"]),
+    case(LONDON, "*/30 1 * 10 7L", "2026-10-24 12:00", "2026-10-26 00:00",
+         "on the last Sunday of October the wildcard minute runs in both passes",
+         ["2026-10-25 01:00+0100", "2026-10-25 01:30+0100", "2026-10-25 01:00+0000",
+          "2026-10-25 01:30+0000"]),
     # Sun 8 March: 02:30 does not exist, so 03:00 EDT.
-    assert spring == [z("2026-03-08 07:00")], local(spring, NY)
-    fall = fires("30 1 * 11 sun#1", NY, "2026-01-01 00:00", "2027-01-01 00:00")
+    case(NY, "30 2 * 3 0#2", "2026-01-01 00:00", "2027-01-01 00:00",
+         "on the second Sunday of March 02:30 is in the gap, so it runs at 03:00 EDT",
+         ["2026-03-08 03:00-0400"]),
     # Sun 1 November: 01:30 EDT only, not again at 01:30 EST.
-    assert fall == [z("2026-11-01 05:30")], local(fall, NY)
-    stepped = fires("0 */2 * 3 0#2", NY, "2026-01-01 00:00", "2027-01-01 00:00")
-    assert local(stepped, NY)[:3] == ["03-08 00:00-0500", "03-08 04:00-0400", "03-08 06:00-0400"]
-
-
-# --------------------------------------------------------------------------- other zones
-
-
-def test_negative_dst_in_dublin_behaves_like_any_other_transition() -> None:
-    got = fires("30 1 * * *", "Europe/Dublin", "2026-03-28 00:00", "2026-03-31 00:00")
-    assert got == [z("2026-03-28 01:30"), z("2026-03-29 01:00"), z("2026-03-30 00:30")]
-    got = fires("30 1 * * *", "Europe/Dublin", "2026-10-24 00:00", "2026-10-27 00:00")
-    assert got == [z("2026-10-24 00:30"), z("2026-10-25 00:30"), z("2026-10-26 01:30")]
-    got = fires("0 * * * *", "Europe/Dublin", "2026-10-24 23:30", "2026-10-25 02:00")
-    assert got == [z("2026-10-25 00:00"), z("2026-10-25 01:00"), z("2026-10-25 02:00")]
-
-
-def test_midnight_gap_in_santiago_moves_the_run_to_one_oclock_the_same_day() -> None:
-    got = fires("0 0 * * *", "America/Santiago", "2026-09-05 00:00", "2026-09-08 00:00")
+    case(NY, "30 1 * 11 sun#1", "2026-01-01 00:00", "2027-01-01 00:00",
+         "on the first Sunday of November 01:30 runs once, at the first (EDT)",
+         ["2026-11-01 01:30-0400"]),
+    case(NY, "0 */2 * 3 0#2", "2026-01-01 00:00", "2027-01-01 00:00",
+         "on the second Sunday of March a stepped hour never invents 02:00",
+         ["2026-03-08 00:00-0500", "2026-03-08 04:00-0400", "2026-03-08 06:00-0400",
+          "2026-03-08 08:00-0400", "2026-03-08 10:00-0400", "2026-03-08 12:00-0400",
+          "2026-03-08 14:00-0400", "2026-03-08 16:00-0400", "2026-03-08 18:00-0400",
+          "2026-03-08 20:00-0400", "2026-03-08 22:00-0400"]),
+    # ---------------------------------------------------------------------- other zones
+    # Negative DST in Dublin behaves like any other transition.
+    case(DUBLIN, "30 1 * * *", "2026-03-28 00:00", "2026-03-31 00:00",
+         "on 03-29 01:30 is in the spring gap, so it runs once, at 02:00 IST",
+         ["2026-03-28 01:30+0000", "2026-03-29 02:00+0100", "2026-03-30 01:30+0100"]),
+    case(DUBLIN, "30 1 * * *", "2026-10-24 00:00", "2026-10-27 00:00",
+         "on 10-25 01:30 happens twice and runs once, at the first (IST)",
+         ["2026-10-24 01:30+0100", "2026-10-25 01:30+0100", "2026-10-26 01:30+0000"]),
+    case(DUBLIN, "0 * * * *", "2026-10-24 23:30", "2026-10-25 02:00",
+         "on 10-25 hourly runs both 01:00s",
+         ["2026-10-25 01:00+0100", "2026-10-25 01:00+0000", "2026-10-25 02:00+0000"]),
     # Sat 00:00 -04, Sun 01:00 -03 (00:00-01:00 was skipped), Mon 00:00 -03.
-    assert local(got, "America/Santiago") == [
-        "09-05 00:00-0400",
-        "09-06 01:00-0300",
-        "09-07 00:00-0300",
-    ]
-
-
-def test_repeated_evening_hour_in_santiago_runs_fixed_time_once() -> None:
-    got = fires("30 23 * * *", "America/Santiago", "2026-04-03 12:00", "2026-04-06 12:00")
+    case(SANTIAGO, "0 0 * * *", "2026-09-05 00:00", "2026-09-08 00:00",
+         "on 09-06 midnight is in the spring gap, so it runs at 01:00 the same day",
+         ["2026-09-05 00:00-0400", "2026-09-06 01:00-0300", "2026-09-07 00:00-0300"]),
     # Saturday's 23:30 happens twice (-03, then -04): it runs at the first.
-    assert local(got, "America/Santiago") == [
-        "04-03 23:30-0300",
-        "04-04 23:30-0300",
-        "04-05 23:30-0400",
-    ]
-    assert got == [z("2026-04-04 02:30"), z("2026-04-05 02:30"), z("2026-04-06 03:30")]
+    case(SANTIAGO, "30 23 * * *", "2026-04-03 12:00", "2026-04-06 12:00",
+         "on 04-04 the evening's 23:30 happens twice and runs once, at the first (-03)",
+         ["2026-04-03 23:30-0300", "2026-04-04 23:30-0300", "2026-04-05 23:30-0400"]),
+    case("UTC", "30 2 * * *", "2026-03-07 00:00", "2026-03-10 00:00",
+         "no transitions, 02:30 every day",
+         ["2026-03-07 02:30+0000", "2026-03-08 02:30+0000", "2026-03-09 02:30+0000"]),
+]  # fmt: skip
 
 
-def test_utc_has_no_transitions() -> None:
-    got = fires("30 2 * * *", "UTC", "2026-03-07 00:00", "2026-03-10 00:00")
-    assert got == [z("2026-03-07 02:30"), z("2026-03-08 02:30"), z("2026-03-09 02:30")]
+@pytest.mark.parametrize(("zone", "cron", "start", "end", "expected"), FIRE_TIMES)
+def test_fire_times_across_a_transition(
+    zone: str, cron: str, start: str, end: str, expected: list[str]
+) -> None:
+    got = Schedule(cron, timezone=zone).fire_times(z(start), z(end))
+    assert local(got, zone) == expected
+    assert got == instants(expected)  # to the microsecond, not only to the minute
+
+
+@pytest.mark.parametrize(
+    ("cron", "after", "expected"),
+    [
+        pytest.param(
+            "*/15 * * * *",
+            "2026-11-01 06:20",
+            "2026-11-01 01:30-0500",
+            id="*/15 * * * *: from 01:20 EST, the second pass of 01:00-02:00, next is 01:30 EST",
+        ),
+        pytest.param(
+            "45 1 * * *",
+            "2026-11-01 06:20",
+            "2026-11-02 01:45-0500",
+            id="45 1 * * *: the day's 01:45 already ran (EDT), next is tomorrow's",
+        ),
+        pytest.param(
+            "45 1 * * *",
+            "2026-11-01 04:50",
+            "2026-11-01 01:45-0400",
+            id="45 1 * * *: just before the fall back, the day's 01:45 EDT is still ahead",
+        ),
+    ],
+)
+def test_next_after_inside_the_repeated_hour_in_new_york(
+    cron: str, after: str, expected: str
+) -> None:
+    got = Schedule(cron, timezone=NY).next_after(z(after))
+    assert local([got], NY) == [expected]
+    assert [got] == instants([expected])
+
+
+@pytest.mark.parametrize(
+    ("zone", "cron", "expected"),
+    [
+        pytest.param(
+            NY,
+            "0 */3 * * *",
+            timedelta(hours=2),
+            id="New York, 0 */3 * * *: 00:00 EST to 03:00 EDT is two real hours",
+        ),
+        pytest.param(
+            NY,
+            "0,30 */3 * * *",
+            timedelta(minutes=30),
+            # A frequent schedule reaches the 3000-fire cap in January but still sees
+            # the March and November transitions.
+            id="New York, 0,30 */3 * * *: past the fire-time cap, the transitions still count",
+        ),
+        pytest.param(
+            NY,
+            "30 1 * * *",
+            timedelta(hours=23),
+            id="New York, 30 1 * * *: the spring-forward day is 23 hours",
+        ),
+        pytest.param(
+            NY,
+            "30 2 * * *",
+            timedelta(hours=23, minutes=30),
+            id="New York, 30 2 * * *: 03:00 EDT (in place of 02:30) to the next 02:30 EDT",
+        ),
+        pytest.param(
+            LORD_HOWE,
+            "0 * * * *",
+            timedelta(hours=1),
+            # Both transitions lengthen a gap to 90 minutes; none is shorter than an hour.
+            id="Lord Howe, 0 * * * *: the half-hour shifts make no gap shorter than an hour",
+        ),
+    ],
+)
+def test_min_interval_sees_the_transitions(zone: str, cron: str, expected: timedelta) -> None:
+    assert Schedule(cron, timezone=zone).min_interval() == expected
 
 
 def test_jitter_shifts_the_dst_substitute_like_any_other_fire_time() -> None:
@@ -438,24 +417,3 @@ def test_jitter_shifts_the_dst_substitute_like_any_other_fire_time() -> None:
     assert jittered.fire_times(z("2026-03-07 00:00"), z("2026-03-10 00:00")) == [
         t + jittered.offset for t in base
     ]
-
-
-def test_next_after_inside_the_second_pass_finds_the_remaining_second_pass_instants() -> None:
-    s = Schedule("*/15 * * * *", timezone=NY)
-    # 06:20Z is 01:20 EST, in the second pass of 01:00-02:00.
-    assert s.next_after(z("2026-11-01 06:20")) == z("2026-11-01 06:30")
-    fixed = Schedule("45 1 * * *", timezone=NY)
-    # The day's 01:45 already ran (EDT); the next is tomorrow's.
-    assert fixed.next_after(z("2026-11-01 06:20")) == z("2026-11-02 06:45")
-    # Just before the fall back, the day's 01:45 EDT is still ahead.
-    assert fixed.next_after(z("2026-11-01 04:50")) == z("2026-11-01 05:45")
-
-
-def test_min_interval_sees_the_spring_forward_shortening() -> None:
-    # Every three hours on the wall clock: 00:00 EST to 03:00 EDT is 2 real hours.
-    assert Schedule("0 */3 * * *", timezone=NY).min_interval() == timedelta(hours=2)
-    # A frequent schedule reaches the 3000-fire cap in January but still sees
-    # the March and November transitions.
-    assert Schedule("0,30 */3 * * *", timezone=NY).min_interval() == timedelta(minutes=30)
-    assert Schedule("30 1 * * *", timezone=NY).min_interval() == timedelta(hours=23)
-    assert Schedule("30 2 * * *", timezone=NY).min_interval() == timedelta(hours=23, minutes=30)
