@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from django_fencedjobs.models import Outcome, Watermark
-from django_fencedjobs.run import _floor, watermark_text
+from django_fencedjobs.run import watermark_text
 from tests.faults.harness import make_due, now, prepare, runs, wait_lease_expired
 from tests.faults.jobs import ITEMS, WINDOWS
 from tests.testapp.models import Item, Write
@@ -29,6 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ITEM_COUNT = 30
 SIZE = 5
 STEP = timedelta(minutes=1)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def kill_when_stalled(worker) -> dict:
@@ -91,7 +92,8 @@ def test_killed_batch_rolls_back_and_the_next_run_resumes(spawn, stall_batch):
 
 @pytest.mark.parametrize("stall_window", [0, 3, 7])
 def test_killed_window_rolls_back_and_the_next_run_resumes_from_the_watermark(spawn, stall_window):
-    start = _floor(now(), STEP) - 12 * STEP
+    at = now()
+    start = at - (at - EPOCH) % STEP - 12 * STEP  # on a whole step, twelve steps back
     config = {"start": start.isoformat(), "step": int(STEP.total_seconds())}
     prepare(WINDOWS)
     a = spawn("once", WINDOWS, "A", stall_window=stall_window, **config)
