@@ -2,8 +2,10 @@
 
 A benchmark module defines ``measure(smoke: bool) -> Report`` and ends with
 ``if __name__ == "__main__": common.main(measure)``. Run alone (``python -m bench.p1_...``)
-it prints its figures and appends a dated section to ``docs/benchmarks.md``; ``bench/run.py``
-runs every module that way in its own process and writes one section for all of them.
+it prints its figures, adds a dated section to ``docs/benchmarks-history.md`` and rewrites
+the current figures of ``docs/benchmarks.md`` (``bench/results.py`` owns both files' form);
+``bench/run.py`` runs every module that way in its own process and writes one section for
+all of them.
 
 Measurements are taken side by side: the variants of a comparison alternate (A B, then
 B A, ...) within one process and one connection, so that drift of the machine (other
@@ -28,8 +30,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import results
+
 REPO = Path(__file__).resolve().parent.parent
-DOCS = REPO / "docs" / "benchmarks.md"
 DB_ENV = "FENCEDJOBS_BENCH_DB"
 
 if str(REPO) not in sys.path:
@@ -237,10 +240,6 @@ class Goal:
     measured: str
     met: bool | None  # None: informative only
 
-    @property
-    def verdict(self) -> str:
-        return {True: "met", False: "**MISSED**", None: "—"}[self.met]
-
 
 @dataclasses.dataclass
 class Report:
@@ -260,14 +259,6 @@ class Report:
         self.goals.append(Goal(label, target, measured, met))
         mark = {True: "met", False: "MISSED", None: "info"}[met]
         print(f"[{self.key} {mark}] {label}: {measured} (goal: {target})", flush=True)
-
-    def markdown(self) -> str:
-        out = [f"### {self.key}: {self.title}", "", *self.lines]
-        if self.goals:
-            out += ["", "| goal | target | measured | |", "| --- | --- | --- | --- |"]
-            out += [f"| {g.label} | {g.target} | {g.measured} | {g.verdict} |" for g in self.goals]
-        out += ["", f"_{self.seconds:.0f} s_", ""]
-        return "\n".join(out)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -333,57 +324,6 @@ def command_line() -> str:
     return inner
 
 
-def section(reports: Sequence[Report], *, started: datetime, seconds: float, smoke: bool) -> str:
-    info = machine()
-    head = f"## {started:%Y-%m-%d %H:%M} UTC" + (
-        " (smoke sizes: not a measurement)" if smoke else ""
-    )
-    lines = [
-        head,
-        "",
-        f"- command: `{command_line()}`",
-        f"- machine: {info['cores']} cores ({info['cpu']}), {info['os']}, "
-        f"load average at the end {info['load']}",
-        f"- PostgreSQL {info['postgresql']}",
-        f"- Python {info['python']}, Django {info['django']}, psycopg {info['psycopg']}",
-        f"- wall time: {seconds / 60:.1f} min",
-        "",
-    ]
-    goals = [(r.key, g) for r in reports for g in r.goals if g.met is not None]
-    if goals:
-        lines += ["| # | goal | target | measured | |", "| --- | --- | --- | --- | --- |"]
-        lines += [
-            f"| {k} | {g.label} | {g.target} | {g.measured} | {g.verdict} |" for k, g in goals
-        ]
-        lines.append("")
-    for report in reports:
-        lines.append(report.markdown())
-    return "\n".join(lines)
-
-
-PREAMBLE = """# Benchmarks
-
-Written by `make bench` (bench/run.py), which starts a throwaway PostgreSQL with its
-durable defaults (fsync and synchronous commit on) and appends one dated section here
-per run. Every comparison is measured side by side in one run: the variants alternate
-(A B, B A, ...) and each figure is the median over the repeats, with the spread (min to max)
-and the number of repeats in parentheses. The ceiling at the top of each section is what
-the same PostgreSQL does at all for one client committing single-row updates
-(`pgbench -b simple-update`), so every rate can be read as a fraction of it.
-
-Figures from a busy machine are noisy; the load average is printed with each section.
-"""
-
-
-def append(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    existing = path.read_text() if path.exists() else ""
-    with path.open("a") as f:
-        if not existing:
-            f.write(PREAMBLE)
-        f.write("\n" + text)
-
-
 # -- running one module ---------------------------------------------------------------------
 
 
@@ -391,11 +331,7 @@ def main(measure: Callable[[bool], Report], argv: Sequence[str] | None = None) -
     parser = argparse.ArgumentParser()
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks it runs")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON (bench/run.py)")
-    parser.add_argument(
-        "--output",
-        metavar="PATH",
-        help=f"append the section here (default {DOCS.relative_to(REPO)}; none with --smoke)",
-    )
+    results.add_arguments(parser)
     args = parser.parse_args(argv)
     started = datetime.now(UTC)
     t0 = time.monotonic()
@@ -407,9 +343,15 @@ def main(measure: Callable[[bool], Report], argv: Sequence[str] | None = None) -
         if args.json:
             Path(args.json).write_text(json.dumps(report.to_json()))
         else:
-            output = Path(args.output) if args.output else None if args.smoke else DOCS
-            if output is not None:
-                text = section([report], started=started, seconds=report.seconds, smoke=args.smoke)
-                append(output, text)
-                print(f"appended to {output}")
+            history, summary = results.destinations(args)
+            if history is not None:
+                text = results.section(
+                    [report],
+                    started=started,
+                    seconds=report.seconds,
+                    smoke=args.smoke,
+                    machine=machine(),
+                    command=command_line(),
+                )
+                results.publish(text, history=history, summary=summary)
     return 0

@@ -1,16 +1,17 @@
-"""``make bench``: every benchmark, each in a process of its own, and one dated section of
-``docs/benchmarks.md`` for all of them.
+"""``make bench``: every benchmark, each in a process of its own, and one dated section for
+all of them.
 
     python3 scripts/throwaway_postgres.py --durable -- .venv/bin/python bench/run.py
-        [--smoke] [--only P1,P3] [--output PATH]
+        [--smoke] [--only P1,P3] [--output HISTORY] [--summary PAGE]
 
 Creates a database of its own on the ``DATABASE_URL`` server (dropped at the end), runs
-the ceiling, P1 ... P6 (see each module's docstring), prints every figure as it comes,
-then appends the section (machine, versions, the command, a table of the goals, each
-benchmark's figures). ``--smoke`` runs every benchmark at tiny sizes to show that it
-works (the test suite does that); its figures mean nothing, and it writes no section
-unless ``--output`` is given. Exits non-zero if a benchmark failed to run (a missed goal
-is reported, not an error).
+the ceiling, P1 ... P9 (see each module's docstring), prints every figure as it comes,
+then adds the run's section (machine, versions, the command, a table of the goals, each
+benchmark's figures) at the top of ``docs/benchmarks-history.md`` and rewrites the current
+figures of ``docs/benchmarks.md`` from that history (``bench/results.py``). ``--smoke``
+runs every benchmark at tiny sizes to show that it works (the test suite does that); its
+figures mean nothing, and it writes nothing unless ``--output`` is given. Exits non-zero
+if a benchmark failed to run (a missed goal is reported, not an error).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common
+from bench import common, results
 
 #: Run order (P5's million rows last); the section lists them in this order too.
 MODULES = [
@@ -90,7 +91,6 @@ def against_ceiling(reports: dict[str, common.Report]) -> list[str]:
         )
     if lines:
         lines = [
-            "",
             f"Against the ceiling ({tps:,.0f} single-row update transactions/s, one client, "
             "measured at the start of the run):",
             "",
@@ -103,8 +103,8 @@ def against_ceiling(reports: dict[str, common.Report]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs")
-    parser.add_argument("--only", help="comma-separated: Ceiling,P1,...,P6")
-    parser.add_argument("--output", help="append the section here (default docs/benchmarks.md)")
+    parser.add_argument("--only", help="comma-separated: Ceiling,P1,...,P9")
+    results.add_arguments(parser)
     args = parser.parse_args(argv)
     wanted = {k.strip().lower() for k in args.only.split(",")} if args.only else None
     selected = [(k, m) for k, m in MODULES if wanted is None or k.lower() in wanted]
@@ -123,16 +123,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"<== {key}: {reports[key].seconds:.0f} s", flush=True)
         seconds = time.monotonic() - t0
         ordered = [reports[k] for k, _ in MODULES if k in reports]
-        text = common.section(ordered, started=started, seconds=seconds, smoke=args.smoke)
-        extra = against_ceiling(reports)
-        if extra:
-            head, _, rest = text.partition("\n### ")
-            text = head + "\n".join(extra) + "\n### " + rest
+        text = results.section(
+            ordered,
+            started=started,
+            seconds=seconds,
+            smoke=args.smoke,
+            machine=common.machine(),
+            command=common.command_line(),
+            notes=against_ceiling(reports),
+        )
     print("\n" + text)
-    output = Path(args.output) if args.output else None if args.smoke else common.DOCS
-    if output is not None:
-        common.append(output, text)
-        print(f"appended to {output}")
+    history, summary = results.destinations(args)
+    if history is not None:
+        results.publish(text, history=history, summary=summary)
     failed = [r.key for r in ordered if r.figures.get("failed")]
     if failed:
         print(f"bench: failed to run: {', '.join(failed)}", file=sys.stderr)
