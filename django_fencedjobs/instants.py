@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, tzinfo
 
-__all__ = ["format_instant", "is_utc", "iso_utc", "zone_name"]
+__all__ = ["UTC_NAMES", "format_instant", "is_utc", "iso_utc", "zone_name"]
 
-#: Zone names that are UTC itself (a second line "in UTC" would repeat them).
-_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Zulu"})
+#: Zone names that are UTC itself: a second line "in UTC" would repeat them, and a schedule
+#: in one of them has no transitions to look for.
+UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Zulu"})
 
 
 def zone_name(tz: tzinfo) -> str:
@@ -29,7 +30,7 @@ def zone_name(tz: tzinfo) -> str:
 
 
 def is_utc(tz: tzinfo) -> bool:
-    return zone_name(tz) in _UTC_NAMES
+    return zone_name(tz) in UTC_NAMES
 
 
 def format_instant(value: datetime, tz: tzinfo, *, ref: datetime | None = None) -> str:

@@ -74,6 +74,7 @@ from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django_fencedjobs.exceptions import ScheduleError
+from django_fencedjobs.instants import is_utc
 
 __all__ = ["SEARCH_HORIZON_YEARS", "Schedule"]
 
@@ -597,7 +598,7 @@ class _CronRule:
         self.expr = expr
         self.fields = _parse_cron(expr)
         self.tz = tz
-        self._utc = tz.key in ("UTC", "Etc/UTC")
+        self._utc = is_utc(tz)
         reference = datetime.combine(_REFERENCE_DATE, time())
         if next(self.walls(reference), None) is None:
             raise ScheduleError(

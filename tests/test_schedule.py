@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_fencedjobs.exceptions import ScheduleError
+from django_fencedjobs.instants import UTC_NAMES
 from django_fencedjobs.listing import describe_schedule
 from django_fencedjobs.schedule import Schedule
 
@@ -162,6 +163,15 @@ def test_utc_names_and_named_zones_are_accepted(zone: str) -> None:
     schedule = Schedule("0 9 * * *", timezone=zone)
     assert schedule.timezone == zone
     assert schedule.tz == ZoneInfo(zone)
+
+
+@pytest.mark.parametrize("zone", sorted(UTC_NAMES))
+def test_a_name_of_utc_keeps_its_wall_time_all_year(zone: str) -> None:
+    # A schedule in one of these names looks for no transitions: each must be UTC indeed.
+    schedule = Schedule("30 2 * * *", timezone=zone)
+    fires = schedule.fire_times(z("2026-01-01 00:00:00"), z("2027-01-01 00:00:00"))
+    assert len(fires) == 365
+    assert {t.astimezone(ZoneInfo(zone)).strftime("%H:%M%z") for t in fires} == {"02:30+0000"}
 
 
 def test_timezone_is_validated_for_every_schedules_too() -> None:
