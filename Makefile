@@ -2,7 +2,8 @@
 #
 #   make test    the whole suite on a throwaway PostgreSQL, then on SQLite, then
 #                the matrix pass (make test-matrix)
-#   make lint    ruff check, ruff format --check, mypy (strict: pyproject.toml)
+#   make lint    ruff check, ruff format --check, mypy (strict: pyproject.toml), then the
+#                sdist and the wheel built and checked (make dist-check)
 #   make bench   benchmarks on a durable throwaway PostgreSQL
 #   make soak    random faults against three runners on a throwaway PostgreSQL (docs/reliability.md)
 #   make soak-pgbouncer  the same, through PgBouncer in transaction pooling
@@ -113,6 +114,25 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	@$(MAKE) --no-print-directory dist-check
+
+# The sdist and the wheel as users get them, built into a temporary directory (removed
+# after): twine checks their metadata (the README renders), scripts/check_dist.py their
+# contents (every module, migration, template and static file, py.typed, LICENSE; the
+# sdist's tests and docs, as MANIFEST.in says; nothing stray). The build's log is shown
+# only when it fails.
+.PHONY: dist-check
+dist-check: venv
+	@dist=$$(mktemp -d); \
+	echo "==> python -m build --outdir $$dist"; \
+	if $(BIN)/python -m build --outdir "$$dist" . >"$$dist/build.log" 2>&1; then \
+		$(BIN)/twine check --strict "$$dist"/*.tar.gz "$$dist"/*.whl \
+			&& $(BIN)/python scripts/check_dist.py "$$dist"; \
+		rc=$$?; \
+	else \
+		rc=$$?; cat "$$dist/build.log"; echo "make dist-check: the build failed"; \
+	fi; \
+	rm -rf "$$dist"; exit $$rc
 
 bench: venv
 	$(PY) scripts/throwaway_postgres.py --durable -- $(BIN)/python bench/run.py $(BENCH_ARGS)
