@@ -24,7 +24,9 @@ PREFIX = "bench.p4l."
 
 def measure(smoke: bool) -> common.Report:
     from bench.benchapp.models import Row
-    from django_fencedjobs import clock, declared, fenced_atomic, job, loop, operations
+    from django_fencedjobs import clock, fenced_atomic, job, loop, operations
+    from django_fencedjobs.declared import runnable_jobs
+    from django_fencedjobs.declared import sync as sync_rows
     from django_fencedjobs.models import JobRun
     from django_fencedjobs.registry import registry
 
@@ -53,8 +55,8 @@ def measure(smoke: bool) -> common.Report:
                     name=f"{PREFIX}long{i}",
                     timeout=timedelta(seconds=28),
                 )(slow)
-            declared = declared.runnable_jobs()
-            declared.sync(declared, clock.now())
+            declared = runnable_jobs()
+            sync_rows(declared, clock.now())
             for d in declared:
                 if d.name != fast_name:
                     operations.make_due(d.name, clock.now())  # busy from the first second

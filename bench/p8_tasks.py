@@ -50,11 +50,13 @@ def enqueue_cost(smoke: bool) -> tuple[list[list[str]], dict[str, float]]:
     from django_tasks_db.models import DBTaskResult
 
     from bench.benchapp.tasks import noop
-    from django_fencedjobs import clock, declared, fenced_atomic, job, lease, operations, runner
-    from django_fencedjobs.fencing import reset_current_run, set_current_run
+    from django_fencedjobs import clock, fenced_atomic, job, lease, operations, runner
+    from django_fencedjobs.declared import sync as sync_rows
+    from django_fencedjobs.fencing import reset_current_holder, set_current_holder
     from django_fencedjobs.models import JobRun, RunTask
     from django_fencedjobs.registry import registry
     from django_fencedjobs.run import Run
+    from django_fencedjobs.runstate import RunState
 
     sizes = [1, 10, 100] if smoke else [1, 100, 10_000]
     rows: list[list[str]] = []
@@ -70,7 +72,7 @@ def enqueue_cost(smoke: bool) -> tuple[list[list[str]], dict[str, float]]:
                         run.enqueue(noop, i)
 
             declared = job(every=timedelta(hours=1), name=name)(fan_out).job  # type: ignore[attr-defined]
-            declared.sync([declared], clock.now())
+            sync_rows([declared], clock.now())
 
             def whole_run(declared: Any = declared) -> None:
                 operations.make_due(declared.name, clock.now())
@@ -80,7 +82,7 @@ def enqueue_cost(smoke: bool) -> tuple[list[list[str]], dict[str, float]]:
             # The enqueue block alone, in a run of a second job that holds its lease
             # (taken once, for all the samples).
             held = job(every=timedelta(hours=1), name=f"{name}_held")(fan_out).job  # type: ignore[attr-defined]
-            declared.sync([held], clock.now())
+            sync_rows([held], clock.now())
             operations.make_due(held.name, clock.now())
             holder = JobRun.objects.create(job=held.name, scheduled_for=clock.now(), fence=0)
             with transaction.atomic():
@@ -93,16 +95,17 @@ def enqueue_cost(smoke: bool) -> tuple[list[list[str]], dict[str, float]]:
                 )
             assert fence is not None
             holder.fence = fence
-            run = Run(held, holder, now=clock.now(), watermarks={})
+            state = RunState(held, holder, watermarks={})
+            run = Run(state, now=clock.now())
 
-            def fenced_block(run: Run = run, n: int = n) -> None:
-                token = set_current_run(run)
+            def fenced_block(run: Run = run, state: RunState = state, n: int = n) -> None:
+                token = set_current_holder(state)
                 try:
                     with fenced_atomic():
                         for i in range(n):
                             run.enqueue(noop, i)
                 finally:
-                    reset_current_run(token)
+                    reset_current_holder(token)
 
             def plain_block(n: int = n) -> None:
                 with transaction.atomic():

@@ -32,16 +32,8 @@ NAME = "bench.p9.one_write"
 def measure(smoke: bool) -> common.Report:
 
     from bench.benchapp.models import Row
-    from django_fencedjobs import (
-        clock,
-        declared,
-        fenced_atomic,
-        job,
-        lease,
-        loop,
-        operations,
-        runner,
-    )
+    from django_fencedjobs import clock, fenced_atomic, job, lease, loop, operations, runner
+    from django_fencedjobs.declared import sync as sync_rows
     from django_fencedjobs.registry import registry
 
     repeats = 3 if smoke else 15
@@ -55,7 +47,7 @@ def measure(smoke: bool) -> common.Report:
     common.clear_jobs("bench.p9.")
     with registry.isolated():
         declared = job(every=timedelta(hours=1), name=NAME)(one_write).job  # type: ignore[attr-defined]
-        declared.sync([declared], clock.now())
+        sync_rows([declared], clock.now())
 
         def due_row() -> lease.LeaseRow:
             operations.make_due(NAME, clock.now())

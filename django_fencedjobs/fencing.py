@@ -2,7 +2,7 @@
 
 It has the shape of :func:`django.db.transaction.atomic`: a decorator, a decorator with
 arguments, or a context manager. On entry it opens ``transaction.atomic`` and, inside it,
-checks and locks the run's fence (:func:`django_fencedjobs.lease.lock_fence`). When the
+checks and locks the run's fence (:func:`django_fencedjobs.lease.guard`). When the
 fence is stale it raises :class:`FenceLost` and the block never runs; everything written
 in it rolls back. The lock is held until the transaction ends, so no successor can take
 the lease between the check and the commit.
@@ -32,37 +32,41 @@ from django_fencedjobs import db
 from django_fencedjobs.exceptions import NotInRun, RunAborted
 
 
-class Run(Protocol):
-    """What a fenced block asks of the current run (:class:`django_fencedjobs.run.Run`):
-    to check, inside the block's transaction, that it may still write; and whether the run
-    was stopped (timed out, or its fence found gone), when every fenced block must fail."""
+class FenceHolder(Protocol):
+    """What a fenced block asks of the fence it writes under: a run's
+    (:class:`~django_fencedjobs.runstate.RunState`) or a task's that a run enqueued
+    (:class:`~django_fencedjobs.integrations.tasks.TaskFence`). To check, inside the
+    block's transaction, that it may still write; whether it was stopped (a run timed out,
+    or its fence found gone), when every fenced block must fail before its ``BEGIN``; and
+    to record what the block did, in its transaction."""
 
-    def _check_fence(self, connection: BaseDatabaseWrapper) -> None: ...
+    def check_fence(self, connection: BaseDatabaseWrapper) -> None: ...
 
-    def _stopped(self) -> RunAborted | None: ...
+    def stopped_error(self) -> RunAborted | None: ...
 
-    def _save_progress(self, connection: BaseDatabaseWrapper) -> None: ...
+    def save_progress(self, connection: BaseDatabaseWrapper) -> None: ...
 
 
-_current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
-    "fencedjobs_current_run", default=None
+_current: contextvars.ContextVar[FenceHolder | None] = contextvars.ContextVar(
+    "fencedjobs_current_fence", default=None
 )
 
 
-def current_run() -> Run:
-    """The run whose handler is executing, or :class:`NotInRun`."""
-    run = _current_run.get()
-    if run is None:
+def current_holder() -> FenceHolder:
+    """The fence the code executing now writes under (a run's handler, or a task of a
+    run), or :class:`NotInRun`."""
+    holder = _current.get()
+    if holder is None:
         raise NotInRun()
-    return run
+    return holder
 
 
-def set_current_run(run: Run | None) -> contextvars.Token[Run | None]:
-    return _current_run.set(run)
+def set_current_holder(holder: FenceHolder | None) -> contextvars.Token[FenceHolder | None]:
+    return _current.set(holder)
 
 
-def reset_current_run(token: contextvars.Token[Run | None]) -> None:
-    _current_run.reset(token)
+def reset_current_holder(token: contextvars.Token[FenceHolder | None]) -> None:
+    _current.reset(token)
 
 
 class _FencedTransaction(transaction.Atomic):
@@ -107,8 +111,8 @@ class FencedAtomic(ContextDecorator):
         self.using = using
 
     def __enter__(self) -> None:
-        run = current_run()
-        stopped = run._stopped()
+        holder = current_holder()
+        stopped = holder.stopped_error()
         if stopped is not None:
             raise stopped  # before BEGIN: the run's session may already have been ended
         leases = db.lease_db()
@@ -125,7 +129,7 @@ class FencedAtomic(ContextDecorator):
         if joined:
             return  # joined the enclosing fenced block: its lock covers this transaction
         try:
-            run._check_fence(connections[alias])
+            holder.check_fence(connections[alias])
         except BaseException as exc:
             try:
                 atomic.__exit__(type(exc), exc, exc.__traceback__)
@@ -156,7 +160,7 @@ class FencedAtomic(ContextDecorator):
                         func()
                     if outermost:
                         # What the run did in this transaction, recorded with it.
-                        current_run()._save_progress(connection)
+                        current_holder().save_progress(connection)
                 except BaseException as exc:
                     block.__exit__(type(exc), exc, exc.__traceback__)
                     raise
@@ -181,8 +185,8 @@ def _raise_if_stopped(error: Exception, connection: BaseDatabaseWrapper | None) 
     Such an error is raised as the interrupt it hides (or ``FenceLost``), and a
     connection left mid-command (``connection``, when given) is discarded.
     """
-    stopped = _current_run.get()
-    reason = stopped._stopped() if stopped is not None else None
+    holder = _current.get()
+    reason = holder.stopped_error() if holder is not None else None
     if reason is None:
         return
     if connection is not None:
@@ -217,4 +221,4 @@ def fenced_atomic(using: str | FuncT | None = None) -> FencedAtomic | FuncT:
     return FencedAtomic(using)
 
 
-__all__ = ["FencedAtomic", "current_run", "fenced_atomic", "in_fenced_block"]
+__all__ = ["FenceHolder", "FencedAtomic", "current_holder", "fenced_atomic", "in_fenced_block"]

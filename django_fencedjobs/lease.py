@@ -31,6 +31,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F
 from django.db.models.functions import Greatest
 
+from django_fencedjobs import outcomes
 from django_fencedjobs.db import first_statement, lease_db
 from django_fencedjobs.models import LEASE_FREE, JobLease, JobRun, Outcome
 
@@ -243,8 +244,7 @@ def mark_abandoned(name: str, fence: int, now: datetime) -> None:
     ).update(
         outcome=Outcome.ABANDONED,
         finished_at=now,
-        error="The lease expired before this run finished and a later run took over "
-        "(the process died, or was paused past its lease).",
+        error=outcomes.ABANDONED,
     )
 
 

@@ -64,6 +64,20 @@ class Outcome(models.TextChoices):
     INTERRUPTED = "interrupted", _("interrupted")
 
 
+#: A run's failure: what counts towards ``consecutive_failures`` and the failed runs of the
+#: failure rate. Its handler raised or overran its timeout; a run that was missed,
+#: interrupted, abandoned or lost its fence says nothing against the job's own code.
+FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT})
+#: The runs the failure rate is read over: those that ran to an end, succeeding or failing.
+RATED_OUTCOMES = frozenset({Outcome.SUCCEEDED, *FAILURE_OUTCOMES})
+#: A run ended from beside its handler, its fence taken from it (revoked at its timeout, or
+#: superseded by a later run): its outcome stands whatever the handler raises afterwards.
+FENCE_TAKEN_OUTCOMES = frozenset({Outcome.TIMED_OUT, Outcome.FENCE_LOST})
+#: A record whose run may still be recorded as ended: running, or abandoned by a successor
+#: while its process was paused (the run's own account, when it comes, is the better one).
+ENDABLE_OUTCOMES = frozenset({Outcome.RUNNING, Outcome.ABANDONED})
+
+
 class JobRun(models.Model):
     job = models.CharField(_("job"), max_length=200)
     scheduled_for = models.DateTimeField(_("scheduled for"))
@@ -152,8 +166,13 @@ class TaskStatus(models.TextChoices):
     FAILED = "failed", _("failed")
 
 
-#: Statuses of a task that has not finished.
-UNFINISHED_TASK = (TaskStatus.PENDING, TaskStatus.READY, TaskStatus.RUNNING)
+#: A task not started yet: recorded, or handed to its backend and waiting for a worker.
+NOT_STARTED_TASK = frozenset({TaskStatus.PENDING, TaskStatus.READY})
+#: A task that has not finished: its run's slot waits for it (health reads the job late
+#: past the slot's deadline).
+UNFINISHED_TASK = frozenset({*NOT_STARTED_TASK, TaskStatus.RUNNING})
+#: A task that has finished: its status is its outcome, and no report changes it any more.
+FINISHED_TASK = frozenset({TaskStatus.SUCCESSFUL, TaskStatus.FAILED})
 
 
 class RunTask(models.Model):

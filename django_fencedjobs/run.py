@@ -3,8 +3,9 @@ iterates over.
 
 A run knows its fence and slot, and offers the helpers that keep its work idempotent
 (watermark windows, per-item batches). Everything it writes goes through ``fenced_atomic``,
-which asks :meth:`Run._check_fence` inside the transaction. The runner
-(:mod:`django_fencedjobs.runner`) creates it, supervises it and records how it ended.
+which checks the fence inside the transaction. What the runner keeps of the run beside the
+handler (stopped or not, what committed) is its :class:`~django_fencedjobs.runstate.RunState`,
+which the runner (:mod:`django_fencedjobs.runner`) creates, supervises and records.
 """
 
 from __future__ import annotations
@@ -20,19 +21,15 @@ from django.db.models import Model, Q, QuerySet
 from django.utils import timezone as dj_timezone
 
 from django_fencedjobs import clock, db, lease
-from django_fencedjobs.exceptions import FenceLost, NotInRun, WatermarkError
-from django_fencedjobs.fencing import FencedAtomic, current_run, in_fenced_block
-from django_fencedjobs.models import JobRun, Watermark
-from django_fencedjobs.savepoints import Ledger
+from django_fencedjobs.exceptions import NotInRun, WatermarkError
+from django_fencedjobs.fencing import FencedAtomic, current_holder, in_fenced_block
+from django_fencedjobs.models import Watermark
+from django_fencedjobs.runstate import Progress, RunState, WatermarkValue
 
 if TYPE_CHECKING:
-    from django.db.backends.base.base import BaseDatabaseWrapper
     from django.tasks import Task, TaskResult
 
-    from django_fencedjobs.registry import Job
-
 ModelT = TypeVar("ModelT", bound=Model)
-WatermarkValue = datetime | int
 
 #: Set when the process was asked to stop (SIGTERM, SIGINT): helpers stop between batches.
 stop = threading.Event()
@@ -50,50 +47,21 @@ class Run:
     """What a job's handler receives: the run's fence and slot, and the helpers that keep
     its work idempotent (watermark windows, per-item batches)."""
 
-    def __init__(
-        self,
-        job: Job,
-        record: JobRun,
-        *,
-        now: datetime,
-        watermarks: dict[str, WatermarkValue],
-    ) -> None:
-        self.job = job
-        self.record = record
+    def __init__(self, state: RunState, *, now: datetime) -> None:
+        self._state = state
+        self.job = state.job
+        self.record = state.record
         #: The fence this run was given; every fenced write checks it is still current.
-        self.fence: int = record.fence
+        self.fence: int = state.fence
         #: The slot this run is for (aware, UTC).
-        self.scheduled_for: datetime = record.scheduled_for
+        self.scheduled_for: datetime = state.record.scheduled_for
         #: The clock's reading when the run acquired its lease (aware, UTC): the upper
         #: bound of "everything due up to now".
         self.now: datetime = now
-        self.owner: str = record.owner
-        self._watermarks_at_start = dict(watermarks)
-        # The runner's bookkeeping. The watermarks as committed (what windows() goes on from)
-        # and the batches begun (what max_batches caps), whether the run was capped or
-        # interrupted; and its progress: what the open fenced transaction did (pending,
-        # written on the run's row by that transaction: _save_progress), what committed,
-        # and the items counted outside any fenced block (added when the run is recorded).
-        self._watermarks = dict(watermarks)
-        self._batch_count = 0
-        self._pending: Ledger[Progress] | None = None
-        self._committed = Progress()
-        self._loose_items = 0
+        self.owner: str = state.record.owner
+        self._watermarks_at_start = dict(state.watermarks)
         #: The end of the window each windows() key is in: advancing to it completes a batch.
         self._window_ends: dict[str, datetime] = {}
-        self._thread = threading.get_ident()
-        self._capped = False
-        self._interrupted = False
-        #: Set when the run learned its fence is gone (renewal failed, timed out, or a
-        #: fenced block found it stale) and once the run has been recorded: every fenced
-        #: block and helper of it fails from then on, in whichever thread.
-        self._lost = False
-        #: The transaction of the run's latest fenced block, as its fence check found it:
-        #: what the supervisor ends if the handler will not stop (it is ended only while
-        #: still open, so a registration that outlived its block is harmless).
-        self._held: lease.HeldTransaction | None = None
-        self._iterators: list[Generator[Any, None, None]] = []
-        self._aborting = False
 
     def __repr__(self) -> str:
         slot = f"{self.scheduled_for:%Y-%m-%dT%H:%M:%SZ}"
@@ -119,7 +87,7 @@ class Run:
         ``value`` is behind the stored watermark.
         """
         alias = db.lease_db()
-        if current_run() is not self or not in_fenced_block(alias):
+        if current_holder() is not self._state or not in_fenced_block(alias):
             raise WatermarkError(
                 f"job {self.job.name!r}: advance_watermark() must be called inside "
                 "`with fenced_atomic():` in the run's own handler, together with the work"
@@ -154,21 +122,20 @@ class Run:
             )
         # The run's own view follows what commits: if this transaction rolls back (the
         # handler caught the error and went on), the window it covered is not done.
-        transaction.on_commit(lambda: self._watermarks.__setitem__(key, value), using=alias)
+        transaction.on_commit(lambda: self._state.watermarks.__setitem__(key, value), using=alias)
         if not key:
-            self._pending_note(Progress(watermark=watermark_text(value)))
+            self._state.note(Progress(watermark=watermark_text(value)))
         window_end = self._window_ends.get(key)
         if window_end is not None and value >= window_end:  # type: ignore[operator]
             del self._window_ends[key]
-            self._pending_note(Progress(batches=1))
+            self._state.note(Progress(batches=1))
 
     # -- bounded iteration ----------------------------------------------------------------
 
     def _may_continue(self) -> bool:
-        if self._lost:
-            raise FenceLost(_fence_gone(self))
+        self._state.raise_if_stopped()
         if stop.is_set():
-            self._interrupted = True
+            self._state.interrupted = True
             return False
         return True
 
@@ -188,7 +155,7 @@ class Run:
                 f"job {self.job.name!r}: windows(step={step!r}): step must be a positive "
                 "timedelta, e.g. timedelta(hours=1)"
             )
-        position = self._watermarks.get(key)
+        position = self._state.watermarks.get(key)
         if position is None:
             position = start if start is not None else _floor(self.now, step) - step
         if not isinstance(position, datetime):
@@ -196,15 +163,15 @@ class Run:
                 f"job {self.job.name!r}: windows() needs a datetime watermark, found {position!r}"
             )
         gen = self._windows(position, step, key)
-        self._iterators.append(gen)
+        self._state.iterators.append(gen)
         return gen
 
     def _windows(
         self, position: datetime, step: timedelta, key: str
     ) -> Generator[Window, None, None]:
         while position + step <= self.now:
-            if self._batch_count >= self.job.max_batches:
-                self._capped = True
+            if self._state.batch_count >= self.job.max_batches:
+                self._state.capped = True
                 return
             if not self._may_continue():
                 return
@@ -212,8 +179,8 @@ class Run:
             self._window_ends[key] = window.end
             yield window
             self._window_ends.pop(key, None)
-            self._batch_count += 1
-            reached = self._watermarks.get(key)
+            self._state.batch_count += 1
+            reached = self._state.watermarks.get(key)
             if not isinstance(reached, datetime) or reached < window.end:
                 raise WatermarkError(
                     f"job {self.job.name!r}: window {window.start.isoformat()} to "
@@ -246,7 +213,7 @@ class Run:
                 f"job {self.job.name!r}: batches(size={size!r}): size must be at least 1"
             )
         gen = self._batches(queryset, size)
-        self._iterators.append(gen)
+        self._state.iterators.append(gen)
         return gen
 
     def _batches(
@@ -261,8 +228,8 @@ class Run:
         # Each batch is a fenced block: the fence check goes with its BEGIN, then the claim.
         fenced = FencedAtomic(None)
         while True:
-            if self._batch_count >= self.job.max_batches:
-                self._capped = queryset.using(alias).exists()
+            if self._state.batch_count >= self.job.max_batches:
+                self._state.capped = queryset.using(alias).exists()
                 return
             if not self._may_continue():
                 return
@@ -273,20 +240,14 @@ class Run:
                 try:
                     yield items
                 except GeneratorExit:
-                    if self._aborting:
+                    if self._state.aborting:
                         raise  # the loop body failed: roll this batch back
                     # The loop stopped early (``break``): the batch it finished commits.
-                    self._batch_count += 1
-                    self._pending_note(Progress(batches=1))
+                    self._state.batch_count += 1
+                    self._state.note(Progress(batches=1))
                     return
-                self._pending_note(Progress(batches=1))
-            self._batch_count += 1
-
-    def _close_iterators(self, *, abort: bool) -> None:
-        self._aborting = abort
-        for gen in self._iterators:
-            gen.close()
-        self._iterators.clear()
+                self._state.note(Progress(batches=1))
+            self._state.batch_count += 1
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -318,45 +279,13 @@ class Run:
         (so too in a thread of the handler's own, which is in none of the run's blocks).
         """
         try:
-            inside = current_run() is self and in_fenced_block(db.lease_db())
+            inside = current_holder() is self._state and in_fenced_block(db.lease_db())
         except NotInRun:  # a thread without the run's context
             inside = False
         if inside:
-            self._pending_note(Progress(items=n))
+            self._state.note(Progress(items=n))
         else:
-            self._loose_items += n
-
-    @property
-    def _items(self) -> int:
-        """Items of the run as its record says them, as far as this process knows."""
-        return self._committed.items + self._loose_items
-
-    def _pending_note(self, progress: Progress) -> None:
-        """Note what the open fenced transaction did, at the savepoint level it did it: a
-        savepoint that rolls back takes its part with it (:class:`Ledger`)."""
-        if self._pending is not None:
-            self._pending.note(progress)
-
-    def _save_progress(self, connection: BaseDatabaseWrapper) -> None:
-        """Called by ``fenced_atomic`` when the run's outermost fenced block ends without an
-        error, just before it commits: what the block did (items, completed batches, the
-        watermark) goes on the run's row in the same transaction. So the row says what
-        committed, whoever records the run's end (itself, its supervisor at the timeout, a
-        successor finding it abandoned after a SIGKILL)."""
-        ledger, self._pending = self._pending, None
-        progress = Progress()
-        for done in ledger.kept() if ledger is not None else ():
-            progress.add(done)
-        if not progress:
-            return
-        table = connection.ops.quote_name(JobRun._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} SET items = items + %s, batches = batches + %s,"
-                " watermark_after = COALESCE(%s, watermark_after) WHERE id = %s",
-                [progress.items, progress.batches, progress.watermark, self.record.pk],
-            )
-        transaction.on_commit(lambda: self._committed.add(progress), using=connection.alias)
+            self._state.loose_items += n
 
     def heartbeat(self) -> None:
         """Renew the lease now; raises :class:`FenceLost` when it is no longer this run's.
@@ -364,8 +293,7 @@ class Run:
         The supervisor renews in the background; call this from a long computation to find
         out at once that the run has been superseded.
         """
-        if self._lost:
-            raise FenceLost(_fence_gone(self))
+        self._state.raise_if_stopped()
         until = clock.now() + self.job.lease_ttl
         connection = connections[db.lease_db()]
         if connection.in_atomic_block:
@@ -374,72 +302,19 @@ class Run:
             # ended) as a fenced block is; a lock timeout set here would outlive this
             # statement.
             if not in_fenced_block(connection.alias):  # else the block's check covers it
-                self._check_fence(connection)
+                self._state.check_fence(connection)
             renewed = lease.renew(self.job.name, self.fence, until)
         else:
             with db.bounded_wait():
                 renewed = lease.renew(self.job.name, self.fence, until)
         if not renewed:
-            self._lost = True
-            raise FenceLost(_fence_gone(self))
+            self._state.stop()
+            self._state.raise_if_stopped()
 
     @property
     def stopping(self) -> bool:
         """True once the process was asked to stop (SIGTERM): finish what is committed."""
         return stop.is_set()
-
-    def _stopped(self) -> FenceLost | None:
-        """Called by ``fenced_atomic``: the error every fenced block raises once the run was
-        stopped (timed out, or its fence found gone), else None."""
-        return FenceLost(_fence_gone(self)) if self._lost else None
-
-    def _check_fence(self, connection: BaseDatabaseWrapper) -> None:
-        """Called by ``fenced_atomic`` inside its transaction (a stopped run's block has
-        already failed on :meth:`_stopped`, before its ``BEGIN``). The transaction that
-        passes is the one the supervisor would end, and it may sit idle no longer than the
-        lease lasts."""
-        job = self.job
-        held = lease.guard(connection, job.name, self.fence, job.exclusion, job.lease_ttl)
-        if held is None:
-            if job.exclusion == "advisory":
-                refused = "another transaction of this job holds its advisory lock"
-            else:
-                self._lost = True
-                refused = "another run took the lease over, or the run was revoked or has ended"
-            raise FenceLost(
-                f"job {job.name!r}: fence {self.fence} is no longer current ({refused}); "
-                "nothing in this fenced block was committed"
-            )
-        self._held = held
-        self._pending = Ledger(connection.alias)  # a new transaction: nothing of it is done
-
-
-@dataclass
-class Progress:
-    """What fenced transactions of a run did: items counted, batches completed, the
-    default watermark reached (as recorded, or None)."""
-
-    items: int = 0
-    batches: int = 0
-    watermark: str | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.items or self.batches or self.watermark is not None)
-
-    def add(self, other: Progress) -> None:
-        self.items += other.items
-        self.batches += other.batches
-        if other.watermark is not None:
-            self.watermark = other.watermark
-
-
-def _fence_gone(run: Run) -> str:
-    return (
-        f"job {run.job.name!r}: fence {run.fence} is no longer current: another run took the "
-        "lease over, this run timed out and was revoked, or it has already been recorded. "
-        "The run is over; do not retry in the handler (the next run continues from the "
-        "committed state)."
-    )
 
 
 def _floor(value: datetime, step: timedelta) -> datetime:

@@ -30,14 +30,14 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F
 
-from django_fencedjobs import clock, db, lease, operations, signals
+from django_fencedjobs import clock, db, lease, operations, outcomes, signals
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.exceptions import FenceLost, JobTimeout
-from django_fencedjobs.fencing import reset_current_run, set_current_run
+from django_fencedjobs.fencing import reset_current_holder, set_current_holder
 from django_fencedjobs.models import LEASE_FREE, JobRun, Outcome, Watermark
 from django_fencedjobs.registry import Job
 from django_fencedjobs.run import Run, watermark_text
-from django_fencedjobs.supervisor import Supervisor, fence_lost_error, timed_out_error
+from django_fencedjobs.runstate import RunState
+from django_fencedjobs.supervisor import Supervisor
 from django_fencedjobs.text import bounded, error_excerpt
 
 logger = logging.getLogger("django_fencedjobs")
@@ -114,14 +114,9 @@ def run_job(job: Job, row: lease.LeaseRow, *, on_abandon: Any = None) -> JobRun 
                 owner=owner,
                 missed_slots=missed,
                 watermark_before=watermark_text(watermarks.get("")),
-                # Until a fenced block of the run moves it (Run._save_progress).
+                # Until a fenced block of the run moves it (RunState.save_progress).
                 watermark_after=watermark_text(watermarks.get("")),
-                error=(
-                    f"Not started: {now - scheduled_for} after its slot, past the job's "
-                    f"starting_deadline of {job.starting_deadline}."
-                    if too_late
-                    else ""
-                ),
+                error=outcomes.missed(now - scheduled_for, job) if too_late else "",
             )
             if too_late:
                 lease.end(job.name, fence, succeeded_at=None, failed=False)
@@ -145,65 +140,63 @@ def run_job(job: Job, row: lease.LeaseRow, *, on_abandon: Any = None) -> JobRun 
         )
         signals.send(signals.run_finished, job=job, record=record)
         return record
-    return _execute(job, Run(job, record, now=now, watermarks=watermarks), on_abandon)
+    return _execute(RunState(job, record, watermarks=watermarks), now, on_abandon)
 
 
-def _execute(job: Job, run: Run, on_abandon: Any) -> JobRun:
-    record = run.record
+def _execute(state: RunState, now: datetime, on_abandon: Any) -> JobRun:
+    job, record = state.job, state.record
     logger.info(
         "run started: %s (fence %d, %d earlier slot(s) coalesced)",
         job.name,
-        run.fence,
+        state.fence,
         record.missed_slots,
         extra=_log_fields(record, event="run_started"),
     )
     signals.send(signals.run_started, job=job, record=record)
-    token = set_current_run(run)
 
     def abandoned() -> None:
         if record.outcome == Outcome.RUNNING:  # its supervisor could not record it: retry
-            _pending.append((run, *_outcome_of(None, run, supervisor)))
+            _pending.append((state, *_outcome_of(None, state, supervisor)))
         if on_abandon is not None:
             on_abandon()
 
-    supervisor = Supervisor(run, end=record_end, on_abandon=abandoned)
+    supervisor = Supervisor(state, end=record_end, on_abandon=abandoned)
+    exc = _handle(state, now, supervisor)
+    outcome, error = _outcome_of(exc, state, supervisor)
+    if outcome == Outcome.FAILED and isinstance(exc, DatabaseError):
+        outcome, error = _database_failure(state, outcome, error)
+    if supervisor.fired is not None or supervisor.abandoned:
+        _discard_connection(db.lease_db())
+        if outcome not in (Outcome.TIMED_OUT, Outcome.FENCE_LOST):
+            outcome, error = _outcome_of(None, state, supervisor)
+    record = _record(state, outcome, error)
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+    return record
+
+
+def _handle(state: RunState, now: datetime, supervisor: Supervisor) -> BaseException | None:
+    """Call the handler under its supervisor, in the run's context; what it raised, if
+    anything, once the supervisor has stopped."""
+    token = set_current_holder(state)
     supervisor.start()
-    outcome: str = Outcome.SUCCEEDED
-    error = ""
     raised: BaseException | None = None
     try:
         try:
             try:
-                _call(job, run)
+                _call(state.job, Run(state, now=now))
             finally:
                 supervisor.disarm()
         except BaseException:
-            run._close_iterators(abort=True)
+            state.close_iterators(abort=True)
             raise
-        run._close_iterators(abort=False)
+        state.close_iterators(abort=False)
     except BaseException as exc:
-        outcome, error = _outcome_of(exc, run, supervisor)
-        if isinstance(exc, KeyboardInterrupt):
-            raised = exc
-        elif outcome == Outcome.FAILED and isinstance(exc, DatabaseError):
-            outcome, error = _database_failure(run, outcome, error)
+        raised = exc
     finally:
-        reset_current_run(token)
+        reset_current_holder(token)
     supervisor.join()
-    if supervisor.fired is not None or supervisor.abandoned:
-        _discard_connection(db.lease_db())
-        if outcome not in (Outcome.TIMED_OUT, Outcome.FENCE_LOST):
-            outcome, error = _outcome_of(None, run, supervisor)
-    if outcome == Outcome.SUCCEEDED and run._interrupted:
-        outcome, error = (
-            Outcome.INTERRUPTED,
-            "Stopped on request (SIGTERM/SIGINT) between batches; the next run continues "
-            "from the committed state.",
-        )
-    record = _record(run, outcome, error)
-    if raised is not None:
-        raise raised
-    return record
+    return raised
 
 
 def _call(job: Job, run: Run) -> None:
@@ -219,25 +212,24 @@ def _call(job: Job, run: Run) -> None:
         )
 
 
-def _outcome_of(exc: BaseException | None, run: Run, supervisor: Supervisor) -> tuple[str, str]:
-    """How a run ended, from what its handler raised (``None``: it returned) and what its
-    supervisor did. Only the runner's own stop request makes a run ``interrupted``; anything
-    else a handler raises (``SystemExit`` included) is a failure."""
-    if supervisor.fired is JobTimeout or isinstance(exc, JobTimeout):
-        return Outcome.TIMED_OUT, timed_out_error(run)
-    if supervisor.fired is FenceLost:  # its interrupt carries no account of its own
-        return Outcome.FENCE_LOST, fence_lost_error(run)
-    if isinstance(exc, FenceLost):
-        return Outcome.FENCE_LOST, str(exc)
-    if run._lost and isinstance(exc, DatabaseError):
-        # The session was ended under a run that had lost its fence.
-        return Outcome.FENCE_LOST, fence_lost_error(run)
-    if exc is None:
-        return Outcome.SUCCEEDED, ""
-    return Outcome.FAILED, _bounded_traceback(exc)
+def _outcome_of(
+    exc: BaseException | None, state: RunState, supervisor: Supervisor
+) -> tuple[str, str]:
+    """How a run ended (:func:`outcomes.decide`); a failure's message is its traceback."""
+    outcome, error = outcomes.decide(
+        state.job,
+        state.fence,
+        exc,
+        fired=supervisor.fired,
+        stopped=state.stopped,
+        interrupted=state.interrupted,
+    )
+    if outcome == Outcome.FAILED and exc is not None:
+        error = _bounded_traceback(exc)
+    return outcome, error
 
 
-def _database_failure(run: Run, outcome: str, error: str) -> tuple[str, str]:
+def _database_failure(run: RunState, outcome: str, error: str) -> tuple[str, str]:
     """The handler failed on a database error. If the run's fence is gone meanwhile, the
     error was the end of its run (the server ended its session after it sat idle in a
     transaction past the lease, typically paused, and another run took over): fence_lost."""
@@ -247,7 +239,7 @@ def _database_failure(run: Run, outcome: str, error: str) -> tuple[str, str]:
     except DatabaseError:
         return outcome, error
     if row is not None and row.fence != run.fence:
-        return Outcome.FENCE_LOST, fence_lost_error(run) + "\n\n" + error
+        return Outcome.FENCE_LOST, outcomes.fence_lost(run.fence) + "\n\n" + error
     return outcome, error
 
 
@@ -276,7 +268,7 @@ def _bounded_traceback(exc: BaseException) -> str:
     return bounded("".join(traceback.format_exception(exc)), get_settings().ERROR_MAX_CHARS)
 
 
-def record_end(run: Run, outcome: str, error: str, *, wait: float = db.LOCK_WAIT) -> bool:
+def record_end(run: RunState, outcome: str, error: str, *, wait: float = db.LOCK_WAIT) -> bool:
     """Record how ``run`` ended: the one function that does, whoever calls it (the run's
     thread when the handler returns, its supervisor at the timeout or on giving up).
 
@@ -289,7 +281,7 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = db.LOCK_WAIT
     call, or one for a run already recorded by a successor's takeover, records nothing and
     returns False); then logs it and sends ``run_finished``.
     """
-    run._lost = True
+    run.stop()
     job, record = run.job, run.record
     alias = db.lease_db()
     with db.bounded_wait(wait):
@@ -302,23 +294,23 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = db.LOCK_WAIT
         if not released and outcome == Outcome.TIMED_OUT:
             # Its timeout came after a successor had taken the lease over: the run was
             # paused (or stalled) past its lease, which is what ended it.
-            outcome, error = Outcome.FENCE_LOST, fence_lost_error(run)
+            outcome, error = Outcome.FENCE_LOST, outcomes.fence_lost(run.fence)
         # From running (or abandoned, if a successor gave up on this run while it was
         # paused: its own account is better), never from an outcome already recorded. The
         # items, batches and watermark are on the row already, as each of the run's
-        # transactions committed them (Run._save_progress); only the items counted outside
+        # transactions committed them (RunState.save_progress); only the items counted outside
         # any transaction are added here.
         ended: dict[str, Any] = {
             "outcome": outcome,
             "finished_at": clock.now(),
-            "capped": run._capped,
+            "capped": run.capped,
             "error": error,
         }
         rows = JobRun.objects.using(alias).filter(
             pk=record.pk, outcome__in=[Outcome.RUNNING, Outcome.ABANDONED]
         )
-        recorded = rows.update(**ended, items=F("items") + run._loose_items)
-        if recorded and threading.get_ident() != run._thread:
+        recorded = rows.update(**ended, items=F("items") + run.loose_items)
+        if recorded and threading.get_ident() != run.thread:
             # Recorded from beside the handler (its supervisor): the handler's last
             # commit may be newer than what this thread has seen of it.
             committed = JobRun.objects.using(alias).filter(pk=record.pk)
@@ -326,10 +318,10 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = db.LOCK_WAIT
                 "items", "batches", "watermark_after"
             ).get()
         else:
-            ended["items"] = run._items
-            ended["batches"] = run._committed.batches
-            if run._committed.watermark is not None:
-                ended["watermark_after"] = run._committed.watermark
+            ended["items"] = run.items
+            ended["batches"] = run.committed.batches
+            if run.committed.watermark is not None:
+                ended["watermark_after"] = run.committed.watermark
     if not recorded:
         return False
     if not released and outcome != Outcome.FENCE_LOST:
@@ -361,7 +353,7 @@ def record_end(run: Run, outcome: str, error: str, *, wait: float = db.LOCK_WAIT
     return True
 
 
-def _record(run: Run, outcome: str, error: str) -> JobRun:
+def _record(run: RunState, outcome: str, error: str) -> JobRun:
     """:func:`record_end`, retried once across a dropped connection; left pending for the
     loop to retry if the database stays away."""
     for attempt in (1, 2):
@@ -389,7 +381,7 @@ def _record(run: Run, outcome: str, error: str) -> JobRun:
 
 #: Outcomes that could not be recorded because the database was unreachable; the loop
 #: retries them before its next tick.
-_pending: list[tuple[Run, str, str]] = []
+_pending: list[tuple[RunState, str, str]] = []
 
 
 def record_pending() -> None:

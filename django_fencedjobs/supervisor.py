@@ -47,11 +47,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections
 
-from django_fencedjobs import clock, db, lease
+from django_fencedjobs import clock, db, lease, outcomes
 from django_fencedjobs.exceptions import FenceLost, JobTimeout, RunAborted
+from django_fencedjobs.models import Outcome
 
 if TYPE_CHECKING:
-    from django_fencedjobs.run import Run
+    from django_fencedjobs.runstate import RunState
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -76,20 +77,20 @@ def _async_raise(thread_id: int, exc_type: type[BaseException] | None) -> None:
 class Supervisor(threading.Thread):
     """Started by the runner in the handler's thread, just before the handler is called.
 
-    ``end(run, outcome, error, wait=seconds)`` is the runner's one function that records a
-    run's end (it raises ``DatabaseError`` when it could not);
+    ``end(state, outcome, error, wait=seconds)`` is the runner's one function that records
+    a run's end (it raises ``DatabaseError`` when it could not);
     ``on_abandon()`` tells the runner that the handler was given up on.
     """
 
     def __init__(
         self,
-        run: Run,
+        state: RunState,
         *,
         end: Callable[..., Any],
         on_abandon: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(name=f"fencedjobs-supervisor:{run.job.name}", daemon=True)
-        self.run_ = run
+        super().__init__(name=f"fencedjobs-supervisor:{state.job.name}", daemon=True)
+        self.state = state
         self._end = end
         self._on_abandon = on_abandon
         self.target_thread = threading.get_ident()
@@ -122,7 +123,7 @@ class Supervisor(threading.Thread):
     # -- the thread ------------------------------------------------------------------------
 
     def run(self) -> None:
-        run = self.run_
+        run = self.state
         deadline = time.monotonic() + run.job.run_timeout.total_seconds()
         interval = max(run.job.lease_ttl.total_seconds() / 3, MIN_RENEW_INTERVAL)
         wait = interval
@@ -149,7 +150,7 @@ class Supervisor(threading.Thread):
     def _renew(self, wait: float) -> bool | None:
         """True: renewed. False: the fence is gone. None: the row is locked (by the handler's
         own fenced transaction, or a takeover in progress); try again."""
-        run = self.run_
+        run = self.state
         try:
             with db.bounded_wait(wait):
                 return lease.renew(run.job.name, run.fence, clock.now() + run.job.lease_ttl)
@@ -166,8 +167,8 @@ class Supervisor(threading.Thread):
             return True
 
     def _stop_handler(self, reason: type[RunAborted]) -> None:
-        run = self.run_
-        run._lost = True  # every fenced block and helper of the run fails from now on
+        run = self.state
+        run.stop()  # every fenced block and helper of the run fails from now on
         self._interrupt(reason)
         if reason is JobTimeout:
             logger.error(
@@ -193,9 +194,8 @@ class Supervisor(threading.Thread):
     def _revoke(self) -> None:
         """Revoke the lease and record the run ``timed_out``: the handler may hold the lease
         row (inside a fenced transaction); after :data:`REVOKE_WAIT`, end its session."""
-        from django_fencedjobs.models import Outcome
-
-        run, error = self.run_, timed_out_error(self.run_)
+        run = self.state
+        error = outcomes.timed_out(run.job)
         try:
             self._end(run, Outcome.TIMED_OUT, error, wait=REVOKE_WAIT)
             return
@@ -220,7 +220,7 @@ class Supervisor(threading.Thread):
         one its latest fenced block registered, on whichever connection it made it (the
         handler may have reconnected since the run began); nothing else is touched. SQLite
         without a fenced block: the handler's connection is closed."""
-        held = self.run_._held
+        held = self.state.held
         try:
             if held is not None:
                 lease.end_transaction(held)
@@ -230,13 +230,13 @@ class Supervisor(threading.Thread):
             logger.warning("could not end the run's database transaction", exc_info=True)
 
     def _abandon(self, reason: type[RunAborted]) -> None:
-        from django_fencedjobs.models import Outcome
-
-        run = self.run_
+        run = self.state
         self.abandoned = True
         self._end_transaction()
-        outcome = Outcome.TIMED_OUT if reason is JobTimeout else Outcome.FENCE_LOST
-        error = timed_out_error(run) if reason is JobTimeout else fence_lost_error(run)
+        if reason is JobTimeout:
+            outcome, error = Outcome.TIMED_OUT, outcomes.timed_out(run.job)
+        else:
+            outcome, error = Outcome.FENCE_LOST, outcomes.fence_lost(run.fence)
         try:
             self._end(run, outcome, error)
             fate = "its fence is dead, so no fenced block of it can commit"
@@ -261,17 +261,3 @@ class Supervisor(threading.Thread):
                 return
             self.fired = exc_type
             _async_raise(self.target_thread, exc_type)
-
-
-def timed_out_error(run: Run) -> str:
-    return (
-        f"Timed out after {run.job.run_timeout}; the lease was revoked, so no later write of "
-        "this run can commit."
-    )
-
-
-def fence_lost_error(run: Run) -> str:
-    return (
-        f"Fence {run.fence} lost: another run took the lease over (this run was paused or "
-        "slow past its lease); nothing this run wrote after that was committed."
-    )

@@ -14,6 +14,7 @@ from django.db.backends.signals import connection_created
 
 from django_fencedjobs import db, fenced_atomic, job, manual
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.fencing import current_holder
 from django_fencedjobs.loop import tick
 from django_fencedjobs.models import JobLease, JobRun, Outcome
 from tests.conftest import JOBS_T0 as T0
@@ -193,7 +194,7 @@ def test_a_heartbeat_inside_a_plain_transaction_is_bounded_as_a_fenced_block(job
     def handler(run):
         with transaction.atomic():
             run.heartbeat()
-            seen.append((show_idle_limit()[1], run._held is not None))
+            seen.append((show_idle_limit()[1], current_holder().held is not None))
         seen.append((show_idle_limit()[1], True))
 
     tick()

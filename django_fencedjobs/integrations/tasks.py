@@ -41,10 +41,9 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from datetime import timedelta
+from collections.abc import Iterable, Sequence
 from importlib.util import find_spec
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import DatabaseError, connections, router, transaction
 from django.dispatch import receiver
@@ -56,10 +55,17 @@ from django_fencedjobs.fencing import (
     at_exit,
     fenced_atomic,
     in_fenced_block,
-    reset_current_run,
-    set_current_run,
+    reset_current_holder,
+    set_current_holder,
 )
-from django_fencedjobs.models import UNFINISHED_TASK, RunTask, TaskStatus
+from django_fencedjobs.models import (
+    FINISHED_TASK,
+    NOT_STARTED_TASK,
+    UNFINISHED_TASK,
+    JobRun,
+    RunTask,
+    TaskStatus,
+)
 from django_fencedjobs.registry import DEFAULT_LEASE_TTL, Job, job, registry
 from django_fencedjobs.savepoints import Ledger
 from django_fencedjobs.text import bounded
@@ -82,11 +88,24 @@ else:  # Django 5.2: the django-tasks backport
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-    from django_fencedjobs.run import Run
-
 __all__ = ["TaskFence", "enqueue", "schedule_task"]
 
 logger = logging.getLogger("django_fencedjobs")
+
+
+class Run(Protocol):
+    """What enqueuing asks of a run (:class:`django_fencedjobs.run.Run` is one): which job
+    and fence it is, its record, and its ``enqueue``. A protocol, so this module does not
+    import the handler's API that calls into it."""
+
+    job: Job
+    fence: int
+    record: JobRun
+
+    def enqueue(
+        self, task: Task[Any, Any], /, *args: Any, **kwargs: Any
+    ) -> TaskResult[Any, Any] | None: ...
+
 
 #: How long a task's first fenced block waits for its run's record of it, when the backend
 #: does not write to the lease database: the runner records the task's id right after the
@@ -330,19 +349,18 @@ def _hand_over(tasks: list[tuple[RunTask, HandOver]]) -> None:
             finished_at=record.finished_at,
             error=record.error,
         )
-        if moved and record.status in _FINISHED:
+        if moved and record.status in FINISHED_TASK:
             _after_task(result)
 
 
 #: A task's statuses in the order they come; a record moves only forward.
 _BEHIND = {
-    TaskStatus.PENDING: (),
-    TaskStatus.READY: (TaskStatus.PENDING,),
-    TaskStatus.RUNNING: (TaskStatus.PENDING, TaskStatus.READY),
+    TaskStatus.PENDING: frozenset(),
+    TaskStatus.READY: frozenset({TaskStatus.PENDING}),
+    TaskStatus.RUNNING: NOT_STARTED_TASK,
     TaskStatus.SUCCESSFUL: UNFINISHED_TASK,
     TaskStatus.FAILED: UNFINISHED_TASK,
 }
-_FINISHED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED)
 
 
 def backend_reports(task: Task[Any, Any]) -> bool:
@@ -407,15 +425,15 @@ class TaskFence:
                 )
             time.sleep(0.05)
 
-    def _stopped(self) -> None:
+    def stopped_error(self) -> None:
         """A task is never stopped from beside it: only its fence check can fail."""
         return None
 
-    def _save_progress(self, connection: BaseDatabaseWrapper) -> None:
+    def save_progress(self, connection: BaseDatabaseWrapper) -> None:
         """A task has no progress of its run's to record: its run's row is the run's."""
         return None
 
-    def _check_fence(self, connection: BaseDatabaseWrapper) -> None:
+    def check_fence(self, connection: BaseDatabaseWrapper) -> None:
         name, fence = self._resolve()
         ttl = registry.get(name).lease_ttl if name in registry else DEFAULT_LEASE_TTL
         if not lease.lock_task_fence(connection, name, fence, ttl=ttl):
@@ -457,12 +475,12 @@ def _task_started(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any
     stack = getattr(_open, "tokens", None)
     if stack is None:
         stack = _open.tokens = []
-    stack.append(set_current_run(fence))
+    stack.append(set_current_holder(fence))
     _report(
         task_result,
         status=TaskStatus.RUNNING,
         started_at=task_result.started_at or clock.now(),
-        only=(TaskStatus.PENDING, TaskStatus.READY),
+        only=NOT_STARTED_TASK,
     )
 
 
@@ -470,14 +488,14 @@ def _task_started(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any
 def _task_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
     stack = getattr(_open, "tokens", None)
     if stack:
-        reset_current_run(stack.pop())
+        reset_current_holder(stack.pop())
     status = _STATUS.get(task_result.status, TaskStatus.FAILED)
     if _report(
         task_result,
         status=status,
         finished_at=task_result.finished_at or clock.now(),
         error=_error_of(task_result),
-        only=(TaskStatus.PENDING, TaskStatus.READY, TaskStatus.RUNNING),
+        only=UNFINISHED_TASK,
     ):
         _after_task(task_result)
 
@@ -505,7 +523,7 @@ def _after_task(task_result: TaskResult[Any, Any]) -> None:
     signals.send(signals.run_tasks_finished, job=job, record=record, failed=failed)
 
 
-def _report(task_result: TaskResult[Any, Any], *, only: Sequence[str], **fields: Any) -> bool:
+def _report(task_result: TaskResult[Any, Any], *, only: Iterable[str], **fields: Any) -> bool:
     """Record a worker's report on the task's record, if a run enqueued it; True when one
     was updated. A report that cannot be written is logged, never raised into the worker."""
     alias = db.lease_db()
@@ -522,9 +540,3 @@ def _report(task_result: TaskResult[Any, Any], *, only: Sequence[str], **fields:
         )
         connections[alias].close_if_unusable_or_obsolete()
         return False
-
-
-def deadline_of(job: Job) -> timedelta:
-    """How long after its slot a run's tasks may take to finish: the job's run timeout plus
-    its grace, the bound the dead man's switch gives the run itself."""
-    return job.run_timeout + job.grace

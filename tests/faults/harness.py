@@ -26,6 +26,7 @@ import pytest
 from django.db import connection
 
 from django_fencedjobs import clock, operations
+from django_fencedjobs.declared import sync as sync_rows
 from django_fencedjobs.models import JobLease, JobRun
 from django_fencedjobs.registry import registry
 from tests.faults import jobs
@@ -218,7 +219,7 @@ def prepare(name: str, *, due: bool = True) -> None:
     with registry.isolated():
         jobs.register()
         declared = registry.get(name)
-        declared.sync([declared], now())
+        sync_rows([declared], now())
     if due:
         make_due(name)
 

@@ -1,0 +1,107 @@
+"""How a run ended, and what its record says: the rules that decide a run's outcome and
+every message a record carries, in one place.
+
+The runner (a handler that returned or raised), the supervisor (a timeout, a lost fence, a
+handler given up on), a run's fenced blocks (a fence found gone) and a successor's takeover
+(a run left running) all take their outcome and their words from here, so a run that ended
+one way reads the same whichever of them recorded it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError
+
+from django_fencedjobs.exceptions import FenceLost, JobTimeout, RunAborted
+from django_fencedjobs.models import Outcome
+
+if TYPE_CHECKING:
+    from django_fencedjobs.registry import Job
+
+#: A run the process was asked to stop (SIGTERM, SIGINT) between batches.
+INTERRUPTED = (
+    "Stopped on request (SIGTERM/SIGINT) between batches; the next run continues from the "
+    "committed state."
+)
+#: A run still marked running when a successor took its lease: recorded by the successor.
+ABANDONED = (
+    "The lease expired before this run finished and a later run took over (the process "
+    "died, or was paused past its lease)."
+)
+
+
+def timed_out(job: Job) -> str:
+    return (
+        f"Timed out after {job.run_timeout}; the lease was revoked, so no later write of this "
+        "run can commit."
+    )
+
+
+def fence_lost(fence: int) -> str:
+    return (
+        f"Fence {fence} lost: another run took the lease over (this run was paused or slow "
+        "past its lease); nothing this run wrote after that was committed."
+    )
+
+
+def missed(late: timedelta, job: Job) -> str:
+    return (
+        f"Not started: {late} after its slot, past the job's starting_deadline of "
+        f"{job.starting_deadline}."
+    )
+
+
+def fence_gone(job: Job, fence: int) -> str:
+    """What every fenced block and helper of a stopped run raises, in the handler."""
+    return (
+        f"job {job.name!r}: fence {fence} is no longer current: another run took the lease "
+        "over, this run timed out and was revoked, or it has already been recorded. The run "
+        "is over; do not retry in the handler (the next run continues from the committed "
+        "state)."
+    )
+
+
+def fence_refused(job: Job, fence: int) -> str:
+    """What a fenced block raises when its own check of the fence fails."""
+    if job.exclusion == "advisory":
+        refused = "another transaction of this job holds its advisory lock"
+    else:
+        refused = "another run took the lease over, or the run was revoked or has ended"
+    return (
+        f"job {job.name!r}: fence {fence} is no longer current ({refused}); nothing in this "
+        "fenced block was committed"
+    )
+
+
+def decide(
+    job: Job,
+    fence: int,
+    exc: BaseException | None,
+    *,
+    fired: type[RunAborted] | None,
+    stopped: bool,
+    interrupted: bool,
+) -> tuple[str, str]:
+    """The outcome of a run and its record's message, from what its handler raised
+    (``None``: it returned or was given up on), what its supervisor delivered (``fired``),
+    whether the run was stopped (its fence is gone) and whether it stopped between batches
+    on request. Only the runner's own stop request makes a run ``interrupted``; anything
+    else a handler raises (``SystemExit`` included) is a failure, whose message the caller
+    gives (the bounded traceback)."""
+    if fired is JobTimeout or isinstance(exc, JobTimeout):
+        return Outcome.TIMED_OUT, timed_out(job)
+    if fired is FenceLost:  # its interrupt carries no account of its own
+        return Outcome.FENCE_LOST, fence_lost(fence)
+    if isinstance(exc, FenceLost):
+        return Outcome.FENCE_LOST, str(exc)
+    if stopped and isinstance(exc, DatabaseError):
+        # The session was ended under a run that had lost its fence.
+        return Outcome.FENCE_LOST, fence_lost(fence)
+    if exc is None:
+        return (Outcome.INTERRUPTED, INTERRUPTED) if interrupted else (Outcome.SUCCEEDED, "")
+    return Outcome.FAILED, ""
+
+
+__all__ = ["ABANDONED", "INTERRUPTED", "decide", "fence_gone", "fence_lost", "fence_refused"]

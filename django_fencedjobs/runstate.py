@@ -1,0 +1,166 @@
+"""What the runner knows of one run, beside its handler: :class:`RunState`.
+
+A run has two faces. Its handler sees a :class:`~django_fencedjobs.run.Run`: the fence and
+slot, the watermark windows and batches, ``enqueue``, ``heartbeat``. The runner, the run's
+supervisor and its fenced blocks share this state: whether the run was stopped, the
+transaction its latest fenced block holds, and what it did (batches begun, items counted,
+progress committed). The runner creates it, hands it to the handler's ``Run``, to the
+supervisor and to ``fenced_atomic`` (it is the current run's fence holder), and records the
+run's end from it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from django_fencedjobs import lease, outcomes
+from django_fencedjobs.exceptions import FenceLost
+from django_fencedjobs.models import JobRun
+from django_fencedjobs.savepoints import Ledger
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from django_fencedjobs.registry import Job
+
+WatermarkValue = datetime | int
+
+
+@dataclass
+class Progress:
+    """What fenced transactions of a run did: items counted, batches completed, the
+    default watermark reached (as recorded, or None)."""
+
+    items: int = 0
+    batches: int = 0
+    watermark: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.items or self.batches or self.watermark is not None)
+
+    def add(self, other: Progress) -> None:
+        self.items += other.items
+        self.batches += other.batches
+        if other.watermark is not None:
+            self.watermark = other.watermark
+
+
+class RunState:
+    """One run as its runner, its supervisor and its fenced blocks see it."""
+
+    def __init__(self, job: Job, record: JobRun, *, watermarks: dict[str, WatermarkValue]) -> None:
+        self.job = job
+        self.record = record
+        #: The fence this run was given; every fenced write checks it is still current.
+        self.fence: int = record.fence
+        #: The thread the handler runs in.
+        self.thread = threading.get_ident()
+        #: The watermarks as committed: what ``windows()`` goes on from.
+        self.watermarks = dict(watermarks)
+        #: Batches (windows, claimed batches) begun: what ``max_batches`` caps.
+        self.batch_count = 0
+        #: The run stopped at ``max_batches`` with work left.
+        self.capped = False
+        #: The run stopped between batches because the process was asked to stop.
+        self.interrupted = False
+        #: What committed: added as each fenced transaction of the run commits.
+        self.committed = Progress()
+        #: Items counted outside any fenced block (added when the run is recorded).
+        self.loose_items = 0
+        #: The transaction of the run's latest fenced block, as its fence check found it:
+        #: what the supervisor ends if the handler will not stop (it is ended only while
+        #: still open, so a registration that outlived its block is harmless).
+        self.held: lease.HeldTransaction | None = None
+        #: The handler's open ``windows()`` and ``batches()`` generators.
+        self.iterators: list[Generator[Any, None, None]] = []
+        #: True while :meth:`close_iterators` closes them after the handler failed.
+        self.aborting = False
+        self._pending: Ledger[Progress] | None = None
+        self._stopped = False
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """The run is over: its fence is gone (renewal failed, timed out, a fenced block
+        found it stale) or it has been recorded. Every fenced block and helper of it fails
+        from now on, in whichever thread."""
+        self._stopped = True
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def stopped_error(self) -> FenceLost | None:
+        """The error every fenced block and helper raises once the run was stopped."""
+        return FenceLost(outcomes.fence_gone(self.job, self.fence)) if self._stopped else None
+
+    def raise_if_stopped(self) -> None:
+        """Raise :meth:`stopped_error`'s error, if any: the handler's helpers call it."""
+        if self._stopped:
+            raise FenceLost(outcomes.fence_gone(self.job, self.fence))
+
+    # -- the fence, inside a fenced block's transaction ------------------------------------
+
+    def check_fence(self, connection: BaseDatabaseWrapper) -> None:
+        """Check and lock the run's fence as the first statement of a fenced block's
+        transaction; :class:`FenceLost` when it is gone. The transaction that passes is the
+        one the supervisor would end, and it may sit idle no longer than the lease lasts."""
+        job = self.job
+        held = lease.guard(connection, job.name, self.fence, job.exclusion, job.lease_ttl)
+        if held is None:
+            if job.exclusion != "advisory":
+                self.stop()
+            raise FenceLost(outcomes.fence_refused(job, self.fence))
+        self.held = held
+        self._pending = Ledger(connection.alias)  # a new transaction: nothing of it is done
+
+    # -- progress --------------------------------------------------------------------------
+
+    def note(self, progress: Progress) -> None:
+        """Note what the open fenced transaction did, at the savepoint level it did it: a
+        savepoint that rolls back takes its part with it (:class:`Ledger`)."""
+        if self._pending is not None:
+            self._pending.note(progress)
+
+    def save_progress(self, connection: BaseDatabaseWrapper) -> None:
+        """Called by ``fenced_atomic`` when the run's outermost fenced block ends without an
+        error, just before it commits: what the block did (items, completed batches, the
+        watermark) goes on the run's row in the same transaction. So the row says what
+        committed, whoever records the run's end (itself, its supervisor at the timeout, a
+        successor finding it abandoned after a SIGKILL)."""
+        ledger, self._pending = self._pending, None
+        progress = Progress()
+        for done in ledger.kept() if ledger is not None else ():
+            progress.add(done)
+        if not progress:
+            return
+        table = connection.ops.quote_name(JobRun._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET items = items + %s, batches = batches + %s,"
+                " watermark_after = COALESCE(%s, watermark_after) WHERE id = %s",
+                [progress.items, progress.batches, progress.watermark, self.record.pk],
+            )
+        transaction.on_commit(lambda: self.committed.add(progress), using=connection.alias)
+
+    @property
+    def items(self) -> int:
+        """Items of the run as its record says them, as far as this process knows."""
+        return self.committed.items + self.loose_items
+
+    def close_iterators(self, *, abort: bool) -> None:
+        """The handler returned (or failed, ``abort``): end its open windows and batches (a
+        failed one's open batch rolls back)."""
+        self.aborting = abort
+        for gen in self.iterators:
+            gen.close()
+        self.iterators.clear()
+
+
+__all__ = ["Progress", "RunState", "WatermarkValue"]
