@@ -75,6 +75,9 @@ from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant
 from django_fencedjobs.listing import describe_schedule
 from django_fencedjobs.models import (
+    FAILURE_OUTCOMES,
+    FINISHED_TASK,
+    RATED_OUTCOMES,
     UNFINISHED_TASK,
     JobLease,
     JobRun,
@@ -96,17 +99,9 @@ __all__ = [
     "job_health",
 ]
 
-#: Outcomes that count towards ``consecutive_failures`` (the lease module counts them).
-FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT})
-#: The runs the failure rate is read over: those that ran to an end and say something about
-#: the job's own code (not missed, interrupted, abandoned or fence_lost, as for
-#: ``consecutive_failures``).
-RATED_OUTCOMES = frozenset({Outcome.SUCCEEDED, *FAILURE_OUTCOMES})
 #: The fewest failures in the window that make a failure rate a verdict: one failure is
 #: the last run's (judged on its own), not a rate.
 MIN_RATE_FAILURES = 2
-#: Statuses of a task that has finished.
-FINISHED_TASK = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED)
 #: What an unfinished task past its deadline most likely means, by status.
 UNFINISHED_MEANING = {
     TaskStatus.PENDING: "never handed to the task backend (the runner stopped between its "
@@ -504,7 +499,7 @@ def assess(
 
     anchor_from = lease.last_success_at or lease.created_at
     first_slot = schedule.next_after(anchor_from)
-    expected_by = first_slot + job.run_timeout + job.grace
+    expected_by = job.late_after(first_slot)
     facts.update(awaited_slot=first_slot, expected_by=expected_by)
     last_success = lease.last_success_at
 
@@ -560,7 +555,7 @@ def assess(
     waiting = tasks.unfinished if tasks is not None else None
     if waiting is not None:
         # The run's own deadline bounds its tasks too: absence covers the workers.
-        tasks_due = waiting.scheduled_for + job.run_timeout + job.grace
+        tasks_due = job.late_after(waiting.scheduled_for)
         if now > tasks_due:
             return _health(
                 facts, State.LATE, Severity.CRITICAL, _tasks_late(waiting, tasks_due, at)

@@ -16,7 +16,7 @@ import functools
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, overload
 
 from django_fencedjobs.exceptions import JobDefinitionError, ScheduleError, UnknownJob
@@ -123,6 +123,13 @@ class Job:
         if self.timeout is not None:
             return self.timeout
         return min(self.valid_schedule.min_interval() / 2, MAX_DEFAULT_TIMEOUT)
+
+    def late_after(self, slot: datetime) -> datetime:
+        """The deadline of ``slot``: past this instant without a success for it, the job is
+        late. The slot plus :attr:`run_timeout` plus :attr:`grace`: the dead man's switch
+        (:mod:`django_fencedjobs.health`), and the bound of the tasks a run of the slot
+        enqueued. At the instant itself, not late yet."""
+        return slot + self.run_timeout + self.grace
 
 
 def _schedule_problem(job: Job, schedule: Schedule) -> tuple[str, JobError] | None:

@@ -358,7 +358,7 @@ def test_a_young_jobs_window_starts_when_it_was_first_seen_and_reaches_what_it_w
         now,
         first_seen=first_seen,
         expected_by=expected_by if expected_by > now else None,
-        allowance=timedelta(minutes=5),
+        late_after=lambda slot: slot + timedelta(minutes=5),
         size=timeline.PAGE,
     )
     assert window.start == first_seen
@@ -455,7 +455,7 @@ def test_a_timeline_shows_the_last_day_or_the_last_slots_whichever_reads_better(
         NOW,
         first_seen=NOW - timedelta(days=400),
         expected_by=None,
-        allowance=timedelta(minutes=5),
+        late_after=lambda slot: slot + timedelta(minutes=5),
         size=timeline.PAGE,
     )
     past = [slot for slot in window.slots if slot <= NOW]
@@ -468,7 +468,7 @@ def test_a_timeline_shows_the_last_day_or_the_last_slots_whichever_reads_better(
         NOW,
         first_seen=past[-3],
         expected_by=None,
-        allowance=timedelta(minutes=5),
+        late_after=lambda slot: slot + timedelta(minutes=5),
         size=timeline.PAGE,
     )
     assert [slot for slot in recent.slots if slot <= NOW] == past[-2:]

@@ -6,7 +6,7 @@ hollow, so absence is seen at a glance: *coalesced* (it did not run; a later run
 work over: each of the slots a run's ``missed_slots`` counts, wherever it sits), *absent*
 (nothing ran for it and no later run took it over), *missed* (recorded as not started,
 past the job's ``starting_deadline``), *paused*; a slot after the last run and still
-within its allowance (run timeout plus grace) is *due*, and the ones to come *upcoming*.
+before its deadline (run timeout plus grace) is *due*, and the ones to come *upcoming*.
 A run that is not on a slot of the schedule (run now) is a half-height mark. Behind the
 marks: the slot the dead man's switch waits for, up to its deadline, and, when that has
 passed, the time the job has been late, as :mod:`django_fencedjobs.health` decided.
@@ -34,9 +34,9 @@ from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
 
-from django_fencedjobs.health import FAILURE_OUTCOMES, JobHealth
+from django_fencedjobs.health import JobHealth
 from django_fencedjobs.instants import format_instant, iso_utc
-from django_fencedjobs.models import JobRun, Outcome
+from django_fencedjobs.models import FAILURE_OUTCOMES, JobRun, Outcome
 from django_fencedjobs.schedule import Schedule
 from django_fencedjobs.text import error_excerpt
 
@@ -107,9 +107,9 @@ class Window:
     first_seen: datetime
     #: The last day (else the last N slots, or since the job was first seen).
     day: bool
-    #: How long after its slot a run may succeed before the slot counts as missing: the
-    #: job's run timeout plus its grace (as for the dead man's switch).
-    allowance: timedelta
+    #: When a slot counts as missing if no run has succeeded for it: the job's
+    #: :meth:`~django_fencedjobs.registry.Job.late_after`, as for the dead man's switch.
+    late_after: Callable[[datetime], datetime]
     #: The job was first seen after the day or the slots its schedule would show: the
     #: window starts when it was first seen.
     since_first_seen: bool = False
@@ -131,7 +131,7 @@ def window_of(h: JobHealth, first_seen: datetime, size: Size) -> Window | None:
         h.checked_at,
         first_seen=first_seen,
         expected_by=h.expected_by,
-        allowance=job.run_timeout + job.grace,
+        late_after=job.late_after,
         size=size,
     )
 
@@ -142,7 +142,7 @@ def expected_slots(
     *,
     first_seen: datetime,
     expected_by: datetime | None,
-    allowance: timedelta,
+    late_after: Callable[[datetime], datetime],
     size: Size,
 ) -> Window:
     """The window a timeline of ``size`` draws for ``schedule`` at ``now``: the last day or
@@ -173,7 +173,7 @@ def expected_slots(
             end = max(end, instant)
     future = schedule.fire_times(now, end) if end > now else []
     slots = tuple(slot for slot in (*past, *future) if slot > first_seen)
-    return Window(start, end, now, slots, first_seen, whole_day, allowance, young)
+    return Window(start, end, now, slots, first_seen, whole_day, late_after, young)
 
 
 def _last_slots(schedule: Schedule, now: datetime, count: int) -> list[datetime]:
@@ -251,7 +251,7 @@ def events(w: Window, runs: Iterable[JobRun], *, paused: bool) -> list[_Event]:
             upcoming += 1
         elif paused and after_last_run:
             found.append(_Event(at, "paused"))
-        elif after_last_run and at + w.allowance >= w.now:
+        elif after_last_run and w.late_after(at) >= w.now:
             found.append(_Event(at, "due"))
         else:
             found.append(_Event(at, "absent"))
@@ -311,7 +311,7 @@ def _geometry(
             f'<rect class="fj-slot fj-slot-{kind}{" fj-offslot" if event.offslot else ""}" '
             f'data-at="{iso_utc(event.at)}" data-kind="{kind}" x="{_n(xs[i] - width / 2)}" '
             f'y="{_n(mark_top)}" width="{_n(width)}" height="{_n(mark_height)}">'
-            f"<title>{escape(_title(event, tz, w.allowance, compact=size.compact))}</title></rect>"
+            f"<title>{escape(_title(event, tz, w.late_after, compact=size.compact))}</title></rect>"
         )
         if run_url is not None and event.run is not None:
             mark = f'<a href="{escape(run_url(event.run.pk))}">{mark}</a>'
@@ -388,7 +388,9 @@ def _n(value: float) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
-def _title(event: _Event, tz: tzinfo, allowance: timedelta, *, compact: bool) -> str:
+def _title(
+    event: _Event, tz: tzinfo, late_after: Callable[[datetime], datetime], *, compact: bool
+) -> str:
     at = format_instant(event.at, tz)
     run = event.run
     if run is None:
@@ -402,7 +404,7 @@ def _title(event: _Event, tz: tzinfo, allowance: timedelta, *, compact: bool) ->
             label = Outcome(by.outcome).label
             return f"{at}: did not run; coalesced into the run of {caught} ({label})"
         if event.kind == "due":
-            deadline = format_instant(event.at + allowance, tz, ref=event.at)
+            deadline = format_instant(late_after(event.at), tz, ref=event.at)
             return f"{at}: due; late if no run has succeeded by {deadline}"
         if event.kind == "upcoming":
             return f"{at}: the next slot" if event.next else f"{at}: a slot to come"
