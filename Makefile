@@ -1,7 +1,7 @@
 # django-fencedjobs: the commands the README promises.
 #
-#   make test    the whole suite on a throwaway PostgreSQL, then on SQLite, then
-#                the matrix pass (make test-matrix)
+#   make test    the whole suite on a throwaway PostgreSQL and on SQLite, side by side
+#   make test-matrix  the suite on the newest Django and a newer Python (PostgreSQL)
 #   make lint    ruff check, ruff format --check, mypy (strict: pyproject.toml), then the
 #                sdist and the wheel built and checked (make dist-check)
 #   make bench   benchmarks on a durable throwaway PostgreSQL
@@ -9,9 +9,10 @@
 #   make soak-pgbouncer  the same, through PgBouncer in transaction pooling
 #   make demo    the example project
 #
-# PY picks the Python for the virtualenv; PYTEST_ARGS are passed to both
-# pytest passes (e.g. make test PYTEST_ARGS="-x -k lease"). If DATABASE_URL
-# is set, the PostgreSQL pass uses that server instead of a throwaway one.
+# PY picks the Python for the virtualenv; PYTEST_ARGS are passed to every
+# pytest pass (e.g. make test PYTEST_ARGS="-x -k lease"); TEST_WORKERS is how many
+# tests a pass runs at a time (4). If DATABASE_URL is set, the PostgreSQL pass uses
+# that server instead of a throwaway one.
 
 PY ?= python3
 VENV ?= .venv
@@ -62,29 +63,63 @@ pooler-deps:
 		fi; \
 	fi
 
-# All three passes always run; the target fails if any failed (pytest's exit
-# code 5, "no tests collected", is a failure too).
+# make test runs the PostgreSQL pass and the SQLite pass side by side (make -j), in three
+# parts that each print their output, and how long they took, when they end:
+#   test-postgres-shared  the suite on a throwaway PostgreSQL, TEST_WORKERS tests at a time
+#                         (pytest-xdist; each worker has a test database of its own);
+#   test-postgres-server  the throwaway_server tests (the soak, server restarts), which
+#                         restart their server: one at a time, on a throwaway server of
+#                         their own;
+#   test-sqlite           the suite on SQLite, TEST_WORKERS tests at a time.
+# A test that uses no database and gives the same result on both (database_independent,
+# see tests/conftest.py) runs once, on the SQLite pass; make test-postgres runs those
+# too. Every part always runs; the target fails if any failed (pytest's exit code 5, "no
+# tests collected", is a failure too, unless PYTEST_ARGS narrowed the selection).
+# TEST_WORKERS=0 runs the tests of each part one at a time.
+TEST_WORKERS ?= 4
+TEST_BIN ?= $(BIN)
+SQLITE_MARKS := not postgres_only and not browser and not system
+PG_SHARED_MARKS ?= not throwaway_server
+PG_PASS ?= PostgreSQL pass
+ON_THROWAWAY_PG := FENCEDJOBS_TEST_DB=postgres $(PY) scripts/throwaway_postgres.py --
+XDIST = -n $(TEST_WORKERS) --dist worksteal
+
+# $(call pytest_part,NAME,COMMAND): COMMAND, then one line saying how it went, and how long
+# it took.
+pytest_part = start=$$(date +%s); rc=0; $(2) || rc=$$?; \
+	$(if $(strip $(PYTEST_ARGS)),[ $$rc -ne 5 ] || rc=0;) \
+	took="$$(( $$(date +%s) - start )) s"; \
+	if [ $$rc -eq 0 ]; then echo "==> $(1): passed in $$took"; \
+	else echo "==> $(1): FAILED (exit $$rc) after $$took"; fi; exit $$rc
+
 test: venv browser-deps pooler-deps
-	@pg=0; sq=0; mx=0; \
-	echo "==> PostgreSQL pass"; \
-	FENCEDJOBS_TEST_DB=postgres $(PY) scripts/throwaway_postgres.py -- \
-		$(BIN)/python -m pytest $(PYTEST_ARGS) || pg=$$?; \
-	echo "==> SQLite pass"; \
-	env -u DATABASE_URL FENCEDJOBS_TEST_DB=sqlite \
-		$(BIN)/python -m pytest -m "not postgres_only and not browser and not system" $(PYTEST_ARGS) || sq=$$?; \
-	$(MAKE) --no-print-directory test-matrix || mx=$$?; \
-	if [ $$pg -ne 0 ]; then echo "make test: PostgreSQL pass FAILED (exit $$pg)"; fi; \
-	if [ $$sq -ne 0 ]; then echo "make test: SQLite pass FAILED (exit $$sq)"; fi; \
-	if [ $$mx -ne 0 ]; then echo "make test: matrix pass FAILED (exit $$mx)"; fi; \
-	if [ $$pg -ne 0 ] || [ $$sq -ne 0 ] || [ $$mx -ne 0 ]; then exit 1; fi; \
-	echo "make test: all passes (PostgreSQL, SQLite, matrix) passed"
+	@echo "==> make test: the PostgreSQL and SQLite passes side by side, $(TEST_WORKERS) tests at a time in each; each part prints its output when it ends"
+	@start=$$(date +%s); \
+	if $(MAKE) --no-print-directory -k -j3 --output-sync=target \
+		PG_SHARED_MARKS="not throwaway_server and not database_independent" \
+		test-postgres-shared test-postgres-server test-sqlite; then \
+		echo "make test: all passes (PostgreSQL, SQLite) passed in $$(( $$(date +%s) - start )) s"; \
+	else \
+		echo "make test: FAILED (the part that failed says so above)"; exit 1; \
+	fi
 
 test-postgres: venv browser-deps pooler-deps
-	FENCEDJOBS_TEST_DB=postgres $(PY) scripts/throwaway_postgres.py -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory -k -j2 --output-sync=target test-postgres-shared test-postgres-server
+
+# The parts. Their callers make the virtualenv and install what the tests need.
+.PHONY: test-postgres-shared test-postgres-server
+test-postgres-shared:
+	@$(call pytest_part,$(PG_PASS),$(ON_THROWAWAY_PG) $(TEST_BIN)/python -m pytest $(XDIST) -m "$(PG_SHARED_MARKS)" $(PYTEST_ARGS))
+
+# With the caller's DATABASE_URL there is no server of our own to restart: conftest.py
+# deselects every throwaway_server test, so this part has nothing to run.
+test-postgres-server:
+	@if [ -n "$$DATABASE_URL" ]; then \
+		echo "==> $(PG_PASS), server tests: none on the caller's DATABASE_URL"; exit 0; fi; \
+	$(call pytest_part,$(PG_PASS) server tests,$(ON_THROWAWAY_PG) $(TEST_BIN)/python -m pytest -m throwaway_server $(PYTEST_ARGS))
 
 test-sqlite: venv
-	env -u DATABASE_URL FENCEDJOBS_TEST_DB=sqlite \
-		$(BIN)/python -m pytest -m "not postgres_only and not browser and not system" $(PYTEST_ARGS)
+	@$(call pytest_part,SQLite pass,env -u DATABASE_URL FENCEDJOBS_TEST_DB=sqlite $(BIN)/python -m pytest $(XDIST) -m "$(SQLITE_MARKS)" $(PYTEST_ARGS))
 
 # The matrix pass: the newest Django 6.x on a newer Python (3.13, else 3.12) in a
 # second virtualenv, on a throwaway PostgreSQL, without the browser tests. The
@@ -105,10 +140,12 @@ $(MATRIX_STAMP): pyproject.toml
 	$(MATRIX_BIN)/python -m pip install --quiet -e '.[dev]' '$(MATRIX_DJANGO)'
 	touch $@
 
+# In two parts side by side, as the PostgreSQL pass of make test.
 test-matrix: $(MATRIX_STAMP) pooler-deps
 	@$(MATRIX_BIN)/python -c 'import sys, django; print("==> Matrix pass: Django", django.get_version(), "on Python", sys.version.split()[0])'
-	FENCEDJOBS_TEST_DB=postgres $(PY) scripts/throwaway_postgres.py -- \
-		$(MATRIX_BIN)/python -m pytest -m "not browser" $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory -k -j2 --output-sync=target TEST_BIN=$(MATRIX_BIN) \
+		PG_PASS="Matrix pass" PG_SHARED_MARKS="not throwaway_server and not browser" \
+		test-postgres-shared test-postgres-server
 
 lint: venv
 	$(BIN)/ruff check .

@@ -12,6 +12,17 @@ Tests marked ``pgbouncer`` go through the PgBouncer that script starts in front 
 cluster; with the caller's ``DATABASE_URL`` they are deselected too, unless
 ``FENCEDJOBS_TEST_PGBOUNCER_URL`` names a pooler in front of it. Under the script
 without a PgBouncer (not installed, or it would not start) they fail and say why.
+
+Tests are marked ``database_independent`` here, not by hand: those of the modules in
+``DATABASE_INDEPENDENT_MODULES`` that use no test database. Their result is the same on
+PostgreSQL and SQLite, so ``make test`` runs them once, on its SQLite pass.
+
+Under pytest-xdist (``make test`` runs ``-n``) every worker has a test database of its
+own (pytest-django adds ``_gw0``, ``_gw1``... to its name), which ``child_env`` hands to
+the processes a test starts; the PostgreSQL server, its PgBouncer and the machine are
+shared, so a test looks only at its own database's sessions and locks, and takes a free
+port, never a fixed one. ``throwaway_server`` tests restart the server: ``make test``
+runs them one at a time, on a server of their own.
 """
 
 from __future__ import annotations
@@ -37,7 +48,54 @@ def _configured_vendor() -> str:
     return "postgresql" if "postgresql" in engine else "sqlite" if "sqlite" in engine else engine
 
 
+#: Modules whose tests, where they use no test database, do not depend on the database:
+#: schedules, job definitions, the wheel, the deploy recipes, the soak's plan and checker,
+#: the benchmarks' result pages, the throwaway server script's arguments.
+DATABASE_INDEPENDENT_MODULES = frozenset(
+    {
+        "test_bench_results.py",
+        "test_deploy_recipes.py",
+        "test_packaging.py",
+        "test_registry.py",
+        "test_schedule.py",
+        "test_schedule_dst.py",
+        "test_schedule_properties.py",
+        "test_soak.py",
+        "test_throwaway_postgres_script.py",
+    }
+)
+#: Tests with these marks run on PostgreSQL only, never marked database_independent.
+_POSTGRES_PASS_ONLY = ("postgres_only", "throwaway_server", "pgbouncer", "system", "browser")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "database_independent: uses no test database and gives the same result on "
+        "PostgreSQL and SQLite (set by tests/conftest.py, never by hand)",
+    )
+
+
+def uses_the_test_database(item: pytest.Item) -> bool:
+    """The test asks for the test database: its mark, a fixture that sets it up (``db``,
+    ``transactional_db``, ``child_env``...), or which database it is (``on_postgres``)."""
+    fixtures = getattr(item, "fixturenames", ())
+    return (
+        item.get_closest_marker("django_db") is not None
+        or "django_db_setup" in fixtures
+        or "on_postgres" in fixtures
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if (
+            item.path.name in DATABASE_INDEPENDENT_MODULES
+            and not uses_the_test_database(item)
+            and not any(item.get_closest_marker(m) for m in _POSTGRES_PASS_ONLY)
+        ):
+            item.add_marker(pytest.mark.database_independent)
     if os.environ.get("FENCEDJOBS_TEST_PG_THROWAWAY") == "1":
         return
     markers = ["throwaway_server"]

@@ -223,6 +223,11 @@ def test_a_finishing_run_takes_the_lease_row_before_its_run_row(jobs):
 
 
 def _waiting_on_a_lock() -> bool:
+    # pg_locks is the whole server's: count only the sessions on this test database, not
+    # those of tests running beside this one on databases of their own.
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid)"
+            " WHERE NOT granted AND datname = current_database()"
+        )
         return cursor.fetchone()[0] > 0
