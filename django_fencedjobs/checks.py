@@ -32,28 +32,29 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, router
 
-from django_fencedjobs import registry as jobs_registry
+from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.registry import Job, registry
 
 #: What to do about each kind of invalid job, by check id.
 _HINTS = {
-    jobs_registry.E_ZONE: "Use a name from zoneinfo.available_timezones(), such as "
+    CheckId.ZONE: "Use a name from zoneinfo.available_timezones(), such as "
     "'America/New_York'; on hosts without a zone database install 'tzdata'.",
-    jobs_registry.E_FIXED_OFFSET: "Use a named IANA zone such as 'Europe/Berlin'.",
-    jobs_registry.E_TIMEOUT: "Lower timeout, or schedule the job less often.",
-    jobs_registry.E_JITTER: "Use a jitter well below the interval (a few minutes for hourly jobs).",
-    jobs_registry.E_LEASE_TTL: "A lease of a minute or two is typical: it only decides how "
+    CheckId.FIXED_OFFSET: "Use a named IANA zone such as 'Europe/Berlin'.",
+    CheckId.TIMEOUT: "Lower timeout, or schedule the job less often.",
+    CheckId.JITTER: "Use a jitter well below the interval (a few minutes for hourly jobs).",
+    CheckId.LEASE_TTL: "A lease of a minute or two is typical: it only decides how "
     "soon a crashed run's job can be taken over.",
-    jobs_registry.E_ADVISORY: "Use the default exclusion='lease', which works on every database.",
-    jobs_registry.E_DUPLICATE: "Give one of them another name with @job(..., name=...).",
-    jobs_registry.E_HANDLER_KIND: "Write a plain 'def handler(run):'; to call async code "
+    CheckId.ADVISORY: "Use the default exclusion='lease', which works on every database.",
+    CheckId.DUPLICATE: "Give one of them another name with @job(..., name=...).",
+    CheckId.HANDLER_KIND: "Write a plain 'def handler(run):'; to call async code "
     "from it, use asgiref.sync.async_to_sync.",
-    jobs_registry.E_HANDLER_SIGNATURE: "The runner calls handler(run): take the Run as the one "
+    CheckId.HANDLER_SIGNATURE: "The runner calls handler(run): take the Run as the one "
     "positional argument, and give other arguments defaults or bind them with "
     "functools.partial.",
-    jobs_registry.E_ARGUMENT: "Durations are datetime.timedelta objects (timeout="
+    CheckId.ARGUMENT: "Durations are datetime.timedelta objects (timeout="
     "timedelta(minutes=5), not 300), counts are positive ints; see docs/api.md.",
 }
+_SEE_DOCS = "See docs/checks.md."
 _UNTIL_FIXED = "Until then this job does not run; the other jobs do."
 
 #: E001's hint, by what the message says is wrong (the first match wins).
@@ -114,14 +115,14 @@ def invalid_jobs_reported_separately() -> Iterator[None]:
 
 
 def _hint(job: Job) -> str:
-    if job.check_id == jobs_registry.E_CRON:
+    if job.check_id == CheckId.CRON:
         text = str(job.schedule_error)
         hint = next(
             (hint for needles, hint in _CRON_HINTS if any(n in text for n in needles)),
             _FIVE_FIELDS,
         )
     else:
-        hint = _HINTS.get(job.check_id or "", "See docs/checks.md.")
+        hint = _HINTS.get(job.check_id, _SEE_DOCS) if job.check_id else _SEE_DOCS
     return f"{hint} {_UNTIL_FIXED}"
 
 
@@ -198,7 +199,7 @@ def _stampede_warning(jobs: Sequence[Job]) -> list[checks.CheckMessage]:
             hint=f"Give them jitter=timedelta(minutes=...) (each job gets a stable offset of "
             f"its own), or spread their minutes: {shown}.",
             obj=f"{names[0]} and {len(names) - 1} more",
-            id="fencedjobs.W001",
+            id=CheckId.STAMPEDE,
         )
     ]
 
@@ -272,8 +273,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
 
 
-def _error(id: int, msg: str, hint: str) -> checks.CheckMessage:
-    return checks.Error(msg, hint=hint, id=f"fencedjobs.E{id:03d}")
+def _error(id: CheckId, msg: str, hint: str) -> checks.CheckMessage:
+    return checks.Error(msg, hint=hint, id=id)
 
 
 @checks.register("fencedjobs")
@@ -289,7 +290,7 @@ def check_routing(
         routed = ", ".join(f"{name} -> {alias!r}" for name, alias in aliases.items())
         return [
             _error(
-                9,
+                CheckId.ROUTING,
                 f"The fencedjobs tables are routed to {routed}; the fence can only guard writes "
                 f"made in the same transaction, on the same database, as the lease.",
                 f"Route the 'fencedjobs' app to {DEFAULT_DB_ALIAS!r}, the database the jobs "
@@ -325,7 +326,7 @@ def check_isolation(
         return []
     return [
         _error(
-            15,
+            CheckId.ISOLATION,
             f"DATABASES[{alias!r}]['OPTIONS']['isolation_level'] is {named.name}; the job "
             "leases need READ COMMITTED: under a stricter level a run's fenced transactions "
             "fail with serialization errors against its own lease renewals.",
@@ -365,7 +366,7 @@ def check_transaction_pooler(
         return []
     return [
         _error(
-            16,
+            CheckId.TRANSACTION_POOLER,
             f"FENCEDJOBS['TRANSACTION_POOLER'] is True but in DATABASES[{alias!r}] "
             f"{' and '.join(wrong)}: server-side cursors and prepared statements belong to a "
             "server session, which a transaction pooler shares between clients.",
@@ -402,7 +403,7 @@ def check_sqlite_transaction_mode(
             "instead of waiting for SQLite's one write lock.",
             hint=f'Add "OPTIONS": {{"transaction_mode": "IMMEDIATE", "timeout": 20}} to '
             f"DATABASES[{alias!r}] (see docs/configuration.md).",
-            id="fencedjobs.W002",
+            id=CheckId.SQLITE_TRANSACTION_MODE,
         )
     ]
 
@@ -431,7 +432,7 @@ def check_task_database(
             f"{leases!r}: a run's tasks are handed over after its transaction commits (at "
             "most once per slot), not enqueued inside it (exactly once).",
             hint="Route django_tasks_db to the database of the job leases (docs/tasks.md).",
-            id="fencedjobs.W003",
+            id=CheckId.TASK_DATABASE,
         )
     ]
 
@@ -443,8 +444,8 @@ def check_settings(
     from django_fencedjobs import clock, conf
 
     hints = {
-        conf.E_SETTINGS: "See docs/configuration.md for the keys and their defaults.",
-        conf.E_SETTINGS_VALUE: "See docs/configuration.md for each key's type and range; "
+        CheckId.SETTINGS: "See docs/configuration.md for the keys and their defaults.",
+        CheckId.SETTINGS_VALUE: "See docs/configuration.md for each key's type and range; "
         "leave a key out to get its default.",
     }
     found = conf.problems()
@@ -452,5 +453,5 @@ def check_settings(
         try:
             clock.get_clock()
         except ImproperlyConfigured as exc:
-            found = [(conf.E_SETTINGS, str(exc))]
+            found = [(CheckId.SETTINGS, str(exc))]
     return [checks.Error(message, hint=hints[id], id=id) for id, message in found]

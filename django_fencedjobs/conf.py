@@ -19,6 +19,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_fencedjobs.checkids import CheckId
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -86,10 +88,6 @@ class Settings:
 MIN_ERROR_MAX_CHARS = 200
 #: The length of the owner columns of the lease and run tables.
 MAX_OWNER_CHARS = 200
-
-#: The system checks that report a bad ``FENCEDJOBS`` (docs/checks.md).
-E_SETTINGS = "fencedjobs.E010"
-E_SETTINGS_VALUE = "fencedjobs.E014"
 
 
 def _is_int(value: object) -> bool:
@@ -179,7 +177,7 @@ _ACROSS: tuple[tuple[Callable[[Settings], bool], str], ...] = (
 )
 
 
-def problems() -> list[tuple[str, str]]:
+def problems() -> list[tuple[CheckId, str]]:
     """What is wrong with ``settings.FENCEDJOBS``: (check id, message) pairs, one per bad
     key, each message one line. Empty when it is valid. The ``CLOCK`` path is not imported
     here (see :func:`django_fencedjobs.clock.get_clock`)."""
@@ -187,13 +185,13 @@ def problems() -> list[tuple[str, str]]:
     if raw is None:
         return []
     if not isinstance(raw, Mapping):
-        return [(E_SETTINGS, f"FENCEDJOBS must be a dict, got {type(raw).__name__} {raw!r}")]
-    found: list[tuple[str, str]] = []
+        return [(CheckId.SETTINGS, f"FENCEDJOBS must be a dict, got {type(raw).__name__} {raw!r}")]
+    found: list[tuple[CheckId, str]] = []
     unknown = sorted(str(key) for key in raw if key not in _RULES)
     if unknown:
         found.append(
             (
-                E_SETTINGS,
+                CheckId.SETTINGS,
                 f"FENCEDJOBS has unknown key(s) {', '.join(unknown)}; "
                 f"known keys: {', '.join(sorted(_RULES))}.",
             )
@@ -201,11 +199,14 @@ def problems() -> list[tuple[str, str]]:
     for key, (acceptable, expected) in _RULES.items():
         if key in raw and not acceptable(raw[key]):
             found.append(
-                (E_SETTINGS_VALUE, f"FENCEDJOBS[{key!r}] must be {expected}, got {raw[key]!r}")
+                (
+                    CheckId.SETTINGS_VALUE,
+                    f"FENCEDJOBS[{key!r}] must be {expected}, got {raw[key]!r}",
+                )
             )
     if not found:
         merged = Settings(**dict(raw))
-        found.extend((E_SETTINGS_VALUE, message) for ok, message in _ACROSS if not ok(merged))
+        found.extend((CheckId.SETTINGS_VALUE, message) for ok, message in _ACROSS if not ok(merged))
     return found
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, overload
 
+from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.exceptions import JobDefinitionError, ScheduleError, UnknownJob
 from django_fencedjobs.schedule import Schedule
 
@@ -37,19 +38,6 @@ DEFAULT_FAILURE_THRESHOLD = 3
 #: A job without an explicit timeout gets half its shortest interval, at most this.
 MAX_DEFAULT_TIMEOUT = timedelta(hours=1)
 
-# The system check that reports each kind of invalid declaration (docs/checks.md).
-E_CRON = "fencedjobs.E001"
-E_ZONE = "fencedjobs.E002"
-E_FIXED_OFFSET = "fencedjobs.E003"
-E_TIMEOUT = "fencedjobs.E004"
-E_JITTER = "fencedjobs.E005"
-E_LEASE_TTL = "fencedjobs.E006"
-E_ADVISORY = "fencedjobs.E007"
-E_DUPLICATE = "fencedjobs.E008"
-E_HANDLER_KIND = "fencedjobs.E011"
-E_HANDLER_SIGNATURE = "fencedjobs.E012"
-E_ARGUMENT = "fencedjobs.E013"
-
 
 @dataclass(frozen=True, eq=False)
 class Job:
@@ -66,7 +54,7 @@ class Job:
     #: What was found wrong when the job was declared (None: nothing), and the id of the
     #: system check that reports it.
     declaration_error: JobError | None = None
-    declaration_check_id: str | None = None
+    declaration_check_id: CheckId | None = None
     cron: str | None = None
     every: timedelta | None = None
     timezone: str = "UTC"
@@ -81,14 +69,14 @@ class Job:
     failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
 
     @functools.cached_property
-    def _problem(self) -> tuple[str, JobError] | None:
+    def _problem(self) -> tuple[CheckId, JobError] | None:
         # The problems that need the schedule's shortest interval (a year of fire times) or
         # the database configuration are looked for on first use, not at import: declaring
         # jobs must stay cheap, since every web process declares them all at start-up.
         if self.declaration_error is not None or self.parsed_schedule is None:
             # Only job() builds a Job, and it gives one or the other.
             error = self.declaration_error or JobDefinitionError(f"job {self.name!r}: no schedule")
-            return self.declaration_check_id or E_CRON, error
+            return self.declaration_check_id or CheckId.CRON, error
         return _schedule_problem(self, self.parsed_schedule)
 
     @property
@@ -104,7 +92,7 @@ class Job:
         return self._problem[1] if self._problem is not None else None
 
     @property
-    def check_id(self) -> str | None:
+    def check_id(self) -> CheckId | None:
         """The id of the system check that reports :attr:`schedule_error`."""
         return self._problem[0] if self._problem is not None else None
 
@@ -132,15 +120,15 @@ class Job:
         return slot + self.run_timeout + self.grace
 
 
-def _schedule_problem(job: Job, schedule: Schedule) -> tuple[str, JobError] | None:
+def _schedule_problem(job: Job, schedule: Schedule) -> tuple[CheckId, JobError] | None:
     interval = schedule.min_interval()
     if job.timeout is not None and job.timeout >= interval:
-        return E_TIMEOUT, JobDefinitionError(
+        return CheckId.TIMEOUT, JobDefinitionError(
             f"job {job.name!r}: timeout {job.timeout} is not shorter than the shortest "
             f"interval between its runs ({interval}); a slow run would overlap the next."
         )
     if job.jitter >= interval:
-        return E_JITTER, JobDefinitionError(
+        return CheckId.JITTER, JobDefinitionError(
             f"job {job.name!r}: jitter {job.jitter} is not shorter than the shortest "
             f"interval between its runs ({interval}); runs would swap order."
         )
@@ -151,7 +139,7 @@ def _schedule_problem(job: Job, schedule: Schedule) -> tuple[str, JobError] | No
 
         vendor = connections[lease_db()].vendor
         if vendor != "postgresql":
-            return E_ADVISORY, JobDefinitionError(
+            return CheckId.ADVISORY, JobDefinitionError(
                 f"job {job.name!r}: exclusion='advisory' needs PostgreSQL advisory locks; "
                 f"the database is {vendor}."
             )
@@ -185,7 +173,7 @@ class JobRegistry:
                 declaration_error=JobDefinitionError(
                     f"job {job.name!r} is declared twice: by {where}."
                 ),
-                declaration_check_id=E_DUPLICATE,
+                declaration_check_id=CheckId.DUPLICATE,
             )
             return
         self._jobs[job.name] = job
@@ -284,7 +272,7 @@ def _positive_int(field_name: str, value: Any) -> str | None:
     return None
 
 
-def _handler_problem(job_name: str, func: object) -> tuple[str, JobError] | None:
+def _handler_problem(job_name: str, func: object) -> tuple[CheckId, JobError] | None:
     """Why ``func`` cannot be a job's handler, or None.
 
     The runner calls ``func(run)`` and takes its return as the end of the run. A coroutine
@@ -294,13 +282,13 @@ def _handler_problem(job_name: str, func: object) -> tuple[str, JobError] | None
     (E012). A ``functools.partial`` and a callable object are judged by what they call.
     """
     if not callable(func):
-        return E_HANDLER_SIGNATURE, JobDefinitionError(
+        return CheckId.HANDLER_SIGNATURE, JobDefinitionError(
             f"job {job_name!r}: the handler {func!r} is not callable."
         )
     kind = _lazy_kind(func)
     if kind is not None:
         what, returns = kind
-        return E_HANDLER_KIND, JobDefinitionError(
+        return CheckId.HANDLER_KIND, JobDefinitionError(
             f"job {job_name!r}: the handler {_where(func)} is {what}: calling it returns "
             f"{returns} without running its body, so the job would do nothing."
         )
@@ -311,7 +299,7 @@ def _handler_problem(job_name: str, func: object) -> tuple[str, JobError] | None
     try:
         signature.bind(object())
     except TypeError:
-        return E_HANDLER_SIGNATURE, JobDefinitionError(
+        return CheckId.HANDLER_SIGNATURE, JobDefinitionError(
             f"job {job_name!r}: the handler {_where(func)}{signature} cannot take the Run "
             f"as its one positional argument."
         )
@@ -335,11 +323,11 @@ def _lazy_kind(func: object) -> tuple[str, str] | None:
     return None
 
 
-def _schedule_check_id(error: ScheduleError) -> str:
+def _schedule_check_id(error: ScheduleError) -> CheckId:
     """The check that reports a :class:`ScheduleError`: the error says which argument."""
     if error.fixed_offset:
-        return E_FIXED_OFFSET
-    return E_ZONE if error.argument == "timezone" else E_CRON
+        return CheckId.FIXED_OFFSET
+    return CheckId.ZONE if error.argument == "timezone" else CheckId.CRON
 
 
 @overload
@@ -394,7 +382,7 @@ def job(
             func,
             name=None,
             problem=(
-                E_CRON,
+                CheckId.CRON,
                 ScheduleError(
                     f"job {_where(func)!r}: @job needs a schedule: write "
                     f"@job('*/15 * * * *') or @job(every=...) above it."
@@ -428,7 +416,7 @@ def _declare(
     func: Any,
     *,
     name: object,
-    problem: tuple[str, JobError] | None,
+    problem: tuple[CheckId, JobError] | None,
     fields: dict[str, Any],
 ) -> Job:
     """Register ``func`` as a job, valid or not, and set ``func.job``."""
@@ -479,7 +467,7 @@ def _declare(
 
 def _argument_problem(
     job_name: str, fields: dict[str, Any], wrong: list[str | None]
-) -> tuple[str, JobError] | None:
+) -> tuple[CheckId, JobError] | None:
     """Every argument of the wrong type or range (E013), else a lease_ttl that is not
     positive (E006), else None."""
     for field_name, allow_zero in (("jitter", True), ("lease_ttl", True), ("grace", True)):
@@ -493,9 +481,9 @@ def _argument_problem(
         wrong.append(f"exclusion must be 'lease' or 'advisory', got {fields['exclusion']!r}")
     messages = [message for message in wrong if message]
     if messages:
-        return E_ARGUMENT, JobDefinitionError(f"job {job_name!r}: {'; '.join(messages)}")
+        return CheckId.ARGUMENT, JobDefinitionError(f"job {job_name!r}: {'; '.join(messages)}")
     if fields["lease_ttl"] <= timedelta(0):
-        return E_LEASE_TTL, JobDefinitionError(
+        return CheckId.LEASE_TTL, JobDefinitionError(
             f"job {job_name!r}: lease_ttl must be positive, got {fields['lease_ttl']}."
         )
     return None

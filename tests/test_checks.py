@@ -4,6 +4,7 @@ jobs.py by `manage.py check`, which then exits non-zero."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -439,3 +440,14 @@ def test_a_transaction_pooler_with_server_side_cursors_is_an_error(monkeypatch, 
     monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", False)
     settings.FENCEDJOBS = {}
     assert check_transaction_pooler() == []
+
+
+def test_every_check_id_is_in_the_reference_and_every_id_there_is_a_check():
+    from django_fencedjobs.checkids import CheckId
+
+    reference = (REPO / "docs" / "checks.md").read_text()
+    documented = re.findall(r"^\| `(fencedjobs\.[EW]\d{3})` \|", reference, flags=re.MULTILINE)
+    assert len(documented) == len(set(documented)), "an id is listed twice in docs/checks.md"
+    in_code = {check_id.value for check_id in CheckId}
+    assert set(documented) - in_code == set(), "documented, but no check has the id"
+    assert in_code - set(documented) == set(), "a check's id is missing from docs/checks.md"

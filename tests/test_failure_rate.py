@@ -186,14 +186,14 @@ def test_a_warning_share_above_the_critical_one_is_a_settings_error(jobs):
     ):
         assert conf.problems() == [
             (
-                conf.E_SETTINGS_VALUE,
+                "fencedjobs.E014",
                 "FENCEDJOBS['FAILURE_RATE_WARNING'] must be at most FAILURE_RATE_CRITICAL",
             )
         ]
     with override_settings(FENCEDJOBS={"CLOCK": FAKE, "FAILURE_RATE_RUNS": 1}):
         assert conf.problems() == [
             (
-                conf.E_SETTINGS_VALUE,
+                "fencedjobs.E014",
                 "FENCEDJOBS['FAILURE_RATE_RUNS'] must be an int of at least 2, got 1",
             )
         ]
