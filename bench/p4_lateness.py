@@ -23,6 +23,7 @@ PREFIX = "bench.p4."
 def measure(smoke: bool) -> common.Report:
     from bench.benchapp.models import Row
     from django_fencedjobs import fenced_atomic, job, loop, signals
+    from django_fencedjobs.declared import runnable_jobs
     from django_fencedjobs.models import JobRun, Outcome
     from django_fencedjobs.registry import registry
 
@@ -38,13 +39,13 @@ def measure(smoke: bool) -> common.Report:
         if record.job.startswith(PREFIX):
             finished.append(record.pk)
             if len(finished) >= wanted:
-                loop.request_stop()
+                dispatcher.request_stop()
 
     def handler(run: Any) -> None:
         with fenced_atomic():
             Row.objects.create(seq=run.fence, note="p4")
 
-    guard = threading.Timer(limit, loop.request_stop)
+    guard = threading.Timer(limit, lambda: dispatcher.request_stop())
     signals.run_finished.connect(on_finished, weak=False)
     try:
         with registry.isolated():
@@ -52,12 +53,11 @@ def measure(smoke: bool) -> common.Report:
                 # The jitter is shorter than the interval, as system check E005 requires.
                 spread = every - timedelta(milliseconds=100)
                 job(every=every, jitter=spread, name=f"{PREFIX}job{i:02d}")(handler)
-            loop.clear_stop()
+            dispatcher = loop.Dispatcher(runnable_jobs())
             guard.start()
-            loop.loop()
+            dispatcher.loop()
     finally:
         guard.cancel()
-        loop.clear_stop()
         signals.run_finished.disconnect(on_finished)
 
     records = list(

@@ -44,7 +44,7 @@ def measure(smoke: bool) -> common.Report:
             time.sleep(0.1)
 
     common.clear_jobs(PREFIX)
-    guard = threading.Timer(seconds, loop.request_stop)
+    guard = threading.Timer(seconds, lambda: dispatcher.request_stop())
     started = clock.now()
     try:
         with registry.isolated():
@@ -60,12 +60,11 @@ def measure(smoke: bool) -> common.Report:
             for d in declared:
                 if d.name != fast_name:
                     operations.make_due(d.name, clock.now())  # busy from the first second
-            loop.clear_stop()
+            dispatcher = loop.Dispatcher(declared, workers=4)
             guard.start()
-            loop.loop(workers=4)
+            dispatcher.loop()
     finally:
         guard.cancel()
-        loop.clear_stop()
 
     records = list(
         JobRun.objects.filter(job=fast_name, scheduled_for__gte=started).values_list(

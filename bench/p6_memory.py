@@ -84,7 +84,6 @@ def measure(smoke: bool) -> common.Report:
             job(every=timedelta(seconds=10), name=f"{PREFIX}writer")(writer)
             job(every=timedelta(seconds=30), name=f"{PREFIX}failing")(failing)
             job(every=timedelta(seconds=60), name=f"{PREFIX}windows")(windows)
-            loop.clear_stop()
             loop.loop(max_ticks=ticks)
     finally:
         signals.tick_finished.disconnect(on_tick)

@@ -71,6 +71,7 @@ def runner_process(smoke: bool, counts: Path) -> None:
     from django.db import connections
 
     from django_fencedjobs import loop
+    from django_fencedjobs.declared import runnable_jobs
 
     jobs, every, _ = sizes(smoke)
     names = declare(jobs, every)
@@ -89,9 +90,10 @@ def runner_process(smoke: bool, counts: Path) -> None:
 
     connection_created.connect(wrap, weak=False)
     connections.close_all()
-    signal.signal(signal.SIGTERM, lambda *_: loop.request_stop())
+    dispatcher = loop.Dispatcher(runnable_jobs(names))
+    signal.signal(signal.SIGTERM, lambda *_: dispatcher.request_stop())
     cpu = time.process_time()
-    loop.loop(names)
+    dispatcher.loop()
     counts.write_text(json.dumps({"statements": statements, "cpu": time.process_time() - cpu}))
 
 

@@ -61,8 +61,8 @@ def measure(smoke: bool) -> common.Report:
                 if how == "thread":
                     pool.submit(declared, row)
                     while not (done := pool.finished()):
-                        loop._wake.wait(1)
-                        loop._wake.clear()
+                        pool.wake.wait(1)
+                        pool.wake.clear()
                     (record,) = done
                 else:
                     record = runner.run_job(declared, row)

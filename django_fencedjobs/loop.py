@@ -7,10 +7,17 @@ away after a run that had to be interrupted. A job is handed to a worker only wh
 free: a job waits unacquired rather than sit behind a slow one with its lease taken, and
 that wait shows as lateness (``started_at - scheduled_for``).
 
-* :func:`tick` is one pass (``runjobs --once``): every job due now runs once, side by side,
-  and the pass ends when each is recorded.
-* :func:`loop` (``runjobs``) keeps handing due jobs to free workers until asked to stop,
+A :class:`Dispatcher` owns one runner's dispatching: its jobs, its pool, its stop and wake
+events, the order it takes jobs due at the same instant in, and the runs it still has to
+record. Its steps are the same for both ways of running:
+
+* :meth:`Dispatcher.tick` is one pass (``runjobs --once``): scan, hand every job due now
+  to the workers as they free up, and end when each is recorded.
+* :meth:`Dispatcher.loop` (``runjobs``) repeats scan, hand out, sleep until asked to stop,
   sleeping until the earliest next slot or until a worker is free again.
+
+:func:`tick` and :func:`loop` make a dispatcher for the named jobs (every job by default)
+and run it.
 
 A worker whose handler was given up on (it did not return at its timeout plus the grace:
 :mod:`~django_fencedjobs.supervisor`) is replaced at once; the stuck thread is retired and
@@ -43,8 +50,7 @@ from django_fencedjobs.declared import runnable_jobs, sync
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobRun
 from django_fencedjobs.registry import Job
-from django_fencedjobs.run import stop
-from django_fencedjobs.runner import record_pending, run_job
+from django_fencedjobs.runner import Unrecorded, run_job
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -55,21 +61,6 @@ RETRY_LOCKED = timedelta(seconds=1)
 #: While other processes drain the same due jobs (a fleet), the loop reads the due rows
 #: again after a job was passed over, at most this often: what it read is going stale.
 RESCAN_AFTER = timedelta(seconds=0.2)
-
-
-#: Wakes the dispatching thread: a worker became free, or a stop was requested.
-_wake = threading.Event()
-
-
-def request_stop() -> None:
-    """Ask the runner to stop: each worker's current batch or window finishes and commits,
-    its run is recorded as interrupted, its lease released, and no further job starts."""
-    stop.set()
-    _wake.set()
-
-
-def clear_stop() -> None:
-    stop.clear()
 
 
 class TooManyAbandonedHandlers(FencedJobsError):
@@ -116,20 +107,31 @@ class Pool:
 
     :meth:`submit` hands a due job to a free worker (the caller checks :meth:`free`
     first); :meth:`finished` returns what has been recorded since. Thread-safe for one
-    dispatching thread.
+    dispatching thread, which ``wake`` wakes whenever a worker becomes free.
 
     A worker whose handler is given up on is replaced; its thread is counted
     (:meth:`abandoned`) until it returns. When ``max_abandoned`` of them (default:
-    ``size``) are running at once, the pool requests the runner's stop (no further job
-    starts; each run in progress stops between batches and is recorded) and
-    :attr:`gave_up` says how many there were.
+    ``size``) are running at once, the pool sets ``stop`` (no further job starts; each run
+    in progress stops between batches and is recorded) and :attr:`gave_up` says how many
+    there were. A run whose end cannot be recorded goes to ``unrecorded``.
     """
 
-    def __init__(self, size: int, *, max_abandoned: int | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        max_abandoned: int | None = None,
+        stop: threading.Event | None = None,
+        wake: threading.Event | None = None,
+        unrecorded: Unrecorded | None = None,
+    ) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one worker, got {size}")
         self.size = size
         self.max_abandoned = max_abandoned or size
+        self.stop = stop or threading.Event()
+        self.wake = wake or threading.Event()
+        self.unrecorded = unrecorded or Unrecorded()
         #: How many abandoned handlers were running when the limit was reached; 0 until then.
         self.gave_up = 0
         #: The threads of handlers given up on, while they run.
@@ -248,12 +250,12 @@ class Pool:
                 if limit_reached:
                     self.gave_up = running
             if limit_reached:
-                request_stop()
+                self.stop.set()
             self._finish(job.name, _latest_run(job.name))
 
         try:
             _keep_or_replace(connections[db.lease_db()])
-            return run_job(job, row, on_abandon=give_up)
+            return run_job(job, row, stop=self.stop, unrecorded=self.unrecorded, on_abandon=give_up)
         except DatabaseError as exc:
             logger.error(
                 "could not run %s, database unavailable: %s",
@@ -274,7 +276,7 @@ class Pool:
             else:
                 self._not_before[name] = time.monotonic() + RETRY_LOCKED.total_seconds()
                 self._passed_over += 1
-        _wake.set()
+        self.wake.set()
 
 
 def _keep_or_replace(connection: BaseDatabaseWrapper) -> None:
@@ -304,99 +306,229 @@ class TickResult:
     next_wakeup: datetime | None
 
 
-def _scan(jobs: Sequence[Job]) -> tuple[list[lease.LeaseRow], datetime | None]:
-    """The due rows, earliest slot first, and the next wakeup: one read of the lease rows
-    (after creating or rescheduling the rows of new or changed jobs).
+class Dispatcher:
+    """One runner's dispatching: its jobs, its pool of workers, the events that stop and
+    wake it, the order of its jobs due at the same instant, and its runs still to record.
 
-    Jobs due at the same instant come in an order of this process's own
-    (:func:`_tiebreak`): several runners that read the same stampede of due jobs then
-    start at different ends of it, instead of each trying the jobs another has just
-    taken, one failed acquisition after another.
+    ``runjobs`` makes one and stops it from its signal handlers (:meth:`request_stop`);
+    :func:`tick` and :func:`loop` make one per call.
     """
-    names = [job.name for job in jobs]
-    now = clock.now()
-    seen = lease.scan(names, now)
-    if sync(jobs, now, seen.fingerprints):
-        seen = lease.scan(names, now)
-    return sorted(seen.due, key=lambda r: (r.next_run_at, _tiebreak(r.name))), seen.wakeup
 
+    def __init__(self, jobs: Sequence[Job], *, workers: int | None = None) -> None:
+        self.jobs = list(jobs)
+        self.workers = workers or default_workers()
+        #: Set to stop: no further job starts, each run in progress stops between batches
+        #: and is recorded (``run.stopping``).
+        self.stop = threading.Event()
+        #: Wakes the dispatching thread: a worker became free, or a stop was requested.
+        self.wake = threading.Event()
+        #: Runs whose end could not be recorded (the database was away): retried first.
+        self.unrecorded = Unrecorded()
+        self._by_name = {job.name: job for job in self.jobs}
+        self._tiebreaks: dict[str, float] = {}
+        #: Due rows of the latest scan not handed out yet, and when the next job not due
+        #: then can be acquired.
+        self._backlog: list[lease.LeaseRow] = []
+        self._wakeup: datetime | None = None
+        self._scanned = 0.0
+        #: A due job was held back since the last scan: look at it again in a moment.
+        self._retry_soon = False
 
-#: Per job name, a random number drawn once per process: the order of a process's jobs
-#: among those due at the same instant.
-_tiebreaks: dict[str, float] = {}
+    def request_stop(self) -> None:
+        """Stop: each worker's current batch or window finishes and commits, its run is
+        recorded as interrupted, its lease released, and no further job starts."""
+        self.stop.set()
+        self.wake.set()
 
-
-def _tiebreak(name: str) -> float:
-    try:
-        return _tiebreaks[name]
-    except KeyError:
-        return _tiebreaks.setdefault(name, random.random())
-
-
-def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> TickResult:
-    """One pass: run every job due now once, side by side on ``workers`` workers, and
-    return when each is recorded (``runjobs --once``). Due jobs beyond the workers wait for
-    one to be free.
-
-    Raises :class:`TooManyAbandonedHandlers` once every run of the pass is recorded, if so
-    many of its handlers were given up on that the pass stopped taking runs.
-
-    With no due job this issues a constant number of queries, whatever the number of
-    registered jobs: the clock, and one read of the lease rows (:func:`lease.scan`, whose
-    cost barely grows with the number of jobs either); and starts no thread.
-    """
-    jobs = runnable_jobs(names)
-    if not jobs:
-        return TickResult([], None)
-    by_name = {job.name: job for job in jobs}
-    pending, wakeup = _scan(jobs)
-    runs: list[JobRun] = []
-    if pending:
-        pool = _pool(workers)
+    def tiebreak(self, name: str) -> float:
+        """This dispatcher's place for job ``name`` among jobs due at the same instant: a
+        random number drawn once. Several runners that read the same stampede of due jobs
+        then start at different ends of it, instead of each trying the jobs another has
+        just taken, one failed acquisition after another."""
         try:
-            while pending and not stop.is_set():
-                while pending and pool.free():
-                    row = pending.pop(0)
-                    pool.submit(by_name[row.name], row)
-                if pending:
-                    _wake.wait()
-                    _wake.clear()
+            return self._tiebreaks[name]
+        except KeyError:
+            return self._tiebreaks.setdefault(name, random.random())
+
+    # -- the steps -----------------------------------------------------------------------
+
+    def scan(self) -> list[lease.LeaseRow]:
+        """Read the due rows, earliest slot first, and the next wakeup: one read of the lease
+        rows (after creating or rescheduling the rows of new or changed jobs). Returns the
+        due rows, which :meth:`hand_out` hands out from."""
+        names = list(self._by_name)
+        now = clock.now()
+        seen = lease.scan(names, now)
+        if sync(self.jobs, now, seen.fingerprints):
+            seen = lease.scan(names, now)
+        self._backlog = sorted(seen.due, key=lambda r: (r.next_run_at, self.tiebreak(r.name)))
+        self._wakeup = seen.wakeup
+        self._scanned = time.monotonic()
+        return list(self._backlog)
+
+    def hand_out(self, pool: Pool) -> None:
+        """Hand due jobs of the last scan to free workers, earliest first; jobs the pool
+        holds back (running here, or their row was locked or taken a moment ago) wait for
+        a later scan."""
+        held_back = pool.held_back()
+        if any(row.name in held_back for row in self._backlog):
+            self._retry_soon = True
+            self._backlog = [row for row in self._backlog if row.name not in held_back]
+        while self._backlog and pool.free() and not self.stop.is_set():
+            row = self._backlog.pop(0)
+            pool.submit(self._by_name[row.name], row)
+
+    def sleep_time(self, max_sleep: float) -> float:
+        """How long to sleep: until a worker is free while due jobs wait (it wakes us),
+        else until the next job not due at the last scan, however busy the others, and a
+        moment when a due job was held back."""
+        if self._backlog:
+            return max_sleep
+        sleep = max_sleep
+        if self._wakeup is not None:
+            sleep = min(sleep, max((self._wakeup - clock.now()).total_seconds(), 0))
+        if self._retry_soon:
+            sleep = min(sleep, RETRY_LOCKED.total_seconds())
+        return sleep
+
+    # -- the two ways to run -------------------------------------------------------------
+
+    def tick(self) -> TickResult:
+        """One pass: run every job due now once, side by side on the workers, and return
+        when each is recorded (``runjobs --once``). Due jobs beyond the workers wait for one
+        to be free.
+
+        Raises :class:`TooManyAbandonedHandlers` once every run of the pass is recorded, if
+        so many of its handlers were given up on that the pass stopped taking runs.
+
+        With no due job this issues a constant number of queries, whatever the number of
+        registered jobs: the clock, and one read of the lease rows (:func:`lease.scan`,
+        whose cost barely grows with the number of jobs either); and starts no thread.
+        """
+        if not self.jobs:
+            return TickResult([], None)
+        self.scan()
+        runs: list[JobRun] = []
+        wakeup = self._wakeup
+        if self._backlog:
+            pool = self._pool()
+            try:
+                while self._backlog and not self.stop.is_set():
+                    self.hand_out(pool)
+                    if self._backlog:
+                        self.wake.wait()
+                        self.wake.clear()
+            finally:
+                pool.shutdown()
+            self._give_up_if(pool)
+            runs = pool.finished()
+            now = clock.now()
+            seen = lease.scan(list(self._by_name), now)
+            # Still due after this pass: acquisition passed a locked row by. Retry soon.
+            wakeup = now + RETRY_LOCKED if seen.due else seen.wakeup
+        signals.send(signals.tick_finished, now=clock.now())
+        return TickResult(runs, wakeup)
+
+    def loop(self, *, max_ticks: int | None = None) -> None:
+        """Run due jobs until :meth:`request_stop`: scan, hand out, sleep until the earliest
+        next slot (at most ``LOOP_MAX_SLEEP``) or until a worker is free; survive the
+        database going away by reconnecting with backoff. On a stop request, return once
+        every worker's run is recorded. When the workers' handlers given up on and still
+        running reach ``MAX_ABANDONED_HANDLERS``, stop the same way, then raise
+        :class:`TooManyAbandonedHandlers`.
+
+        One scan serves until its due jobs are all handed out: when many jobs are due at
+        once (a stampede), each freed worker takes the next one from that scan instead of
+        the loop reading every row again. When a job from it could not be acquired (other
+        runners are draining the same jobs), the scan is stale: the loop scans again, at
+        most every :data:`RESCAN_AFTER`, rather than try every job the others have run
+        meanwhile.
+        """
+        max_sleep = get_settings().LOOP_MAX_SLEEP.total_seconds()
+        pool = self._pool()
+        #: This runner's row: registered, then a beat every RUNNER_BEAT (never raises).
+        presence = runners.Presence(self.jobs, pool.size)
+        backoff, ticks = 0.5, 0
+        try:
+            while not self.stop.is_set():
+                self.wake.clear()
+                try:
+                    self.unrecorded.record()
+                    if not self._backlog:
+                        if max_ticks is not None and ticks >= max_ticks:
+                            break
+                        ticks += 1
+                        pool.passed_over()
+                        self.scan()
+                        self._retry_soon = False
+                        signals.send(signals.tick_finished, now=clock.now())
+                    elif self._is_stale(pool):
+                        self.scan()
+                    self.hand_out(pool)
+                    sleep, backoff = self.sleep_time(max_sleep), 0.5
+                except DatabaseError as exc:
+                    logger.error(
+                        "database unavailable, retrying in %.1fs: %s",
+                        backoff,
+                        exc,
+                        extra={"event": "database_unavailable"},
+                    )
+                    connections.close_all()
+                    self._backlog = []
+                    sleep, backoff = backoff, min(backoff * 2, max_sleep)
+                pool.finished()  # the loop keeps no history of its runs: drop them
+                presence.beat()
+                self.wake.wait(min(sleep, presence.due_in()))
         finally:
             pool.shutdown()
-        _give_up_if(pool)
-        runs = pool.finished()
-        now = clock.now()
-        seen = lease.scan(list(by_name), now)
-        # Still due after this pass: acquisition passed a locked row by. Retry soon.
-        wakeup = now + RETRY_LOCKED if seen.due else seen.wakeup
-    signals.send(signals.tick_finished, now=clock.now())
-    return TickResult(runs, wakeup)
+            presence.stop()
+        self._give_up_if(pool)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _pool(self) -> Pool:
+        return Pool(
+            self.workers,
+            max_abandoned=get_settings().MAX_ABANDONED_HANDLERS or self.workers,
+            stop=self.stop,
+            wake=self.wake,
+            unrecorded=self.unrecorded,
+        )
+
+    def _is_stale(self, pool: Pool) -> bool:
+        """The last scan is stale: a job from it was passed over (another process took it)
+        and it is at least :data:`RESCAN_AFTER` old."""
+        return (
+            time.monotonic() - self._scanned >= RESCAN_AFTER.total_seconds()
+            and pool.passed_over() > 0
+        )
+
+    def _give_up_if(self, pool: Pool) -> None:
+        """After a pool's shutdown: if it stopped at its limit of abandoned handlers, record
+        what could not be recorded yet (one try) and raise
+        :class:`TooManyAbandonedHandlers`."""
+        if not pool.gave_up:
+            return
+        try:
+            self.unrecorded.record()
+        except DatabaseError as exc:
+            # Left running: the next run of each job marks it abandoned, once its lease
+            # expires.
+            logger.warning(
+                "could not record every run before exiting: %s",
+                exc,
+                extra={"event": "record_failed"},
+            )
+        raise TooManyAbandonedHandlers(pool.gave_up, pool.max_abandoned)
 
 
 def default_workers() -> int:
     return get_settings().WORKERS
 
 
-def _pool(workers: int | None) -> Pool:
-    size = workers or default_workers()
-    return Pool(size, max_abandoned=get_settings().MAX_ABANDONED_HANDLERS or size)
-
-
-def _give_up_if(pool: Pool) -> None:
-    """After a pool's shutdown: if it stopped at its limit of abandoned handlers, record
-    what could not be recorded yet (one try) and raise :class:`TooManyAbandonedHandlers`."""
-    if not pool.gave_up:
-        return
-    try:
-        record_pending()
-    except DatabaseError as exc:
-        # Left running: the next run of each job marks it abandoned, once its lease expires.
-        logger.warning(
-            "could not record every run before exiting: %s",
-            exc,
-            extra={"event": "record_failed"},
-        )
-    raise TooManyAbandonedHandlers(pool.gave_up, pool.max_abandoned)
+def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> TickResult:
+    """One pass over the named jobs (every job by default): :meth:`Dispatcher.tick`."""
+    return Dispatcher(runnable_jobs(names), workers=workers).tick()
 
 
 def loop(
@@ -405,98 +537,18 @@ def loop(
     workers: int | None = None,
     max_ticks: int | None = None,
 ) -> None:
-    """Run due jobs until :func:`request_stop`, side by side on ``workers`` workers: sleep
-    until the earliest next slot (at most ``LOOP_MAX_SLEEP``) or until a worker is free,
-    survive the database going away by reconnecting with backoff. On a stop request,
-    return once every worker's run is recorded. When the workers' handlers given up on and
-    still running reach ``MAX_ABANDONED_HANDLERS``, stop the same way, then raise
-    :class:`TooManyAbandonedHandlers`.
-
-    One read of the lease rows (a tick) serves until its due jobs are all handed out: when
-    many jobs are due at once (a stampede), each freed worker takes the next one from that
-    read instead of the loop reading every row again. When a job from it could not be
-    acquired (other runners are draining the same jobs), the read is stale: the loop reads
-    again, at most every :data:`RESCAN_AFTER`, rather than try every job the others have
-    run meanwhile.
-    """
-    jobs = runnable_jobs(names)  # unknown names fail now, not at the first tick
-    by_name = {job.name: job for job in jobs}
-    max_sleep = get_settings().LOOP_MAX_SLEEP.total_seconds()
-    pool = _pool(workers)
-    #: This runner's row: registered, then a beat every RUNNER_BEAT (never raises).
-    presence = runners.Presence(jobs, pool.size)
-    backlog: list[lease.LeaseRow] = []
-    wakeup: datetime | None = None
-    scanned = 0.0
-    #: A due job was held back since the last read: look at it again in a moment.
-    retry_soon = False
-    backoff = 0.5
-    ticks = 0
-    try:
-        while not stop.is_set():
-            _wake.clear()
-            try:
-                record_pending()
-                if not backlog:
-                    if max_ticks is not None and ticks >= max_ticks:
-                        break
-                    ticks += 1
-                    pool.passed_over()
-                    backlog, wakeup = _scan(jobs)
-                    scanned, retry_soon = time.monotonic(), False
-                    signals.send(signals.tick_finished, now=clock.now())
-                elif (
-                    time.monotonic() - scanned >= RESCAN_AFTER.total_seconds()
-                    and pool.passed_over()
-                ):
-                    backlog, wakeup = _scan(jobs)
-                    scanned = time.monotonic()
-                held_back = pool.held_back()
-                if any(row.name in held_back for row in backlog):
-                    # Due, but its row was locked (or taken) a moment ago, or its run here
-                    # has not acquired it yet.
-                    retry_soon = True
-                    backlog = [row for row in backlog if row.name not in held_back]
-                while backlog and pool.free() and not stop.is_set():
-                    row = backlog.pop(0)
-                    pool.submit(by_name[row.name], row)
-                backoff = 0.5
-                if backlog:
-                    # Due jobs wait for a free worker, which wakes us.
-                    sleep = max_sleep
-                else:
-                    sleep = max_sleep
-                    if wakeup is not None:
-                        # The next job not due at the last read: however busy the others.
-                        sleep = min(sleep, max((wakeup - clock.now()).total_seconds(), 0))
-                    if retry_soon:
-                        sleep = min(sleep, RETRY_LOCKED.total_seconds())
-            except DatabaseError as exc:
-                logger.error(
-                    "database unavailable, retrying in %.1fs: %s",
-                    backoff,
-                    exc,
-                    extra={"event": "database_unavailable"},
-                )
-                connections.close_all()
-                backlog = []
-                sleep, backoff = backoff, min(backoff * 2, max_sleep)
-            pool.finished()  # the loop keeps no history of its runs: drop them
-            presence.beat()
-            _wake.wait(min(sleep, presence.due_in()))
-    finally:
-        pool.shutdown()
-        presence.stop()
-    _give_up_if(pool)
+    """Run the named jobs (every job by default) for ``max_ticks`` scans, or until the
+    abandoned handlers' limit: :meth:`Dispatcher.loop`. To stop it from another thread or
+    a signal handler, make the :class:`Dispatcher` and call its :meth:`request_stop`."""
+    Dispatcher(runnable_jobs(names), workers=workers).loop(max_ticks=max_ticks)
 
 
 __all__ = [
+    "Dispatcher",
     "Pool",
     "TickResult",
     "TooManyAbandonedHandlers",
     "abandoned_handlers",
-    "clear_stop",
     "loop",
-    "request_stop",
     "tick",
 ]

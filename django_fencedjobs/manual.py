@@ -16,6 +16,7 @@ transaction for longer raises :class:`JobBusy`, and nothing is changed.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -48,8 +49,9 @@ class Operated:
     line: str
 
 
-def run_now(job: Job) -> JobRun:
+def run_now(job: Job, *, stop: threading.Event | None = None) -> JobRun:
     """Run ``job`` once, now, in this thread; return its recorded run (whatever its outcome).
+    Setting ``stop`` stops the run between batches (``runjobs --now`` sets it on SIGTERM).
 
     Raises :class:`FencedJobsError`, saying why in one line, when the run cannot start: the
     job is paused, or another run holds its lease. Then nothing is changed: the job is not
@@ -60,7 +62,7 @@ def run_now(job: Job) -> JobRun:
     _refuse_if_busy(job, now)
     operations.make_due(job.name, now)
     row = lease.read([job.name])[job.name]
-    record = runner.run_job(job, row)
+    record = runner.run_job(job, row, stop=stop)
     if record is None:  # another runner took the lease between the check and now
         _refuse_if_busy(job, clock.now())
         raise FencedJobsError(

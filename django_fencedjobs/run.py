@@ -10,7 +10,6 @@ which the runner (:mod:`django_fencedjobs.runner`) creates, supervises and recor
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,9 +29,6 @@ if TYPE_CHECKING:
     from django.tasks import Task, TaskResult
 
 ModelT = TypeVar("ModelT", bound=Model)
-
-#: Set when the process was asked to stop (SIGTERM, SIGINT): helpers stop between batches.
-stop = threading.Event()
 
 
 @dataclass(frozen=True)
@@ -134,7 +130,7 @@ class Run:
 
     def _may_continue(self) -> bool:
         self._state.raise_if_stopped()
-        if stop.is_set():
+        if self._state.stop_requested.is_set():
             self._state.interrupted = True
             return False
         return True
@@ -313,8 +309,8 @@ class Run:
 
     @property
     def stopping(self) -> bool:
-        """True once the process was asked to stop (SIGTERM): finish what is committed."""
-        return stop.is_set()
+        """True once the runner was asked to stop (SIGTERM): finish what is committed."""
+        return self._state.stop_requested.is_set()
 
 
 def _floor(value: datetime, step: timedelta) -> datetime:
@@ -331,4 +327,4 @@ def watermark_text(value: WatermarkValue | None) -> str:
     return str(value)
 
 
-__all__ = ["Run", "Window", "stop"]
+__all__ = ["Run", "Window"]

@@ -64,11 +64,21 @@ def _slot(job: Job, row: lease.LeaseRow, now: datetime) -> tuple[datetime, int]:
         span *= 2
 
 
-def run_job(job: Job, row: lease.LeaseRow, *, on_abandon: Any = None) -> JobRun | None:
+def run_job(
+    job: Job,
+    row: lease.LeaseRow,
+    *,
+    stop: threading.Event | None = None,
+    unrecorded: Unrecorded | None = None,
+    on_abandon: Any = None,
+) -> JobRun | None:
     """Acquire ``job``'s lease (as read in ``row``) and run it in this thread; None when
     another process got there first. Whatever the handler raises is recorded, not raised
-    (but ``KeyboardInterrupt``, after recording). ``on_abandon()`` is called, from the
-    supervisor's thread, if the handler is given up on."""
+    (but ``KeyboardInterrupt``, after recording). ``stop`` is the runner's stop request
+    (the run stops between batches once it is set); a run whose end cannot be recorded
+    (the database stays away) goes to ``unrecorded``, for the runner to record later.
+    ``on_abandon()`` is called, from the supervisor's thread, if the handler is given up
+    on."""
     owner = get_settings().owner
     schedule = job.valid_schedule
     alias = db.lease_db()
@@ -140,10 +150,11 @@ def run_job(job: Job, row: lease.LeaseRow, *, on_abandon: Any = None) -> JobRun 
         )
         signals.send(signals.run_finished, job=job, record=record)
         return record
-    return _execute(RunState(job, record, watermarks=watermarks), now, on_abandon)
+    state = RunState(job, record, watermarks=watermarks, stop_requested=stop)
+    return _execute(state, now, unrecorded or Unrecorded(), on_abandon)
 
 
-def _execute(state: RunState, now: datetime, on_abandon: Any) -> JobRun:
+def _execute(state: RunState, now: datetime, unrecorded: Unrecorded, on_abandon: Any) -> JobRun:
     job, record = state.job, state.record
     logger.info(
         "run started: %s (fence %d, %d earlier slot(s) coalesced)",
@@ -156,7 +167,7 @@ def _execute(state: RunState, now: datetime, on_abandon: Any) -> JobRun:
 
     def abandoned() -> None:
         if record.outcome == Outcome.RUNNING:  # its supervisor could not record it: retry
-            _pending.append((state, *_outcome_of(None, state, supervisor)))
+            unrecorded.add(state, *_outcome_of(None, state, supervisor))
         if on_abandon is not None:
             on_abandon()
 
@@ -169,7 +180,7 @@ def _execute(state: RunState, now: datetime, on_abandon: Any) -> JobRun:
         _discard_connection(db.lease_db())
         if outcome not in (Outcome.TIMED_OUT, Outcome.FENCE_LOST):
             outcome, error = _outcome_of(None, state, supervisor)
-    record = _record(state, outcome, error)
+    record = _record(state, outcome, error, unrecorded)
     if isinstance(exc, KeyboardInterrupt):
         raise exc
     return record
@@ -353,7 +364,7 @@ def record_end(run: RunState, outcome: str, error: str, *, wait: float = db.LOCK
     return True
 
 
-def _record(run: RunState, outcome: str, error: str) -> JobRun:
+def _record(run: RunState, outcome: str, error: str, unrecorded: Unrecorded) -> JobRun:
     """:func:`record_end`, retried once across a dropped connection; left pending for the
     loop to retry if the database stays away."""
     for attempt in (1, 2):
@@ -371,7 +382,7 @@ def _record(run: RunState, outcome: str, error: str) -> JobRun:
             )
             connections[db.lease_db()].close()
             if attempt == 2:
-                _pending.append((run, outcome, error))
+                unrecorded.add(run, outcome, error)
                 return run.record
             time.sleep(0.5)
     # Recorded already, by its supervisor at the timeout or by a successor's takeover.
@@ -379,22 +390,36 @@ def _record(run: RunState, outcome: str, error: str) -> JobRun:
     return run.record
 
 
-#: Outcomes that could not be recorded because the database was unreachable; the loop
-#: retries them before its next tick.
-_pending: list[tuple[RunState, str, str]] = []
+class Unrecorded:
+    """Runs whose end could not be recorded because the database was unreachable: their
+    runner records them (:meth:`record`) before it next scans. Thread-safe: workers add,
+    the dispatching thread records."""
 
+    def __init__(self) -> None:
+        self._runs: list[tuple[RunState, str, str]] = []
+        self._lock = threading.Lock()
 
-def record_pending() -> None:
-    while _pending:
-        run, outcome, error = _pending[0]
-        record_end(run, outcome, error)
-        _pending.pop(0)
-        logger.info(
-            "recorded the outcome of %s after reconnecting: %s",
-            run.job.name,
-            outcome,
-            extra=_log_fields(run.record, event="run_recorded_late"),
-        )
+    def add(self, run: RunState, outcome: str, error: str) -> None:
+        with self._lock:
+            self._runs.append((run, outcome, error))
+
+    def record(self) -> None:
+        """Record each, oldest first; raises ``DatabaseError`` (keeping the rest) when the
+        database is still away."""
+        while True:
+            with self._lock:
+                if not self._runs:
+                    return
+                run, outcome, error = self._runs[0]
+            record_end(run, outcome, error)
+            with self._lock:
+                self._runs.pop(0)
+            logger.info(
+                "recorded the outcome of %s after reconnecting: %s",
+                run.job.name,
+                outcome,
+                extra=_log_fields(run.record, event="run_recorded_late"),
+            )
 
 
 def _log_fields(record: JobRun, *, event: str, **more: Any) -> dict[str, Any]:
@@ -413,4 +438,4 @@ def _log_fields(record: JobRun, *, event: str, **more: Any) -> dict[str, Any]:
     return fields
 
 
-__all__ = ["record_end", "record_pending", "run_job"]
+__all__ = ["Unrecorded", "record_end", "run_job"]

@@ -54,13 +54,23 @@ class Progress:
 class RunState:
     """One run as its runner, its supervisor and its fenced blocks see it."""
 
-    def __init__(self, job: Job, record: JobRun, *, watermarks: dict[str, WatermarkValue]) -> None:
+    def __init__(
+        self,
+        job: Job,
+        record: JobRun,
+        *,
+        watermarks: dict[str, WatermarkValue],
+        stop_requested: threading.Event | None = None,
+    ) -> None:
         self.job = job
         self.record = record
         #: The fence this run was given; every fenced write checks it is still current.
         self.fence: int = record.fence
         #: The thread the handler runs in.
         self.thread = threading.get_ident()
+        #: Set when the runner was asked to stop (SIGTERM, SIGINT): the handler's helpers
+        #: stop between batches, and ``run.stopping`` reads True.
+        self.stop_requested = stop_requested or threading.Event()
         #: The watermarks as committed: what ``windows()`` goes on from.
         self.watermarks = dict(watermarks)
         #: Batches (windows, claimed batches) begun: what ``max_batches`` caps.

@@ -15,15 +15,16 @@ from django.test import override_settings
 
 from django_fencedjobs import clock, db, job, lease, loop, operations, signals
 from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.declared import runnable_jobs, sync
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORDER_OF_THIS_PROCESS = """
 import django
 django.setup()
-from django_fencedjobs.loop import _tiebreak
+from django_fencedjobs.loop import Dispatcher
 names = [f"t.tenant{n:02d}" for n in range(40)]
-print(",".join(sorted(names, key=_tiebreak)))
+print(",".join(sorted(names, key=Dispatcher([]).tiebreak)))
 """
 
 
@@ -48,10 +49,11 @@ def _declare_tenants(count: int) -> list[str]:
 
 def test_jobs_due_at_one_instant_come_in_an_order_of_each_process(jobs):
     names = _declare_tenants(40)
-    loop._scan(loop.runnable_jobs())  # creates the rows
+    dispatcher = loop.Dispatcher(runnable_jobs())
+    dispatcher.scan()  # creates the rows
     fake_clock.advance(timedelta(minutes=1, seconds=1))
-    first = [row.name for row in loop._scan(loop.runnable_jobs())[0]]
-    again = [row.name for row in loop._scan(loop.runnable_jobs())[0]]
+    first = [row.name for row in dispatcher.scan()]
+    again = [row.name for row in dispatcher.scan()]
     assert sorted(first) == names
     assert first == again  # one process: one order, read after read
     assert first != names  # not by name, which every runner would share
@@ -64,14 +66,14 @@ def test_the_loop_reads_again_when_other_runners_took_the_jobs_it_read(jobs, mon
     one, is passed over, reads again and finds nothing left to try, instead of failing to
     acquire each of the 30 in turn."""
     _declare_tenants(30)
-    loop._scan(loop.runnable_jobs())
+    sync(runnable_jobs(), clock.now())
     fake_clock.advance(timedelta(minutes=1, seconds=1))
     monkeypatch.setattr(loop, "RESCAN_AFTER", timedelta(0))
 
     taken: list[int | None] = []
 
     def another_runner_takes_them_all(sender, now, **kwargs):
-        rows = lease.read([j.name for j in loop.runnable_jobs()])
+        rows = lease.read([j.name for j in runnable_jobs()])
         with transaction.atomic(using=db.lease_db()):
             for row in rows.values():
                 if row.is_due(now):
@@ -107,7 +109,7 @@ def test_the_next_wakeup_is_the_next_job_not_due_whatever_is_due_now(jobs):
     loop sleeps until that one's slot, not a fixed retry interval past it."""
     job(every=timedelta(hours=1), name="t.long")(lambda run: None)
     job(every=timedelta(minutes=1), name="t.frequent")(lambda run: None)
-    loop._scan(loop.runnable_jobs())
+    sync(runnable_jobs(), clock.now())
     operations.make_due("t.long", clock.now())
     seen = lease.scan(["t.long", "t.frequent"], clock.now())
     assert [row.name for row in seen.due] == ["t.long"]
@@ -124,7 +126,7 @@ def test_a_scan_reads_the_same_instants_as_the_orm_to_the_microsecond(jobs):
     names = [f"t.instant{n}" for n in range(3)]
     for name in names:
         job(every=timedelta(minutes=1), name=name)(lambda run: None)
-    loop._scan(loop.runnable_jobs())
+    sync(runnable_jobs(), clock.now())
     now = clock.now()
     for n, name in enumerate(names):
         JobLease.objects.filter(name=name).update(

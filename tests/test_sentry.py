@@ -15,7 +15,7 @@ from sentry_sdk.transport import Transport
 from django_fencedjobs import job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.integrations.sentry import monitor_config, monitor_slug
-from django_fencedjobs.loop import tick
+from django_fencedjobs.loop import Dispatcher, tick
 from django_fencedjobs.registry import registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -182,8 +182,11 @@ def test_an_outcome_recorded_after_reconnecting_still_closes_its_check_in(
     def reconnect(run):
         pass
 
-    run_once("t.reconnect")
+    dispatcher = Dispatcher([registry.get("t.reconnect")])
+    dispatcher.tick()
+    fake_clock.advance(timedelta(minutes=15))
+    dispatcher.tick()
     assert [c["status"] for c in sentry.check_ins()] == ["in_progress"]
-    runner.record_pending()
+    dispatcher.unrecorded.record()  # what the loop does before its next scan
     started, finished = sentry.check_ins()
     assert (finished["status"], finished["check_in_id"]) == ("ok", started["check_in_id"])

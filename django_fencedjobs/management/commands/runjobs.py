@@ -4,9 +4,11 @@ one job now (``--now NAME``); what it prints is :mod:`django_fencedjobs.console`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -101,73 +103,106 @@ class Command(BaseCommand):
             jobs = [now]
         if metrics is not None and (now is not None or list_jobs):
             raise CommandError("--metrics serves a runner's metrics: the loop's or --once's")
+        valid, invalid = self._select(jobs, skip_checks=options["skip_checks"])
+        if list_jobs:
+            if valid or not invalid:
+                self.stdout.write(describe_jobs(valid))
+            return
+        dispatcher = loop.Dispatcher(valid, workers=workers)
+        with _stopped_by_signals(dispatcher), _as_command_errors():
+            with console.terminal_output(self.stderr, options["verbosity"]):
+                _start(metrics)
+                if now is not None:
+                    _run_now(valid[0], dispatcher)
+                elif once:
+                    self._once(dispatcher, verbose=options["verbosity"] >= 2)
+                else:
+                    console.runner_started(len(valid), dispatcher.workers)
+                    with console.PassReport(valid).connected():
+                        dispatcher.loop()
+
+    def _select(self, names: list[str] | None, *, skip_checks: bool) -> tuple[list[Job], list[Job]]:
+        """The jobs to run and the invalid ones: the named ones (all valid, or a one-line
+        error), else every job, each invalid one reported on one line; then the system
+        checks."""
         try:
             preflight.check_settings()
         except ImproperlyConfigured as exc:
             raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
         try:
-            valid, invalid = preflight.select_jobs(jobs)
+            valid, invalid = preflight.select_jobs(names)
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
-        if jobs and invalid:
+        if names and invalid:
             raise CommandError("; ".join(map(preflight.invalid_job_line, invalid)))
         for job in invalid:
             self.stderr.write(preflight.invalid_job_line(job))
-        if not options["skip_checks"]:
+        if not skip_checks:
             with checks.invalid_jobs_reported_separately():
                 self.check()
-        if list_jobs:
-            if valid or not invalid:
-                self.stdout.write(describe_jobs(valid))
-            return
-        loop.clear_stop()
-        previous = {sig: signal.signal(sig, _stop_gracefully) for sig in STOP_SIGNALS}
-        report = console.PassReport(valid)
-        try:
-            with console.terminal_output(self.stderr, options["verbosity"]):
-                # Fail fast if the database is unreachable or not migrated at start; once
-                # running, the loop survives the database going away.
-                preflight.check_tables()
-                problem = db.isolation_problem()
-                if problem:
-                    raise CommandError(problem)
-                if metrics is not None:
-                    _serve_metrics(*metrics)
-                if now is not None:
-                    _run_now(valid[0])
-                elif once:
-                    runners.record_pass(valid, workers or loop.default_workers())
-                    with report.connected():
-                        result = loop.tick(jobs, workers=workers)
-                    if options["verbosity"] >= 2:
-                        for record in result.runs:
-                            self.stdout.write(str(record))
-                else:
-                    console.runner_started(len(valid), workers or loop.default_workers())
-                    with report.connected():
-                        loop.loop(jobs, workers=workers)
-        except loop.TooManyAbandonedHandlers as exc:
-            raise CommandError(str(exc), returncode=TOO_MANY_ABANDONED_HANDLERS) from None
-        except preflight.NotMigrated as exc:
-            raise CommandError(str(exc)) from None
-        except FencedJobsError as exc:  # --now: paused, or its lease is held
-            raise CommandError(str(exc)) from None
-        except DatabaseError as exc:
-            raise CommandError(f"database unavailable: {one_line(exc)}") from None
-        except ImproperlyConfigured as exc:  # e.g. a clock that returns no aware datetime
-            raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        return valid, invalid
+
+    def _once(self, dispatcher: loop.Dispatcher, *, verbose: bool) -> None:
+        runners.record_pass(dispatcher.jobs, dispatcher.workers)
+        with console.PassReport(dispatcher.jobs).connected():
+            result = dispatcher.tick()
+        if verbose:
+            for record in result.runs:
+                self.stdout.write(str(record))
 
 
-def _run_now(job: Job) -> None:
+def _start(metrics: tuple[str, int] | None) -> None:
+    """Fail fast if the database is unreachable, not migrated or at a stricter isolation
+    level at start (once running, the loop survives the database going away); then serve
+    the metrics if asked."""
+    preflight.check_tables()
+    problem = db.isolation_problem()
+    if problem:
+        raise CommandError(problem)
+    if metrics is not None:
+        _serve_metrics(*metrics)
+
+
+@contextlib.contextmanager
+def _as_command_errors() -> Iterator[None]:
+    """What ends a runner early, as a one-line error and its exit status."""
+    try:
+        yield
+    except loop.TooManyAbandonedHandlers as exc:
+        raise CommandError(str(exc), returncode=TOO_MANY_ABANDONED_HANDLERS) from None
+    except preflight.NotMigrated as exc:
+        raise CommandError(str(exc)) from None
+    except FencedJobsError as exc:  # --now: paused, or its lease is held
+        raise CommandError(str(exc)) from None
+    except DatabaseError as exc:
+        raise CommandError(f"database unavailable: {one_line(exc)}") from None
+    except ImproperlyConfigured as exc:  # e.g. a clock that returns no aware datetime
+        raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(dispatcher: loop.Dispatcher) -> Iterator[None]:
+    """SIGTERM and SIGINT stop ``dispatcher`` for the duration: the first gracefully
+    (:func:`_stop_gracefully`), a second at once (:func:`_exit_now`)."""
+
+    def stop_gracefully(signum: int, frame: FrameType | None) -> None:
+        _stop_gracefully(dispatcher, signum)
+
+    previous = {sig: signal.signal(sig, stop_gracefully) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_now(job: Job, dispatcher: loop.Dispatcher) -> None:
     """``--now``: exit 0 when the run succeeded, else :data:`RUN_DID_NOT_SUCCEED`, with one
     line saying why. A run a signal stopped did not succeed either: it finished its batch
     and recorded it, but the work it was asked for is not all done, and a script that runs
     ``--now`` before its next step must not go on as if it were (the loop and ``--once``
     exit 0 on that signal: for them it is the ordinary way to stop)."""
-    record = manual.run_now(job)
+    record = manual.run_now(job, stop=dispatcher.stop)
     if record.outcome == Outcome.INTERRUPTED:
         raise CommandError(
             f"the run of {job.name} was interrupted by a signal: it stopped after its "
@@ -193,10 +228,11 @@ def _serve_metrics(host: str, port: int) -> None:
         raise CommandError(f"cannot serve the metrics on {host}:{port}: {exc}") from None
 
 
-def _stop_gracefully(signum: int, frame: FrameType | None) -> None:
-    """First SIGTERM or SIGINT: finish the current batch, record, release, exit 0. The next
+def _stop_gracefully(dispatcher: loop.Dispatcher, signum: int) -> None:
+    """First SIGTERM or SIGINT: finish the current batch, record, release, and end (the loop
+    and ``--once`` exit 0; ``--now`` exits 3, its run did not do all it was asked). The next
     one, either of them, exits at once (:func:`_exit_now`)."""
-    loop.request_stop()
+    dispatcher.request_stop()
     for sig in STOP_SIGNALS:
         signal.signal(sig, _exit_now)
     print(
