@@ -41,6 +41,7 @@ from django.db import DatabaseError
 
 from django_fencedjobs import signals
 from django_fencedjobs.db import lease_db
+from django_fencedjobs.instants import format_instant, format_wait, format_with_utc
 from django_fencedjobs.models import JobLease
 from django_fencedjobs.registry import Job
 
@@ -149,11 +150,7 @@ def _slot(fields: dict[str, Any]) -> str:
     value = fields.get("scheduled_for")
     if not value:
         return "?"
-    return utc(datetime.fromisoformat(str(value)))
-
-
-def utc(when: datetime) -> str:
-    return f"{when.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    return format_instant(datetime.fromisoformat(str(value)), UTC)
 
 
 def _duration(seconds: float | None) -> str:
@@ -170,11 +167,6 @@ def _count(n: int, noun: str) -> str:
 
 def _batches(n: int) -> str:
     return "1 batch" if n == 1 else f"{n} batches"
-
-
-def wait(delta: timedelta) -> str:
-    """A wait to the second: ``0:04:31``, ``36 days, 1:02:03``."""
-    return str(timedelta(seconds=max(int(delta.total_seconds()), 0)))
 
 
 # -- what a runner adds: jobs not run yet, each pass -----------------------------------------
@@ -239,7 +231,7 @@ class PassReport:
                     "%s: due, but its lease is held by %s until %s; passed over",
                     name,
                     owner or "another runner",
-                    utc(lease_until),
+                    format_instant(lease_until, UTC),
                     extra=_fields("passed_over", name),
                 )
             else:
@@ -251,8 +243,8 @@ class PassReport:
                 logger.debug(
                     "pass done; next run: %s at %s (in %s)",
                     name,
-                    utc(when),
-                    wait(when - now),
+                    format_instant(when, UTC),
+                    format_wait(when - now),
                     extra={"event": "pass_done", "next_job": name, "next_run_at": when.isoformat()},
                 )
             else:
@@ -265,20 +257,17 @@ class PassReport:
             return
         if next_run_at <= now:
             logger.info(
-                "%s: registered, first run due since %s", job.name, utc(next_run_at), extra=fields
+                "%s: registered, first run due since %s",
+                job.name,
+                format_instant(next_run_at, UTC),
+                extra=fields,
             )
             return
-        schedule = job.valid_schedule
-        if schedule.timezone == "UTC":
-            when = utc(next_run_at)
-        else:
-            local = next_run_at.astimezone(schedule.tz)
-            when = f"{local:%Y-%m-%d %H:%M:%S %Z} ({schedule.timezone}) = {utc(next_run_at)}"
         logger.info(
             "%s: registered, first run at %s (in %s)",
             job.name,
-            when,
-            wait(next_run_at - now),
+            format_with_utc(next_run_at, job.valid_schedule.tz),
+            format_wait(next_run_at - now),
             extra=fields,
         )
 

@@ -9,15 +9,23 @@ on the same local day as one already written there drops the date and the zone
 
 The zone is the job's schedule's (resolved once, by
 :func:`django_fencedjobs.schedule.resolve_zone`); a job without a valid schedule is written
-in UTC. The admin adds the instant in UTC below a non-UTC one; a UTC instant is written
-once. Django-free.
+in UTC. The admin adds the instant in UTC below a non-UTC one; a line of a terminal adds it
+after (:func:`format_with_utc`); a UTC instant is written once. Django-free.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 
-__all__ = ["UTC_NAMES", "format_instant", "is_utc", "iso_utc", "zone_name"]
+__all__ = [
+    "UTC_NAMES",
+    "format_instant",
+    "format_wait",
+    "format_with_utc",
+    "is_utc",
+    "iso_utc",
+    "zone_name",
+]
 
 #: Zone names that are UTC itself: a second line "in UTC" would repeat them, and a schedule
 #: in one of them has no transitions to look for.
@@ -40,6 +48,23 @@ def format_instant(value: datetime, tz: tzinfo, *, ref: datetime | None = None) 
     if ref is not None and ref.astimezone(tz).date() == local.date():
         return f"{local:%H:%M:%S}"
     return f"{local:%Y-%m-%d %H:%M:%S} {zone_name(tz)}"
+
+
+def format_with_utc(value: datetime, tz: tzinfo) -> str:
+    """``value`` in ``tz``, with the zone's abbreviation, then in UTC, for a line of a
+    terminal that has no second line (a first run, the next fire times, an operator's
+    change): ``2026-11-29 10:00:00 CET (Europe/Berlin) = 2026-11-29 09:00:00 UTC``. In a UTC
+    zone, once: ``2026-11-29 09:00:00 UTC``."""
+    in_utc = format_instant(value, UTC)
+    if is_utc(tz):
+        return in_utc
+    return f"{value.astimezone(tz):%Y-%m-%d %H:%M:%S %Z} ({zone_name(tz)}) = {in_utc}"
+
+
+def format_wait(delta: timedelta) -> str:
+    """A wait until an instant, to the second: ``0:04:31``, ``36 days, 1:02:03``; none
+    (``0:00:00``) once the instant has passed."""
+    return str(timedelta(seconds=max(int(delta.total_seconds()), 0)))
 
 
 def iso_utc(value: datetime) -> str:

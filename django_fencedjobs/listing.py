@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import UTC, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
+
+from django_fencedjobs.instants import format_with_utc
 
 if TYPE_CHECKING:
     from django_fencedjobs.registry import Job
@@ -187,9 +189,5 @@ def describe_jobs(jobs: Sequence[Job], *, count: int = 3) -> str:
         when = now
         for _ in range(count):
             when = schedule.next_after(when)
-            local = when.astimezone(schedule.tz)
-            lines.append(
-                f"  next: {local:%Y-%m-%d %H:%M:%S %Z} ({schedule.timezone})"
-                f"  =  {when.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-            )
+            lines.append(f"  next: {format_with_utc(when, schedule.tz)}")
     return "\n".join(lines)

@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from django_fencedjobs import clock, db, declared, lease, operations, runner
 from django_fencedjobs.exceptions import FencedJobsError
+from django_fencedjobs.instants import format_instant, format_wait, format_with_utc
 from django_fencedjobs.models import JobLease, JobRun
 from django_fencedjobs.registry import Job
-from django_fencedjobs.schedule import Schedule
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -86,7 +86,7 @@ def _refuse_if_busy(job: Job, now: datetime) -> None:
     if until >= now:
         raise FencedJobsError(
             f"job {job.name!r} is running elsewhere: its lease is held by "
-            f"{owner or 'another runner'} until {until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+            f"{owner or 'another runner'} until {format_instant(until, UTC)}"
         )
 
 
@@ -116,11 +116,11 @@ def resume(job: Job) -> Operated:
     if not change:
         return Operated(job.name, False, f"{job.name} is not paused: nothing changed")
     _, _, _, next_run_at = _row(job)
-    schedule = job.valid_schedule
+    when = format_with_utc(next_run_at, job.valid_schedule.tz)
     if next_run_at <= now:
-        then = f"due since {_when(schedule, next_run_at)}: a runner's next pass runs it"
+        then = f"due since {when}: a runner's next pass runs it"
     else:
-        then = f"next run {_when(schedule, next_run_at)} (in {_wait(next_run_at, now)})"
+        then = f"next run {when} (in {format_wait(next_run_at - now)})"
     return _done(job, "job_resumed", f"resumed {job.name}: {then}")
 
 
@@ -137,16 +137,14 @@ def skip_next_slot(job: Job) -> Operated:
         change = operations.skip_slot(row, next_run_at=target)
         _refuse_if_locked(job, change)
         if change:
-            if row.next_run_at <= now:
-                skipped = f"the run due since {_when(schedule, row.next_run_at)}"
-            else:
-                skipped = f"the slot {_when(schedule, row.next_run_at)}"
+            slot = format_with_utc(row.next_run_at, schedule.tz)
+            skipped = f"the run due since {slot}" if row.next_run_at <= now else f"the slot {slot}"
             paused = "; it is paused: it runs then only if resumed" if row.paused else ""
             return _done(
                 job,
                 "next_slot_skipped",
-                f"skipped {skipped} of {job.name}: next run {_when(schedule, target)} "
-                f"(in {_wait(target, now)}){paused}",
+                f"skipped {skipped} of {job.name}: next run {format_with_utc(target, schedule.tz)} "
+                f"(in {format_wait(target - now)}){paused}",
             )
     # A run took the job between each read and its change (or its slot kept moving).
     raise JobBusy(
@@ -185,20 +183,6 @@ def _refuse_if_locked(job: Job, change: operations.Change) -> None:
             f"job {job.name!r} is busy: a run is inside a fenced transaction on its lease row, "
             f"which stayed locked for {db.LOCK_WAIT:g}s; nothing changed, try again"
         )
-
-
-def _when(schedule: Schedule, instant: datetime) -> str:
-    """An instant in the job's zone and in UTC, as ``runjobs`` writes a first run."""
-    in_utc = f"{instant.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-    if schedule.timezone == "UTC":
-        return in_utc
-    local = instant.astimezone(schedule.tz)
-    return f"{local:%Y-%m-%d %H:%M:%S %Z} ({schedule.timezone}) = {in_utc}"
-
-
-def _wait(then: datetime, now: datetime) -> str:
-    """The wait to the second: ``0:04:31``, ``1 day, 2:03:04``."""
-    return str(timedelta(seconds=max(int((then - now).total_seconds()), 0)))
 
 
 __all__ = ["JobBusy", "Operated", "pause", "resume", "run_now", "skip_next_slot"]

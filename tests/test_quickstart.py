@@ -195,7 +195,7 @@ def run_loop(step: Step, cwd: Path, env: dict[str, str]) -> tuple[int, list[str]
 def wait_past_a_near_slot(listing: str) -> None:
     """``runjobs --list`` shows the next fire times: if the first comes within the margin,
     let it pass (before the job's row exists, so it does not count as due)."""
-    match = re.search(r"= +(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC", listing)
+    match = re.search(r"next: (?:.* = )?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC", listing)
     assert match, listing
     first = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
     wait = (first - datetime.now(UTC)).total_seconds()
