@@ -36,7 +36,7 @@ from django_fencedjobs.fencing import reset_current_holder, set_current_holder
 from django_fencedjobs.models import LEASE_FREE, JobRun, Outcome, Watermark
 from django_fencedjobs.registry import Job
 from django_fencedjobs.run import Run, watermark_text
-from django_fencedjobs.runstate import RunState
+from django_fencedjobs.runstate import RunState, WatermarkValue
 from django_fencedjobs.supervisor import Supervisor
 from django_fencedjobs.text import bounded, error_excerpt
 
@@ -79,8 +79,30 @@ def run_job(
     (the database stays away) goes to ``unrecorded``, for the runner to record later.
     ``on_abandon()`` is called, from the supervisor's thread, if the handler is given up
     on."""
-    owner = get_settings().owner
-    schedule = job.valid_schedule
+    acquired = _acquire(job, row)
+    if acquired is None:
+        return None
+    record, now, watermarks = acquired
+    if record.outcome == Outcome.MISSED:
+        logger.warning(
+            "run missed: %s after its slot, past starting_deadline %s",
+            now - record.scheduled_for,
+            job.starting_deadline,
+            extra=_log_fields(record, event="run_missed"),
+        )
+        signals.send(signals.run_finished, job=job, record=record)
+        return record
+    state = RunState(job, record, watermarks=watermarks, stop_requested=stop)
+    return _execute(state, now, unrecorded or Unrecorded(), on_abandon)
+
+
+def _acquire(
+    job: Job, row: lease.LeaseRow
+) -> tuple[JobRun, datetime, dict[str, WatermarkValue]] | None:
+    """Step 1, in one transaction: take the lease, record the run (running, or missed past
+    its starting deadline) and read the watermarks it starts from. None when the job is
+    not due, another process took it first, or its slot is recorded already (then it is
+    skipped)."""
     alias = db.lease_db()
     try:
         with transaction.atomic(using=alias):
@@ -89,10 +111,8 @@ def run_job(
             if not row.is_due(now):
                 return None
             scheduled_for, missed = _slot(job, row, now)
-            next_run_at = schedule.next_after(now)
-            too_late = (
-                job.starting_deadline is not None and now - scheduled_for > job.starting_deadline
-            )
+            next_run_at = job.valid_schedule.next_after(now)
+            owner = get_settings().owner
             fence = lease.acquire(
                 row, owner=owner, now=now, ttl=job.lease_ttl, next_run_at=next_run_at
             )
@@ -107,28 +127,9 @@ def run_job(
                 # The last run did not end its lease (a run's end frees it, in the
                 # transaction that records it): runs of it may still read running.
                 lease.mark_abandoned(job.name, fence, now)
-            watermarks = {
-                key: value
-                for key, position, cursor in Watermark.objects.using(alias)
-                .filter(job=job.name)
-                .values_list("key", "position", "cursor")
-                if (value := position if position is not None else cursor) is not None
-            }
-            record = JobRun.objects.using(alias).create(
-                job=job.name,
-                scheduled_for=scheduled_for,
-                started_at=None if too_late else now,
-                finished_at=now if too_late else None,
-                outcome=Outcome.MISSED if too_late else Outcome.RUNNING,
-                fence=fence,
-                owner=owner,
-                missed_slots=missed,
-                watermark_before=watermark_text(watermarks.get("")),
-                # Until a fenced block of the run moves it (RunState.save_progress).
-                watermark_after=watermark_text(watermarks.get("")),
-                error=outcomes.missed(now - scheduled_for, job) if too_late else "",
-            )
-            if too_late:
+            watermarks = _watermarks(job, alias)
+            record = _create_record(job, fence, owner, now, scheduled_for, missed, watermarks)
+            if record.outcome == Outcome.MISSED:
                 lease.end(job.name, fence, succeeded_at=None, failed=False)
     except IntegrityError:
         # A run for this slot already exists (e.g. "run now" landed on a recorded slot):
@@ -141,17 +142,45 @@ def run_job(
             extra={"event": "slot_skipped", "job": job.name},
         )
         return None
-    if too_late:
-        logger.warning(
-            "run missed: %s after its slot, past starting_deadline %s",
-            now - scheduled_for,
-            job.starting_deadline,
-            extra=_log_fields(record, event="run_missed"),
-        )
-        signals.send(signals.run_finished, job=job, record=record)
-        return record
-    state = RunState(job, record, watermarks=watermarks, stop_requested=stop)
-    return _execute(state, now, unrecorded or Unrecorded(), on_abandon)
+    return record, now, watermarks
+
+
+def _watermarks(job: Job, alias: str) -> dict[str, WatermarkValue]:
+    """The job's watermarks as committed, by key."""
+    return {
+        key: value
+        for key, position, cursor in Watermark.objects.using(alias)
+        .filter(job=job.name)
+        .values_list("key", "position", "cursor")
+        if (value := position if position is not None else cursor) is not None
+    }
+
+
+def _create_record(
+    job: Job,
+    fence: int,
+    owner: str,
+    now: datetime,
+    scheduled_for: datetime,
+    missed: int,
+    watermarks: dict[str, WatermarkValue],
+) -> JobRun:
+    """The run's row: running, or missed when it starts past the job's starting deadline."""
+    too_late = job.starting_deadline is not None and now - scheduled_for > job.starting_deadline
+    return JobRun.objects.using(db.lease_db()).create(
+        job=job.name,
+        scheduled_for=scheduled_for,
+        started_at=None if too_late else now,
+        finished_at=now if too_late else None,
+        outcome=Outcome.MISSED if too_late else Outcome.RUNNING,
+        fence=fence,
+        owner=owner,
+        missed_slots=missed,
+        watermark_before=watermark_text(watermarks.get("")),
+        # Until a fenced block of the run moves it (RunState.save_progress).
+        watermark_after=watermark_text(watermarks.get("")),
+        error=outcomes.missed(now - scheduled_for, job) if too_late else "",
+    )
 
 
 def _execute(state: RunState, now: datetime, unrecorded: Unrecorded, on_abandon: Any) -> JobRun:
@@ -293,6 +322,16 @@ def record_end(run: RunState, outcome: str, error: str, *, wait: float = db.LOCK
     returns False); then logs it and sends ``run_finished``.
     """
     run.stop()
+    ended = _end_rows(run, outcome, error, wait)
+    if ended is None:
+        return False
+    _report_end(run, ended)
+    return True
+
+
+def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str, Any] | None:
+    """:func:`record_end`'s transaction: the lease row, then the run's. What the run's row
+    now says, or None when it was recorded already."""
     job, record = run.job, run.record
     alias = db.lease_db()
     with db.bounded_wait(wait):
@@ -334,7 +373,7 @@ def record_end(run: RunState, outcome: str, error: str, *, wait: float = db.LOCK
             if run.committed.watermark is not None:
                 ended["watermark_after"] = run.committed.watermark
     if not recorded:
-        return False
+        return None
     if not released and outcome != Outcome.FENCE_LOST:
         logger.warning(
             "run of %s finished after its lease was taken over (fence %d)",
@@ -342,8 +381,15 @@ def record_end(run: RunState, outcome: str, error: str, *, wait: float = db.LOCK
             run.fence,
             extra=_log_fields(record, event="run_superseded"),
         )
+    return ended
+
+
+def _report_end(run: RunState, ended: dict[str, Any]) -> None:
+    """Log how the run ended and send ``run_finished``, once its row says so."""
+    job, record = run.job, run.record
     for field, value in ended.items():  # what the row now says
         setattr(record, field, value)
+    outcome, error = record.outcome, record.error
     duration = record.duration
     log = logger.info if outcome == Outcome.SUCCEEDED else logger.error
     why = error_excerpt(error)  # the exception's last line, for a failure
@@ -361,7 +407,6 @@ def record_end(run: RunState, outcome: str, error: str, *, wait: float = db.LOCK
         ),
     )
     signals.send(signals.run_finished, job=job, record=record)
-    return True
 
 
 def _record(run: RunState, outcome: str, error: str, unrecorded: Unrecorded) -> JobRun:
