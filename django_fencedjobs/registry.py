@@ -14,6 +14,8 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import types
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -40,11 +42,31 @@ MAX_DEFAULT_TIMEOUT = timedelta(hours=1)
 
 
 @dataclass(frozen=True, eq=False)
-class Job:
+class JobOptions:
+    """The options of :func:`job`, each named here once with its type and default: a
+    :class:`Job` has them as attributes, ``@job`` takes them as keyword arguments (``cron``
+    positional) and checks their types against these annotations."""
+
+    cron: str | None = None
+    every: timedelta | None = None
+    timezone: str = "UTC"
+    jitter: timedelta = timedelta(0)
+    lease_ttl: timedelta = DEFAULT_LEASE_TTL
+    #: As declared; None means "derived" (see :attr:`Job.run_timeout`).
+    timeout: timedelta | None = None
+    max_batches: int = DEFAULT_MAX_BATCHES
+    grace: timedelta = DEFAULT_GRACE
+    starting_deadline: timedelta | None = None
+    exclusion: Exclusion = "lease"
+    failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Job(JobOptions):
     """A declared job. Build it with :func:`job`; read it with :func:`get_job`.
 
     A job is valid or *invalid*; an invalid one has ``schedule`` None, never runs, and
-    ``schedule_error`` says why.
+    ``schedule_error`` says why. Two jobs are equal only when they are the same object.
     """
 
     name: str
@@ -55,18 +77,6 @@ class Job:
     #: system check that reports it.
     declaration_error: JobError | None = None
     declaration_check_id: CheckId | None = None
-    cron: str | None = None
-    every: timedelta | None = None
-    timezone: str = "UTC"
-    jitter: timedelta = timedelta(0)
-    lease_ttl: timedelta = DEFAULT_LEASE_TTL
-    #: As declared; None means "derived" (see :attr:`run_timeout`).
-    timeout: timedelta | None = None
-    max_batches: int = DEFAULT_MAX_BATCHES
-    grace: timedelta = DEFAULT_GRACE
-    starting_deadline: timedelta | None = None
-    exclusion: Exclusion = "lease"
-    failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
 
     @functools.cached_property
     def _problem(self) -> tuple[CheckId, JobError] | None:
@@ -234,26 +244,27 @@ def get_job(name: str) -> Job:
     return registry.get(name)
 
 
-_TYPES: dict[str, type] = {
-    "cron": str,
-    "every": timedelta,
-    "timezone": str,
-    "jitter": timedelta,
-    "lease_ttl": timedelta,
-    "timeout": timedelta,
-    "max_batches": int,
-    "grace": timedelta,
-    "starting_deadline": timedelta,
-    "exclusion": str,
-    "failure_threshold": int,
+def _runtime_types(hint: Any) -> tuple[type, ...]:
+    """The classes a value of an option annotated ``hint`` is an instance of (``NoneType``
+    for an optional one); a ``Literal``'s, the class of its values."""
+    if typing.get_origin(hint) is Literal:
+        return tuple({type(value) for value in typing.get_args(hint)})
+    if isinstance(hint, types.UnionType):
+        return tuple(kind for arg in typing.get_args(hint) for kind in _runtime_types(arg))
+    return (hint,)
+
+
+#: Each option's default and the classes its value may have, read from :class:`JobOptions`.
+_DEFAULTS: dict[str, Any] = {
+    option.name: option.default for option in dataclasses.fields(JobOptions)
 }
-_OPTIONAL = {"cron", "every", "timeout", "starting_deadline"}
+_TYPES: dict[str, tuple[type, ...]] = {
+    name: _runtime_types(hint) for name, hint in typing.get_type_hints(JobOptions).items()
+}
 
 
 def _typed(field_name: str, value: object) -> bool:
-    """Whether ``value`` has the type of the job's field ``field_name``."""
-    if value is None:
-        return field_name in _OPTIONAL
+    """Whether ``value`` has the type of the job's option ``field_name``."""
     return isinstance(value, _TYPES[field_name]) and not isinstance(value, bool)
 
 
@@ -350,20 +361,7 @@ def job(
     failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
 ) -> Callable[[F], F]: ...
 def job(
-    cron: str | F | None = None,
-    /,
-    *,
-    every: timedelta | None = None,
-    name: str | None = None,
-    timezone: str = "UTC",
-    jitter: timedelta = timedelta(0),
-    lease_ttl: timedelta = DEFAULT_LEASE_TTL,
-    timeout: timedelta | None = None,
-    max_batches: int = DEFAULT_MAX_BATCHES,
-    grace: timedelta = DEFAULT_GRACE,
-    starting_deadline: timedelta | None = None,
-    exclusion: Exclusion = "lease",
-    failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
+    cron: str | F | None = None, /, *, name: str | None = None, **options: Any
 ) -> F | Callable[[F], F]:
     """Declare a scheduled job::
 
@@ -392,24 +390,29 @@ def job(
         )
         return func
 
+    unknown = [key for key in options if key not in _DEFAULTS or key == "cron"]
+    if unknown:  # as Python says it of any function's unknown keyword argument
+        raise TypeError(f"job() got an unexpected keyword argument {unknown[0]!r}")
+    declared = {**_DEFAULTS, **options, "cron": cron}
+
     def decorate(func: F) -> F:
-        fields: dict[str, Any] = {
-            "cron": cron,
-            "every": every,
-            "timezone": timezone,
-            "jitter": jitter,
-            "lease_ttl": lease_ttl,
-            "timeout": timeout,
-            "max_batches": max_batches,
-            "grace": grace,
-            "starting_deadline": starting_deadline,
-            "exclusion": exclusion,
-            "failure_threshold": failure_threshold,
-        }
-        _declare(func, name=name, problem=None, fields=fields)
+        _declare(func, name=name, problem=None, fields=declared)
         return func
 
     return decorate
+
+
+def _signature() -> inspect.Signature:
+    """``job``'s signature with every keyword argument, as type checkers read it (its
+    overload), for ``help(job)`` and ``inspect.signature(job)``."""
+    implementation = inspect.signature(job)
+    written_out = inspect.signature(typing.get_overloads(job)[-1])
+    cron = implementation.parameters["cron"]
+    keywords = [p for p in written_out.parameters.values() if p.kind is p.KEYWORD_ONLY]
+    return implementation.replace(parameters=[cron, *keywords])
+
+
+job.__signature__ = _signature()  # type: ignore[attr-defined]
 
 
 def _declare(

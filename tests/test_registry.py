@@ -161,3 +161,41 @@ def test_the_job_name_seeds_a_stable_jitter(jobs):
     a, b = get_job("a").valid_schedule, get_job("b").valid_schedule
     assert a.offset != b.offset
     assert timedelta(0) <= a.offset < timedelta(minutes=5)
+
+
+def test_job_takes_each_option_as_a_keyword_argument_typed_and_defaulted_as_the_job_has_it():
+    """The options are named once (JobOptions); the keyword arguments type checkers read
+    (job's overload) and help(job) shows must say the same."""
+    import dataclasses
+    import inspect
+    import typing
+
+    from django_fencedjobs.registry import JobOptions
+
+    options = {option.name: option for option in dataclasses.fields(JobOptions)}
+    for signature in (
+        inspect.signature(typing.get_overloads(job)[-1]),
+        inspect.signature(job),
+    ):
+        parameters = dict(signature.parameters)
+        assert parameters.pop("name").default is None
+        assert list(parameters) == list(options)
+        for name, parameter in parameters.items():
+            assert parameter.default == options[name].default, name
+            kind = parameter.POSITIONAL_ONLY if name == "cron" else parameter.KEYWORD_ONLY
+            assert parameter.kind is kind, name
+        written = {name: p.annotation for name, p in parameters.items() if name != "cron"}
+        assert written == {name: o.type for name, o in options.items() if name != "cron"}
+
+
+def test_an_unknown_keyword_argument_is_a_type_error_at_the_decorator(jobs):
+    with pytest.raises(TypeError, match="job\\(\\) got an unexpected keyword argument 'timout'"):
+        job("*/5 * * * *", timout=timedelta(minutes=1))
+
+
+def test_a_wrongly_typed_option_is_left_at_its_default_on_the_invalid_job(jobs):
+    job("*/5 * * * *", name="typed", timeout=30, exclusion="mutex", every=None)(lambda run: None)
+    declared = get_job("typed")
+    assert declared.timeout is None  # 30 is not a timedelta: the default
+    assert declared.exclusion == "mutex"  # a string, shown as written
+    assert declared.cron == "*/5 * * * *"
