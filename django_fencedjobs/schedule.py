@@ -619,30 +619,20 @@ class _CronRule:
         has matched for ``SEARCH_HORIZON_YEARS``.
         """
         fields = self.fields
-        minutes, hours, months = fields.minutes, fields.hours, fields.months
         if start.second or start.microsecond:
             start = start.replace(second=0, microsecond=0) + _ONE_MINUTE
         start_day = start.date()
         give_up = _add_days(start_day, _SEARCH_HORIZON)
-        first_hour = bisect.bisect_left(hours, start.hour)
-        first_minute = bisect.bisect_left(minutes, start.minute)
         year, month = start.year, start.month
         while date(year, month, 1) <= give_up:
-            if month in months:
+            if month in fields.months:
                 for number in fields.days_of_month(year, month):
                     day = date(year, month, number)
                     if day < start_day:
                         continue
                     if day > give_up:
                         return
-                    on_start_day = day == start_day
-                    for hour in hours[first_hour:] if on_start_day else hours:
-                        if on_start_day and hour == start.hour:
-                            minute_list = minutes[first_minute:]
-                        else:
-                            minute_list = minutes
-                        for minute in minute_list:
-                            yield datetime(year, month, number, hour, minute)
+                    yield from self._walls_of_day(day, start if day == start_day else None)
                     give_up = _add_days(day, _SEARCH_HORIZON)
             if month < 12:
                 month += 1
@@ -650,6 +640,18 @@ class _CronRule:
                 year, month = year + 1, 1
             else:
                 return
+
+    def _walls_of_day(self, day: date, start: datetime | None) -> Iterator[datetime]:
+        """The matching wall times of ``day``, from ``start`` (its start day) if given."""
+        hours, minutes = self.fields.hours, self.fields.minutes
+        first_hour = 0 if start is None else bisect.bisect_left(hours, start.hour)
+        for hour in hours[first_hour:]:
+            if start is not None and hour == start.hour:
+                minute_list = minutes[bisect.bisect_left(minutes, start.minute) :]
+            else:
+                minute_list = minutes
+            for minute in minute_list:
+                yield datetime(day.year, day.month, day.day, hour, minute)
 
     def _start_wall(self, after: datetime) -> datetime:
         """The earliest wall time whose fire instant can be later than ``after`` (UTC).
@@ -663,34 +665,38 @@ class _CronRule:
 
     def instants_after(self, after: datetime) -> Iterator[datetime]:
         """Fire instants (aware UTC) strictly after ``after`` (aware UTC), ascending."""
-        tz = self.tz
         if self._utc:
-            for wall in self.walls(after.replace(tzinfo=None)):
-                instant = wall.replace(tzinfo=UTC)
-                if instant > after:
-                    yield instant
-            return
-
-        walls = self.walls(self._start_wall(after))
-        last = after
+            return self._utc_instants_after(after)
         if self.fields.fixed_time:
-            # Wall-clock semantics: each matching wall time fires once, at its
-            # first occurrence; a wall time in the gap fires at the first
-            # instant after the gap. Several wall times in one gap collapse
-            # into that single instant.
-            for wall in walls:
-                first = wall.replace(tzinfo=tz).astimezone(UTC)
-                if _wall(first, tz) != wall:
-                    first = self._after_gap(wall)
-                if first > last:
-                    yield first
-                    last = first
-            return
+            return self._first_occurrences_after(after)
+        return self._real_instants_after(after)
 
-        # Instant semantics: every real instant whose wall time matches. Each
-        # wall time has 0 (gap), 1 or 2 (repeated hour) instants. The first
-        # occurrences are ascending in wall order, and so are the second
-        # occurrences; merge the two streams.
+    def _utc_instants_after(self, after: datetime) -> Iterator[datetime]:
+        """In UTC a wall time is its instant."""
+        for wall in self.walls(after.replace(tzinfo=None)):
+            instant = wall.replace(tzinfo=UTC)
+            if instant > after:
+                yield instant
+
+    def _first_occurrences_after(self, after: datetime) -> Iterator[datetime]:
+        """Wall-clock semantics (a fixed time): each matching wall time fires once, at its
+        first occurrence; a wall time in the gap fires at the first instant after the gap.
+        Several wall times in one gap collapse into that single instant."""
+        tz, last = self.tz, after
+        for wall in self.walls(self._start_wall(after)):
+            first = wall.replace(tzinfo=tz).astimezone(UTC)
+            if _wall(first, tz) != wall:
+                first = self._after_gap(wall)
+            if first > last:
+                yield first
+                last = first
+
+    def _real_instants_after(self, after: datetime) -> Iterator[datetime]:
+        """Instant semantics: every real instant whose wall time matches. Each wall time has
+        0 (gap), 1 or 2 (repeated hour) instants. The first occurrences are ascending in
+        wall order, and so are the second occurrences; merge the two streams."""
+        tz, last = self.tz, after
+        walls = self.walls(self._start_wall(after))
         seconds: deque[datetime] = deque()
         for wall in walls:
             first = wall.replace(tzinfo=tz).astimezone(UTC)
