@@ -61,7 +61,7 @@ as the reasons here), ``checkjobs`` picks its exit status and writes JSON.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any
@@ -89,6 +89,7 @@ from django_fencedjobs.registry import Job, registry
 from django_fencedjobs.text import error_excerpt
 
 __all__ = [
+    "JobFacts",
     "JobHealth",
     "RunSummary",
     "Severity",
@@ -203,13 +204,13 @@ class TaskSummary:
 
 
 @dataclass(frozen=True)
-class JobHealth:
-    """One job's state, with a one-line human reason and the facts it was decided from."""
+class JobFacts:
+    """What one job's state is decided from, against one reading of the clock: its
+    declaration, its lease row, its latest runs, its runs' tasks, its failure rate's window
+    and the runners that serve it. :func:`assess` gathers them and judges them; a
+    :class:`JobHealth` is the facts with the verdict."""
 
     name: str
-    state: State
-    severity: Severity
-    reason: str
     #: The single clock reading the state was decided against (aware, UTC).
     checked_at: datetime
     #: The declaration; None when the job is no longer declared (state ``removed``).
@@ -228,7 +229,7 @@ class JobHealth:
     #: (never succeeded: after the job was first seen).
     awaited_slot: datetime | None = None
     #: The dead man's switch: past this instant without a success, the job is late
-    #: (``awaited_slot`` plus the run timeout plus grace).
+    #: (``awaited_slot``'s :meth:`~django_fencedjobs.registry.Job.late_after`).
     expected_by: datetime | None = None
     consecutive_failures: int = 0
     failure_threshold: int | None = None
@@ -249,13 +250,36 @@ class JobHealth:
     runners: tuple[str, ...] = ()
 
     @property
-    def healthy(self) -> bool:
-        return self.severity is Severity.HEALTHY
-
-    @property
     def failure_rate(self) -> float | None:
         """Failed (or timed out) runs among the recent ones; None without any."""
         return self.recent_failures / self.recent_runs if self.recent_runs else None
+
+    def at(self, value: datetime, ref: datetime | None = None) -> str:
+        """``value`` as a reason writes it, in the job's zone (:func:`format_instant`)."""
+        return format_instant(value, self.tz, ref=ref)
+
+    def judged(self, verdict: Verdict) -> JobHealth:
+        state, severity, reason = verdict
+        facts = {name: getattr(self, name) for name in _FACT_NAMES}
+        return JobHealth(state=state, severity=severity, reason=reason, **facts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobHealth(JobFacts):
+    """One job's state, with a one-line human reason and the facts it was decided from."""
+
+    state: State
+    severity: Severity
+    reason: str
+
+    @property
+    def healthy(self) -> bool:
+        return self.severity is Severity.HEALTHY
+
+
+#: A state, its severity and the one-line reason.
+Verdict = tuple[State, Severity, str]
+_FACT_NAMES = tuple(fact.name for fact in fields(JobFacts))
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -439,209 +463,289 @@ def assess(
     its runs (:class:`TaskSummary`), its failure rate's window (``recent``: runs, of
     which failed) and the runners seen (``coverage``), at ``now``.
 
-    Pure: no query, no clock. :func:`all_health` gathers the inputs.
+    Pure: no query, no clock. :func:`all_health` gathers the inputs. The facts grow with
+    what is known of the job: a verdict reached early carries those read so far.
     """
-    recent_runs, recent_failures = recent
-    facts: dict[str, Any] = {
-        "name": name,
-        "checked_at": now,
-        "job": job,
-        "tasks": tasks,
-        "recent_runs": recent_runs,
-        "recent_failures": recent_failures,
-    }
-    if latest is not None:
-        facts["last_run"] = RunSummary.of(latest)
-    if finished is not None:
-        facts["last_finished_run"] = RunSummary.of(finished)
-    if lease is not None:
-        running = bool(lease.owner) and lease.lease_until > now
-        facts.update(
-            last_success_at=lease.last_success_at,
-            next_run_at=lease.next_run_at,
-            consecutive_failures=lease.consecutive_failures,
-            paused=lease.paused,
-            running=running,
-            owner=lease.owner if running else "",
-            fence=lease.fence,
-            lease_until=lease.lease_until if running else None,
-        )
-
+    facts = _recorded(name, job, lease, latest, finished, now, tasks, recent)
     if job is None:
-        return _health(
-            facts,
-            State.REMOVED,
-            Severity.HEALTHY,
-            "no longer declared in code (removed or renamed); its history is kept",
-        )
-    facts.update(timezone=job.timezone, failure_threshold=job.failure_threshold)
-    if job.schedule is None:
-        return _health(facts, State.INVALID, Severity.CRITICAL, str(job.schedule_error))
+        return facts.judged(_REMOVED)
+    facts = replace(facts, timezone=job.timezone, failure_threshold=job.failure_threshold)
     schedule = job.schedule
-    tz = schedule.tz
-    facts.update(tz=tz, schedule=describe_schedule(schedule))
-
-    def at(value: datetime, ref: datetime | None = None) -> str:
-        return format_instant(value, tz, ref=ref)
-
+    if schedule is None:
+        return facts.judged((State.INVALID, Severity.CRITICAL, str(job.schedule_error)))
+    facts = replace(facts, tz=schedule.tz, schedule=describe_schedule(schedule))
     if lease is None:
-        # `migrate`, `checkjobs` and the admin create the row when they see the job: past
-        # them, it is missing only where nothing that saw the job could write.
-        facts["next_run_at"] = schedule.next_after(now)
-        return _health(
-            facts,
-            State.NEVER_RUN,
-            Severity.WARNING,
-            "not recorded yet (no lease row), so it cannot be late: `migrate`, `checkjobs` "
-            "and the admin record a job when they first see it, if they may write to the "
-            "database",
-        )
-
-    anchor_from = lease.last_success_at or lease.created_at
-    first_slot = schedule.next_after(anchor_from)
-    expected_by = job.late_after(first_slot)
-    facts.update(awaited_slot=first_slot, expected_by=expected_by)
-    last_success = lease.last_success_at
-
+        return replace(facts, next_run_at=schedule.next_after(now)).judged(_UNRECORDED)
+    # The dead man's switch: the first slot after the last success (never succeeded: after
+    # the job was first seen) must succeed by its deadline.
+    awaited = schedule.next_after(lease.last_success_at or lease.created_at)
+    facts = replace(facts, awaited_slot=awaited, expected_by=job.late_after(awaited))
     if lease.paused:
-        since = f"; last success {at(last_success)}" if last_success else "; never succeeded"
-        return _health(
-            facts, State.PAUSED, Severity.WARNING, f"paused: no runs until resumed{since}"
-        )
+        return facts.judged(_paused(facts))
     if coverage is not None:
-        facts["runners"] = tuple(r.label for r in coverage.serving(name))
-        if problem := coverage.problem(name, lease.created_at, at):
-            return _health(facts, State.NO_RUNNER, Severity.CRITICAL, problem)
-    detail = ""
-    if finished is not None and finished.outcome in FAILURE_OUTCOMES and finished.finished_at:
-        detail = f"; last {Outcome(finished.outcome).label} at {at(finished.finished_at)}"
-        if excerpt := error_excerpt(finished.error):
-            detail += f": {excerpt}"
-    if lease.consecutive_failures >= job.failure_threshold:
-        return _health(
-            facts,
-            State.FAILING,
-            Severity.CRITICAL,
-            f"{lease.consecutive_failures} consecutive failures "
-            f"(threshold {job.failure_threshold}){detail}",
-        )
+        facts = replace(facts, runners=tuple(r.label for r in coverage.serving(name)))
+        if problem := coverage.problem(name, lease.created_at, facts.at):
+            return facts.judged((State.NO_RUNNER, Severity.CRITICAL, problem))
+    return facts.judged(_judge(facts, job))
+
+
+_REMOVED: Verdict = (
+    State.REMOVED,
+    Severity.HEALTHY,
+    "no longer declared in code (removed or renamed); its history is kept",
+)
+
+
+def _recorded(
+    name: str,
+    job: Job | None,
+    lease: JobLease | None,
+    latest: JobRun | None,
+    finished: JobRun | None,
+    now: datetime,
+    tasks: TaskSummary | None,
+    recent: tuple[int, int],
+) -> JobFacts:
+    """The facts the database holds of a job: its runs, its tasks, its failure rate's
+    window and its lease row (a lease counts as held while unexpired)."""
+    recent_runs, recent_failures = recent
+    facts = JobFacts(
+        name=name,
+        checked_at=now,
+        job=job,
+        tasks=tasks,
+        recent_runs=recent_runs,
+        recent_failures=recent_failures,
+        last_run=RunSummary.of(latest) if latest is not None else None,
+        last_finished_run=RunSummary.of(finished) if finished is not None else None,
+    )
+    if lease is None:
+        return facts
+    running = bool(lease.owner) and lease.lease_until > now
+    return replace(
+        facts,
+        last_success_at=lease.last_success_at,
+        next_run_at=lease.next_run_at,
+        consecutive_failures=lease.consecutive_failures,
+        paused=lease.paused,
+        running=running,
+        owner=lease.owner if running else "",
+        fence=lease.fence,
+        lease_until=lease.lease_until if running else None,
+    )
+
+
+#: `migrate`, `checkjobs` and the admin create a job's lease row when they see the job:
+#: past them, it is missing only where nothing that saw the job could write.
+_UNRECORDED: Verdict = (
+    State.NEVER_RUN,
+    Severity.WARNING,
+    "not recorded yet (no lease row), so it cannot be late: `migrate`, `checkjobs` "
+    "and the admin record a job when they first see it, if they may write to the "
+    "database",
+)
+
+
+def _paused(f: JobFacts) -> Verdict:
+    since = (
+        f"; last success {f.at(f.last_success_at)}" if f.last_success_at else "; never succeeded"
+    )
+    return State.PAUSED, Severity.WARNING, f"paused: no runs until resumed{since}"
+
+
+def _judge(f: JobFacts, job: Job) -> Verdict:
+    """The state of a declared, recorded job that is neither paused nor without a runner:
+    the first of the rules below that gives one (the order of the module's table), else
+    a healthy state."""
+    for rule in _RULES:
+        verdict = rule(f, job)
+        if verdict is not None:
+            return verdict
+    return _healthy(f, job)
+
+
+def _failing(f: JobFacts, job: Job) -> Verdict | None:
+    """Critical from ``failure_threshold`` consecutive failures on."""
+    if f.consecutive_failures < job.failure_threshold:
+        return None
+    return (
+        State.FAILING,
+        Severity.CRITICAL,
+        f"{f.consecutive_failures} consecutive failures "
+        f"(threshold {job.failure_threshold}){_last_failure(f)}",
+    )
+
+
+def _failing_rate(f: JobFacts, job: Job) -> Verdict | None:
+    """Critical from ``FAILURE_RATE_CRITICAL`` of the window failed, and at least
+    ``failure_threshold`` (and 2) runs."""
     settings = get_settings()
-    rate = recent_failures / recent_runs if recent_runs else 0.0
-    rated = f"{recent_failures} of its last {recent_runs} runs failed ({rate:.0%}"
-    if (
-        recent_failures >= max(MIN_RATE_FAILURES, job.failure_threshold)
-        and rate >= settings.FAILURE_RATE_CRITICAL
+    if f.recent_failures < max(MIN_RATE_FAILURES, job.failure_threshold) or (
+        (f.failure_rate or 0.0) < settings.FAILURE_RATE_CRITICAL
     ):
-        return _health(
-            facts,
-            State.FAILING,
-            Severity.CRITICAL,
-            f"{rated}, critical from {settings.FAILURE_RATE_CRITICAL:.0%}){detail}",
+        return None
+    return (
+        State.FAILING,
+        Severity.CRITICAL,
+        f"{_rated(f)}, critical from {settings.FAILURE_RATE_CRITICAL:.0%}){_last_failure(f)}",
+    )
+
+
+def _late(f: JobFacts, job: Job) -> Verdict | None:
+    """The dead man's switch: no success by the awaited slot's deadline."""
+    slot, deadline, success = f.awaited_slot, f.expected_by, f.last_success_at
+    if slot is None or deadline is None or f.checked_at <= deadline:
+        return None
+    if success is not None:
+        reason = (
+            f"no successful run since {f.at(success)}; expected by {f.at(deadline, ref=success)}"
         )
-    if now > expected_by:
-        if last_success is not None:
-            reason = (
-                f"no successful run since {at(last_success)}; "
-                f"expected by {at(expected_by, ref=last_success)}"
-            )
-        else:
-            reason = (
-                f"never succeeded; its first slot {at(first_slot)} was expected to "
-                f"succeed by {at(expected_by, ref=first_slot)}"
-            )
-        if finished is not None and finished.outcome != Outcome.SUCCEEDED:
-            reason += f" (last run: {Outcome(finished.outcome).label})"
-        return _health(facts, State.LATE, Severity.CRITICAL, reason)
-    waiting = tasks.unfinished if tasks is not None else None
-    if waiting is not None:
-        # The run's own deadline bounds its tasks too: absence covers the workers.
-        tasks_due = job.late_after(waiting.scheduled_for)
-        if now > tasks_due:
-            return _health(
-                facts, State.LATE, Severity.CRITICAL, _tasks_late(waiting, tasks_due, at)
-            )
-    outcome = tasks.last_outcome if tasks is not None else None
-    if outcome is not None and outcome.failed:
-        failed = f"{outcome.failed} of {outcome.total} tasks" if outcome.total > 1 else "its task"
-        excerpt = f": {outcome.error_excerpt}" if outcome.error_excerpt else ""
-        return _health(
-            facts,
-            State.FAILING,
-            Severity.CRITICAL,
-            f"the latest task outcome is a failure: {failed} of the slot "
-            f"{at(outcome.scheduled_for)} failed; {outcome.failed_task}{excerpt}",
+    else:
+        reason = (
+            f"never succeeded; its first slot {f.at(slot)} was expected to "
+            f"succeed by {f.at(deadline, ref=slot)}"
         )
-    if last_success is None and lease.consecutive_failures:
-        # A job that has failed is never healthy before its first success; below the
-        # threshold, a warning (critical from the threshold on, late past the deadline).
-        failures = lease.consecutive_failures
-        plural = "s" if failures != 1 else ""
-        in_progress = "; a new run is in progress" if facts["running"] else ""
-        return _health(
-            facts,
-            State.FAILING,
-            Severity.WARNING,
-            f"{failures} failure{plural} and no success yet (critical at "
-            f"{job.failure_threshold} consecutive failures){detail}{in_progress}; a success is "
-            f"expected by {at(expected_by, ref=first_slot)}",
+    last = f.last_finished_run
+    if last is not None and last.outcome != Outcome.SUCCEEDED:
+        reason += f" (last run: {Outcome(last.outcome).label})"
+    return State.LATE, Severity.CRITICAL, reason
+
+
+def _tasks_late(f: JobFacts, job: Job) -> Verdict | None:
+    """The run's own deadline bounds its tasks too: absence covers the workers."""
+    waiting = f.tasks.unfinished if f.tasks is not None else None
+    if waiting is None:
+        return None
+    due = job.late_after(waiting.scheduled_for)
+    if f.checked_at <= due:
+        return None
+    return State.LATE, Severity.CRITICAL, _unfinished_tasks(waiting, due, f.at)
+
+
+def _tasks_failed(f: JobFacts, job: Job) -> Verdict | None:
+    """The job's latest task outcome is a failure."""
+    outcome = f.tasks.last_outcome if f.tasks is not None else None
+    if outcome is None or not outcome.failed:
+        return None
+    failed = f"{outcome.failed} of {outcome.total} tasks" if outcome.total > 1 else "its task"
+    excerpt = f": {outcome.error_excerpt}" if outcome.error_excerpt else ""
+    return (
+        State.FAILING,
+        Severity.CRITICAL,
+        f"the latest task outcome is a failure: {failed} of the slot "
+        f"{f.at(outcome.scheduled_for)} failed; {outcome.failed_task}{excerpt}",
+    )
+
+
+def _failing_unproven(f: JobFacts, job: Job) -> Verdict | None:
+    """A job that has failed is never healthy before its first success; below the
+    threshold, a warning (critical from the threshold on, late past the deadline)."""
+    if f.last_success_at is not None or not f.consecutive_failures:
+        return None
+    failures = f.consecutive_failures
+    plural = "s" if failures != 1 else ""
+    deadline = f"{f.at(f.expected_by, ref=f.awaited_slot)}" if f.expected_by else "?"
+    return (
+        State.FAILING,
+        Severity.WARNING,
+        f"{failures} failure{plural} and no success yet (critical at "
+        f"{job.failure_threshold} consecutive failures){_last_failure(f)}{_in_progress(f)}; "
+        f"a success is expected by {deadline}",
+    )
+
+
+def _failing_recently(f: JobFacts, job: Job) -> Verdict | None:
+    """A failing job never reads ok: the last run failed, or too many recent ones did."""
+    settings = get_settings()
+    rate_warning = (
+        f.recent_failures >= MIN_RATE_FAILURES
+        and (f.failure_rate or 0.0) >= settings.FAILURE_RATE_WARNING
+    )
+    if not f.consecutive_failures and not rate_warning:
+        return None
+    parts = []
+    if f.consecutive_failures:
+        parts.append(
+            f"the last run failed ({f.consecutive_failures} in a row; critical at "
+            f"{job.failure_threshold})"
         )
-    rate_warning = recent_failures >= MIN_RATE_FAILURES and rate >= settings.FAILURE_RATE_WARNING
-    if lease.consecutive_failures or rate_warning:
-        # A failing job never reads ok: the last run failed, or too many recent ones did.
-        parts = []
-        if lease.consecutive_failures:
-            parts.append(
-                f"the last run failed ({lease.consecutive_failures} in a row; critical at "
-                f"{job.failure_threshold})"
-            )
-        if rate_warning:
-            parts.append(
-                f"{rated}; warning from {settings.FAILURE_RATE_WARNING:.0%}, critical from "
-                f"{settings.FAILURE_RATE_CRITICAL:.0%})"
-            )
-        in_progress = "; a new run is in progress" if facts["running"] else ""
-        return _health(
-            facts,
-            State.FAILING,
-            Severity.WARNING,
-            "; ".join(parts) + detail + in_progress,
+    if rate_warning:
+        parts.append(
+            f"{_rated(f)}; warning from {settings.FAILURE_RATE_WARNING:.0%}, critical from "
+            f"{settings.FAILURE_RATE_CRITICAL:.0%})"
         )
-    if facts["running"]:
+    reason = "; ".join(parts) + _last_failure(f) + _in_progress(f)
+    return State.FAILING, Severity.WARNING, reason
+
+
+#: The rules of :func:`_judge`, in order.
+_RULES: tuple[Callable[[JobFacts, Job], Verdict | None], ...] = (
+    _failing,
+    _failing_rate,
+    _late,
+    _tasks_late,
+    _tasks_failed,
+    _failing_unproven,
+    _failing_recently,
+)
+
+
+def _healthy(f: JobFacts, job: Job) -> Verdict:
+    """No rule found a problem: running, not succeeded yet, capped, or ok."""
+    if f.running:
+        last = f.last_run
         since = ""
-        if latest is not None and latest.outcome == Outcome.RUNNING and latest.started_at:
-            since = f" since {at(latest.started_at)}"
-        return _health(
-            facts,
+        if last is not None and last.outcome == Outcome.RUNNING and last.started_at:
+            since = f" since {f.at(last.started_at)}"
+        until = f.at(f.lease_until, ref=f.checked_at) if f.lease_until else "?"
+        return (
             State.RUNNING,
             Severity.HEALTHY,
-            f"running{since} on {lease.owner} (fence {lease.fence}); "
-            f"lease until {at(lease.lease_until, ref=now)}",
+            f"running{since} on {f.owner} (fence {f.fence}); lease until {until}",
         )
-    if last_success is None:
-        return _health(
-            facts,
+    if f.last_success_at is None:
+        slot = f.at(f.awaited_slot) if f.awaited_slot else "?"
+        deadline = f.at(f.expected_by, ref=f.awaited_slot) if f.expected_by else "?"
+        return (
             State.NEVER_RUN,
             Severity.HEALTHY,
-            f"no successful run yet; first slot {at(first_slot)}, "
-            f"expected by {at(expected_by, ref=first_slot)}",
+            f"no successful run yet; first slot {slot}, expected by {deadline}",
         )
-    if finished is not None and finished.capped:
-        return _health(
-            facts,
+    if f.last_finished_run is not None and f.last_finished_run.capped:
+        return (
             State.CAPPED,
             Severity.WARNING,
             f"the last run stopped at max_batches ({job.max_batches}) with work left: a "
             f"backlog is building (raise max_batches or run more often)",
         )
-    return _health(
-        facts,
+    next_run = "?" if f.next_run_at is None else _next(f.next_run_at, f.checked_at, f.tz)
+    return (
         State.OK,
         Severity.HEALTHY,
-        f"last success {at(last_success)}; next run {_next(lease.next_run_at, now, tz)}",
+        f"last success {f.at(f.last_success_at)}; next run {next_run}",
     )
 
 
-def _tasks_late(slot: TaskSlot, due: datetime, at: Callable[..., str]) -> str:
+def _last_failure(f: JobFacts) -> str:
+    """``; last failed at <when>: <error>``, when the last run that ran to an end failed."""
+    last = f.last_finished_run
+    if last is None or last.outcome not in FAILURE_OUTCOMES or not last.finished_at:
+        return ""
+    detail = f"; last {Outcome(last.outcome).label} at {f.at(last.finished_at)}"
+    return f"{detail}: {last.error_excerpt}" if last.error_excerpt else detail
+
+
+def _rated(f: JobFacts) -> str:
+    """The failure rate's window in words, its parenthesis left open for the threshold."""
+    rate = f.failure_rate or 0.0
+    return f"{f.recent_failures} of its last {f.recent_runs} runs failed ({rate:.0%}"
+
+
+def _in_progress(f: JobFacts) -> str:
+    return "; a new run is in progress" if f.running else ""
+
+
+def _unfinished_tasks(slot: TaskSlot, due: datetime, at: Callable[..., str]) -> str:
     """Why unfinished tasks make a job late: how many, of which slot, and what each status
     most likely means."""
     count = slot.unfinished
@@ -667,10 +771,6 @@ def _tasks_late(slot: TaskSlot, due: datetime, at: Callable[..., str]) -> str:
         f"{tasks} of the slot {at(slot.scheduled_for)} {has} not finished by "
         f"{at(due, ref=slot.scheduled_for)}: " + "; ".join(parts)
     )
-
-
-def _health(facts: dict[str, Any], state: State, severity: Severity, reason: str) -> JobHealth:
-    return JobHealth(state=state, severity=severity, reason=reason, **facts)
 
 
 def _next(next_run_at: datetime, now: datetime, tz: tzinfo) -> str:

@@ -283,93 +283,26 @@ def _geometry(
     *,
     run_url: Callable[[int], str] | None,
 ) -> dict[str, Any]:
-    tz = h.tz
-    left = right = 4.0
-    plot = size.width - left - right
-    seconds = max((w.end - w.start).total_seconds(), 1.0)
-
-    def x(instant: datetime) -> float:
-        return left + plot * (instant - w.start).total_seconds() / seconds
-
-    if size.compact:
-        top, height, band_top, band_height = 2.0, size.height - 4.0, 0.0, float(size.height)
-    else:
-        top, height, band_top, band_height = 12.0, 26.0, 6.0, 38.0
-
-    xs = [x(event.at) for event in drawn]
-    # The marks' markup is written here, in one string: a list page draws a thousand of them,
-    # and a template node per attribute costs more than the rest of the page.
-    marks = []
-    for i, event in enumerate(drawn):
-        neighbours = [abs(xs[i] - xs[j]) for j in (i - 1, i + 1) if 0 <= j < len(xs)]
-        width = max(1.5, min([size.mark, *(0.8 * gap for gap in neighbours)]))
-        mark_top, mark_height = top, height
-        if event.offslot:
-            mark_top, mark_height = top + height / 4, height / 2
-        kind = escape(event.kind)
-        mark = (
-            f'<rect class="fj-slot fj-slot-{kind}{" fj-offslot" if event.offslot else ""}" '
-            f'data-at="{iso_utc(event.at)}" data-kind="{kind}" x="{_n(xs[i] - width / 2)}" '
-            f'y="{_n(mark_top)}" width="{_n(width)}" height="{_n(mark_height)}">'
-            f"<title>{escape(_title(event, tz, w.late_after, compact=size.compact))}</title></rect>"
-        )
-        if run_url is not None and event.run is not None:
-            mark = f'<a href="{escape(run_url(event.run.pk))}">{mark}</a>'
-        marks.append(mark)
-
-    def band(kind: str, start: datetime, end: datetime, title: str) -> dict[str, Any] | None:
-        left_x, right_x = x(max(start, w.start)), x(min(end, w.end))
-        if right_x - left_x <= 0:
-            return None
-        return {
-            "kind": kind,
-            "start": iso_utc(start),
-            "end": iso_utc(end),
-            "x": _n(left_x),
-            "y": _n(band_top),
-            "width": _n(right_x - left_x),
-            "height": _n(band_height),
-            "title": title,
-        }
-
-    def at(instant: datetime, ref: datetime | None = None) -> str:
-        return format_instant(instant, tz, ref=ref)
-
-    bands = []
-    if h.awaited_slot is not None and h.expected_by is not None:
-        bands.append(
-            band(
-                "awaited",
-                h.awaited_slot,
-                h.expected_by,
-                f"waiting for the run of {at(h.awaited_slot)}: late if no run has succeeded "
-                f"by {at(h.expected_by, ref=h.awaited_slot)}",
-            )
-        )
-        if w.now > h.expected_by:
-            bands.append(
-                band(
-                    "late",
-                    h.expected_by,
-                    w.now,
-                    f"late since {at(h.expected_by)}: no success since "
-                    + (at(h.last_success_at) if h.last_success_at else "it was first seen"),
-                )
-            )
+    """The template's context: the marks, the bands, the axis and the words around them."""
+    frame = _Frame.of(w, size)
+    bands = _bands(h, w, frame)
     kinds = sorted({event.kind for event in drawn}, key=list(KIND_LABELS).index)
-    drawn_bands = [b for b in bands if b is not None]
+
+    def at(instant: datetime) -> str:
+        return format_instant(instant, h.tz)
+
     return {
         "compact": size.compact,
         "width": _n(size.width),
         "height": _n(size.height),
-        "marks": mark_safe("\n".join(marks)),  # every value above is escaped or a number
-        "bands": drawn_bands,
-        "band_kinds": {b["kind"] for b in drawn_bands},
-        "now_x": _n(x(w.now)),
+        "marks": _marks(drawn, frame, h.tz, w.late_after, size, run_url),
+        "bands": bands,
+        "band_kinds": {b["kind"] for b in bands},
+        "now_x": _n(frame.x(w.now)),
         "now_title": f"now: {at(w.now)}",
-        "ticks": [] if size.compact else _ticks(w.start, w.end, tz, x, size.width),
-        "axis_y": _n(band_top + band_height),
-        "tick_y": _n(band_top + band_height + 4),
+        "ticks": [] if size.compact else _ticks(w.start, w.end, h.tz, frame.x, size.width),
+        "axis_y": _n(frame.band_top + frame.band_height),
+        "tick_y": _n(frame.band_top + frame.band_height + 4),
         "label_y": _n(size.height - 4),
         "legend": [(kind, KIND_LABELS[kind]) for kind in kinds],
         "slot_count": w.past_slots,
@@ -378,7 +311,118 @@ def _geometry(
         "first_seen": at(w.first_seen),
         "since": at(w.start),
         "aria_label": _aria_label(w, drawn),
-        "late": any(b["kind"] == "late" for b in drawn_bands),
+        "late": any(b["kind"] == "late" for b in bands),
+    }
+
+
+#: The margin left and right of the plot, in pixels.
+_MARGIN = 4.0
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Where a timeline of one size draws over one window: an instant's x, and the rows
+    of the marks and of the bands behind them."""
+
+    start: datetime
+    seconds: float
+    width: int
+    top: float
+    height: float
+    band_top: float
+    band_height: float
+
+    @classmethod
+    def of(cls, w: Window, size: Size) -> _Frame:
+        seconds = max((w.end - w.start).total_seconds(), 1.0)
+        if size.compact:
+            rows = (2.0, size.height - 4.0, 0.0, float(size.height))
+        else:
+            rows = (12.0, 26.0, 6.0, 38.0)
+        return cls(w.start, seconds, size.width, *rows)
+
+    def x(self, instant: datetime) -> float:
+        plot = self.width - 2 * _MARGIN
+        return _MARGIN + plot * (instant - self.start).total_seconds() / self.seconds
+
+
+def _marks(
+    drawn: list[_Event],
+    frame: _Frame,
+    tz: tzinfo,
+    late_after: Callable[[datetime], datetime],
+    size: Size,
+    run_url: Callable[[int], str] | None,
+) -> SafeString:
+    """One mark per event, narrower where events crowd; a run's links to its page. The
+    markup is written here, in one string: a list page draws a thousand of them, and a
+    template node per attribute costs more than the rest of the page."""
+    xs = [frame.x(event.at) for event in drawn]
+    marks = []
+    for i, event in enumerate(drawn):
+        neighbours = [abs(xs[i] - xs[j]) for j in (i - 1, i + 1) if 0 <= j < len(xs)]
+        width = max(1.5, min([size.mark, *(0.8 * gap for gap in neighbours)]))
+        top, height = frame.top, frame.height
+        if event.offslot:
+            top, height = top + height / 4, height / 2
+        kind = escape(event.kind)
+        title = _title(event, tz, late_after, compact=size.compact)
+        mark = (
+            f'<rect class="fj-slot fj-slot-{kind}{" fj-offslot" if event.offslot else ""}" '
+            f'data-at="{iso_utc(event.at)}" data-kind="{kind}" x="{_n(xs[i] - width / 2)}" '
+            f'y="{_n(top)}" width="{_n(width)}" height="{_n(height)}">'
+            f"<title>{escape(title)}</title></rect>"
+        )
+        if run_url is not None and event.run is not None:
+            mark = f'<a href="{escape(run_url(event.run.pk))}">{mark}</a>'
+        marks.append(mark)
+    return mark_safe("\n".join(marks))  # every value above is escaped or a number
+
+
+def _bands(h: JobHealth, w: Window, frame: _Frame) -> list[dict[str, Any]]:
+    """Behind the marks: the slot the dead man's switch waits for, up to its deadline, and
+    the time since, when the job is late (as health decided)."""
+    slot, deadline = h.awaited_slot, h.expected_by
+    if slot is None or deadline is None:
+        return []
+
+    def at(instant: datetime, ref: datetime | None = None) -> str:
+        return format_instant(instant, h.tz, ref=ref)
+
+    bands = [
+        _band(
+            "awaited",
+            slot,
+            deadline,
+            f"waiting for the run of {at(slot)}: late if no run has succeeded "
+            f"by {at(deadline, ref=slot)}",
+            w,
+            frame,
+        )
+    ]
+    if w.now > deadline:
+        success = at(h.last_success_at) if h.last_success_at else "it was first seen"
+        title = f"late since {at(deadline)}: no success since {success}"
+        bands.append(_band("late", deadline, w.now, title, w, frame))
+    return [band for band in bands if band is not None]
+
+
+def _band(
+    kind: str, start: datetime, end: datetime, title: str, w: Window, frame: _Frame
+) -> dict[str, Any] | None:
+    """A band from ``start`` to ``end``, cut to the window; None when nothing of it is in."""
+    left, right = frame.x(max(start, w.start)), frame.x(min(end, w.end))
+    if right - left <= 0:
+        return None
+    return {
+        "kind": kind,
+        "start": iso_utc(start),
+        "end": iso_utc(end),
+        "x": _n(left),
+        "y": _n(frame.band_top),
+        "width": _n(right - left),
+        "height": _n(frame.band_height),
+        "title": title,
     }
 
 
@@ -391,26 +435,35 @@ def _n(value: float) -> str:
 def _title(
     event: _Event, tz: tzinfo, late_after: Callable[[datetime], datetime], *, compact: bool
 ) -> str:
-    at = format_instant(event.at, tz)
-    run = event.run
-    if run is None:
-        if event.kind == "coalesced" and event.caught_up_by is not None:
-            by = event.caught_up_by
-            caught = format_instant(by.scheduled_for, tz)
-            if by.outcome == Outcome.SUCCEEDED:
-                return f"{at}: did not run; caught up by the run of {caught}"
-            if by.outcome == Outcome.RUNNING:
-                return f"{at}: did not run; the run of {caught}, in progress, catches up on it"
-            label = Outcome(by.outcome).label
-            return f"{at}: did not run; coalesced into the run of {caught} ({label})"
-        if event.kind == "due":
-            deadline = format_instant(late_after(event.at), tz, ref=event.at)
-            return f"{at}: due; late if no run has succeeded by {deadline}"
-        if event.kind == "upcoming":
-            return f"{at}: the next slot" if event.next else f"{at}: a slot to come"
-        if event.kind == "paused":
-            return f"{at}: did not run (the job is paused)"
-        return f"{at}: did not run"
+    """A mark's tooltip: the slot, and what happened to it."""
+    if event.run is None:
+        return f"{format_instant(event.at, tz)}: {_no_run(event, tz, late_after)}"
+    return f"{format_instant(event.at, tz)}: {_ran(event, event.run, tz, compact=compact)}"
+
+
+def _no_run(event: _Event, tz: tzinfo, late_after: Callable[[datetime], datetime]) -> str:
+    """What became of a slot without a run of its own."""
+    by = event.caught_up_by
+    if event.kind == "coalesced" and by is not None:
+        caught = format_instant(by.scheduled_for, tz)
+        if by.outcome == Outcome.SUCCEEDED:
+            return f"did not run; caught up by the run of {caught}"
+        if by.outcome == Outcome.RUNNING:
+            return f"did not run; the run of {caught}, in progress, catches up on it"
+        return f"did not run; coalesced into the run of {caught} ({Outcome(by.outcome).label})"
+    if event.kind == "due":
+        deadline = format_instant(late_after(event.at), tz, ref=event.at)
+        return f"due; late if no run has succeeded by {deadline}"
+    if event.kind == "upcoming":
+        return "the next slot" if event.next else "a slot to come"
+    if event.kind == "paused":
+        return "did not run (the job is paused)"
+    return "did not run"
+
+
+def _ran(event: _Event, run: JobRun, tz: tzinfo, *, compact: bool) -> str:
+    """How the slot's run went: outcome or since when it runs, duration, items, cap, off
+    the schedule, the slots it caught up, and on a job's page a failure's error."""
     if run.outcome == Outcome.RUNNING and run.started_at is not None:
         parts = [f"running since {format_instant(run.started_at, tz, ref=event.at)}"]
     else:
@@ -426,7 +479,7 @@ def _title(
     if run.missed_slots:
         n = run.missed_slots
         parts.append(f"caught up {n} earlier slot{'s' if n != 1 else ''}")
-    text = f"{at}: {', '.join(parts)}"
+    text = ", ".join(parts)
     if not compact and run.outcome in FAILURE_OUTCOMES and (excerpt := error_excerpt(run.error)):
         text += f": {excerpt}"
     return text
