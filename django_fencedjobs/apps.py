@@ -13,10 +13,11 @@ class FencedJobsConfig(AppConfig):
 
     def ready(self) -> None:
         # Register on import: the system checks (fencedjobs.E001...), run retention
-        # (tick_finished) and Sentry Crons check-ins (run_started/run_finished; inert
-        # unless sentry-sdk is initialised).
-        from django_fencedjobs import checks, retention  # noqa: F401
-        from django_fencedjobs.integrations import sentry  # noqa: F401
+        # (tick_finished), notifications (runner_beat; inert unless NOTIFY is on) and
+        # Sentry Crons check-ins (run_started/run_finished; inert unless sentry-sdk is
+        # initialised).
+        from django_fencedjobs import checks, notify, retention  # noqa: F401
+        from django_fencedjobs.integrations import sentry, uses_tasks  # noqa: F401
 
         # Tasks a run enqueued report to the run from the workers (django.tasks signals).
         if uses_tasks():
@@ -32,17 +33,3 @@ class FencedJobsConfig(AppConfig):
         post_migrate.connect(
             baseline.record_on_migrate, sender=self, dispatch_uid="django_fencedjobs.baseline"
         )
-
-
-def uses_tasks() -> bool:
-    """Whether the project uses Django's Tasks framework: ``TASKS`` set in its settings, or
-    the backport or the database backend installed. Otherwise nothing of the integration
-    (:mod:`django_fencedjobs.integrations.tasks`) is imported."""
-    from django.apps import apps
-    from django.conf import settings
-
-    return (
-        settings.is_overridden("TASKS")  # type: ignore[misc]  # public, missing from the stubs
-        or apps.is_installed("django_tasks")
-        or apps.is_installed("django_tasks_db")
-    )

@@ -415,7 +415,7 @@ def check_task_database(
     """django-tasks-db's queue must live in the lease database for a run's enqueue to be
     part of its fenced transaction (exactly once). Routed elsewhere, the backend is handed
     its tasks after the run commits, like any other backend: at most once per slot."""
-    from django_fencedjobs.apps import uses_tasks
+    from django_fencedjobs.integrations import uses_tasks
 
     if not uses_tasks() or not apps.is_installed("django_tasks_db"):
         return []

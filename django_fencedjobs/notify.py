@@ -1,7 +1,8 @@
 """Someone is told: a job's change of state, mailed once and signalled once.
 
 Opt-in: ``FENCEDJOBS["NOTIFY"] = True``. Whoever judges the jobs evaluates them: each runner
-loop every third beat (15 s by default, :func:`evaluate_if_due`), and ``checkjobs`` each
+loop every third beat (15 s by default: :func:`evaluate_if_due`, on the runner's
+``runner_beat`` signal), and ``checkjobs`` each
 time it runs, so a change is told even when no runner is alive.
 
 What is told is the job's **condition**: its state and severity when the state is one that
@@ -34,10 +35,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.mail import get_connection, mail_admins, send_mail
 from django.db import DatabaseError, connections
+from django.dispatch import receiver
 
 from django_fencedjobs import signals
 from django_fencedjobs.conf import get_settings
@@ -259,6 +262,11 @@ def evaluate_if_due(beat: float) -> None:
         logger.exception(
             "evaluating the jobs' states failed", extra={"event": "notification_failed"}
         )
+
+
+@receiver(signals.runner_beat, dispatch_uid="django_fencedjobs.notify")
+def _on_beat(sender: Any = None, *, interval: float, **kwargs: Any) -> None:
+    evaluate_if_due(interval)
 
 
 def reset() -> None:

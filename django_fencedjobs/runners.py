@@ -46,7 +46,7 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, connections
 from django.db.models import DateTimeField, Func
 
-from django_fencedjobs import clock
+from django_fencedjobs import clock, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import Runner, RunnerMode
@@ -125,9 +125,8 @@ class Presence:
         self._next_beat = time.monotonic() + self.interval
         self._safely("beat", self._beat)
         if not self._failing:
-            from django_fencedjobs import notify
-
-            notify.evaluate_if_due(self.interval)  # with NOTIFY on; never raises
+            # Notifications evaluate from it (with NOTIFY on); their module is above this one.
+            signals.send(signals.runner_beat, interval=self.interval)
 
     def stop(self) -> None:
         """The loop ends: ``stopped_at`` and a last beat. A live runner until

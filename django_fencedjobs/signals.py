@@ -9,6 +9,8 @@ Receivers are called with ``send_robust``: a failing receiver is logged, never b
   enqueued (:mod:`django_fencedjobs.integrations.tasks`) has finished, in the worker
   process that ran it; ``failed`` is True when any task of the run failed. ``job`` is None
   when the worker's process does not declare the job.
+* ``runner_beat(sender=Job, interval)``: a runner's loop recorded its beat (every
+  ``interval`` seconds, ``RUNNER_BEAT``); notifications evaluate the jobs' states from it.
 * ``job_state_changed(sender=Job, transition)``: a job's state changed
   (:class:`~django_fencedjobs.notify.Transition`: ok to late, failing, no_runner or
   invalid, and back), with ``FENCEDJOBS["NOTIFY"]`` on; sent once per change, by the one
@@ -28,6 +30,7 @@ run_started = Signal()
 run_finished = Signal()
 tick_finished = Signal()
 run_tasks_finished = Signal()
+runner_beat = Signal()
 job_state_changed = Signal()
 
 

@@ -1,0 +1,22 @@
+"""Integrations with other libraries, each imported only where its library is in use:
+Sentry Crons (:mod:`.sentry`, inert unless sentry-sdk is initialised), Prometheus metrics
+(:mod:`.prometheus`), Django's Tasks framework (:mod:`.tasks`, see :func:`uses_tasks`)."""
+
+from __future__ import annotations
+
+
+def uses_tasks() -> bool:
+    """Whether the project uses Django's Tasks framework: ``TASKS`` set in its settings, or
+    the backport or the database backend installed. Otherwise nothing of the integration
+    (:mod:`django_fencedjobs.integrations.tasks`) is imported."""
+    from django.apps import apps
+    from django.conf import settings
+
+    return (
+        settings.is_overridden("TASKS")  # type: ignore[misc]  # public, missing from the stubs
+        or apps.is_installed("django_tasks")
+        or apps.is_installed("django_tasks_db")
+    )
+
+
+__all__ = ["uses_tasks"]
