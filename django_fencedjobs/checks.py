@@ -33,6 +33,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, router
 
 from django_fencedjobs.checkids import CheckId
+from django_fencedjobs.instants import format_instant
 from django_fencedjobs.registry import Job, registry
 
 #: What to do about each kind of invalid job, by check id.
@@ -194,7 +195,7 @@ def _stampede_warning(jobs: Sequence[Job]) -> list[checks.CheckMessage]:
     return [
         checks.Warning(
             f"{len(names)} jobs without jitter start at the same instant, "
-            f"{instant:%Y-%m-%d %H:%M:%S} UTC: a stampede ({STAMPEDE_JOBS} or more jobs at "
+            f"{format_instant(instant, UTC)}: a stampede ({STAMPEDE_JOBS} or more jobs at "
             f"one instant within the next {STAMPEDE_HORIZON.days} days, none jittered).",
             hint=f"Give them jitter=timedelta(minutes=...) (each job gets a stable offset of "
             f"its own), or spread their minutes: {shown}.",
