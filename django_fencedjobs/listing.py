@@ -75,41 +75,60 @@ def _cron_words(crontab: str) -> str | None:
     """Words for a valid five-field expression, or None when there is no short reading."""
     minute, hour, dom, month, dow = crontab.split()
     every_day = dom == "*" and month == "*" and dow == "*"
-    step = re.fullmatch(r"\*/(\d+)", minute)
-    if every_day and hour == "*":
-        if minute == "*":
-            return "every minute"
-        if step and 60 % int(step.group(1)) == 0:
-            return _plural(int(step.group(1)), "minute")
-        if minute.isdigit():
-            return f"every hour at :{int(minute):02d}"
+    if every_day and (hour == "*" or re.fullmatch(r"\*/\d+", hour)):
+        return _within_a_day(minute, hour)
+    times = _times(minute, hour)
+    if times is None:
         return None
-    hour_step = re.fullmatch(r"\*/(\d+)", hour)
-    if every_day and hour_step and minute.isdigit() and 24 % int(hour_step.group(1)) == 0:
-        return f"{_plural(int(hour_step.group(1)), 'hour')} at :{int(minute):02d}"
+    if every_day:
+        return f"{times} every day"
+    days = _days(dom, month, dow)
+    return None if days is None else f"{times} on {days}"
+
+
+def _within_a_day(minute: str, hour: str) -> str | None:
+    """Every minute, every n minutes, every hour or every n hours (``*`` or ``*/n`` hours,
+    every day), when they divide the hour or the day; else None."""
+    if hour != "*":
+        hours = int(hour[2:])
+        if minute.isdigit() and 24 % hours == 0:
+            return f"{_plural(hours, 'hour')} at :{int(minute):02d}"
+        return None
+    if minute == "*":
+        return "every minute"
+    step = re.fullmatch(r"\*/(\d+)", minute)
+    if step and 60 % int(step.group(1)) == 0:
+        return _plural(int(step.group(1)), "minute")
+    if minute.isdigit():
+        return f"every hour at :{int(minute):02d}"
+    return None
+
+
+def _times(minute: str, hour: str) -> str | None:
+    """``at 09:00, 17:00``: at most four times of day, from lists of numbers; else None."""
     if not (re.fullmatch(r"\d+(,\d+)*", minute) and re.fullmatch(r"\d+(,\d+)*", hour)):
         return None
     times = [f"{h:02d}:{m:02d}" for h in _numbers(hour) for m in _numbers(minute)]
-    if len(times) > 4:
-        return None
-    at = "at " + ", ".join(times)
-    if every_day:
-        return f"{at} every day"
+    return None if len(times) > 4 else "at " + ", ".join(times)
+
+
+def _days(dom: str, month: str, dow: str) -> str | None:
+    """The days of an expression restricted by day of month or of week (in every month):
+    ``Mon-Fri``, ``the second Monday of the month``, ``day 1 of the month``; else None."""
     if month != "*":
         return None
     if dom == "*":
         days = _weekdays_of_the_month(dow)
         if days is not None:
-            return f"{at} on {days} of the month"
+            return f"{days} of the month"
         if re.fullmatch(r"[\w-]+(,[\w-]+)*", dow) and not re.search("L", dow, re.IGNORECASE):
             names = re.sub(r"\d", lambda match: _DOW_SHORT[int(match.group(0))], dow)
-            names = re.sub(r"[A-Za-z]{3}", lambda match: match.group(0).title(), names)
-            return f"{at} on {names}"
+            return re.sub(r"[A-Za-z]{3}", lambda match: match.group(0).title(), names)
         return None
     if dow == "*":
         days = _days_of_the_month(dom)
         if days is not None:
-            return f"{at} on {days} of the month"
+            return f"{days} of the month"
     return None
 
 
