@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.models import JobLease
 
 
@@ -159,5 +160,5 @@ def isolation_problem() -> str | None:
     return (
         f"the database runs transactions at {level.upper()} (default_transaction_isolation "
         "or DATABASES OPTIONS isolation_level); the job leases need READ COMMITTED, "
-        "PostgreSQL's default (fencedjobs.E015)"
+        f"PostgreSQL's default ({CheckId.ISOLATION})"
     )

@@ -29,6 +29,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_fencedjobs import db
+from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.exceptions import NotInRun, RunAborted
 
 
@@ -121,7 +122,7 @@ class FencedAtomic(ContextDecorator):
             raise NotInRun(
                 f"fenced_atomic(using={alias!r}): the job leases live in database "
                 f"{leases!r}; the fence can only guard writes made in the same "
-                "transaction, on the same database (see check fencedjobs.E009)."
+                f"transaction, on the same database (see check {CheckId.ROUTING})."
             )
         joined = in_fenced_block(alias)
         atomic = _FencedTransaction(alias, savepoint=True, durable=False)

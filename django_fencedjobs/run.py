@@ -22,6 +22,7 @@ from django.utils import timezone as dj_timezone
 from django_fencedjobs import clock, db, lease
 from django_fencedjobs.exceptions import NotInRun, WatermarkError
 from django_fencedjobs.fencing import FencedAtomic, current_holder, in_fenced_block
+from django_fencedjobs.instants import iso_utc
 from django_fencedjobs.models import Watermark
 from django_fencedjobs.runstate import Progress, RunState, WatermarkValue
 
@@ -323,7 +324,7 @@ def watermark_text(value: WatermarkValue | None) -> str:
     if value is None:
         return ""
     if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat()
+        return iso_utc(value)
     return str(value)
 
 

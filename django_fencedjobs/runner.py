@@ -31,9 +31,18 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F
 
 from django_fencedjobs import clock, db, lease, operations, outcomes, signals
+from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.fencing import reset_current_holder, set_current_holder
-from django_fencedjobs.models import LEASE_FREE, JobRun, Outcome, Watermark
+from django_fencedjobs.models import (
+    ENDABLE_OUTCOMES,
+    FAILURE_OUTCOMES,
+    FENCE_TAKEN_OUTCOMES,
+    LEASE_FREE,
+    JobRun,
+    Outcome,
+    Watermark,
+)
 from django_fencedjobs.registry import Job
 from django_fencedjobs.run import Run, watermark_text
 from django_fencedjobs.runstate import RunState, WatermarkValue
@@ -207,7 +216,7 @@ def _execute(state: RunState, now: datetime, unrecorded: Unrecorded, on_abandon:
         outcome, error = _database_failure(state, outcome, error)
     if supervisor.fired is not None or supervisor.abandoned:
         _discard_connection(db.lease_db())
-        if outcome not in (Outcome.TIMED_OUT, Outcome.FENCE_LOST):
+        if outcome not in FENCE_TAKEN_OUTCOMES:
             outcome, error = _outcome_of(None, state, supervisor)
     record = _record(state, outcome, error, unrecorded)
     if isinstance(exc, KeyboardInterrupt):
@@ -248,7 +257,7 @@ def _call(job: Job, run: Run) -> None:
         raise TypeError(
             f"job {job.name!r}: the handler returned {type(result).__name__} instead of "
             "running: async def and generator handlers are not run (system check "
-            "fencedjobs.E011). Write a plain def handler."
+            f"{CheckId.HANDLER_KIND}). Write a plain def handler."
         )
 
 
@@ -339,7 +348,7 @@ def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str,
             job.name,
             run.fence,
             succeeded_at=record.started_at if outcome == Outcome.SUCCEEDED else None,
-            failed=outcome in (Outcome.FAILED, Outcome.TIMED_OUT),
+            failed=outcome in FAILURE_OUTCOMES,
         )
         if not released and outcome == Outcome.TIMED_OUT:
             # Its timeout came after a successor had taken the lease over: the run was
@@ -356,9 +365,7 @@ def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str,
             "capped": run.capped,
             "error": error,
         }
-        rows = JobRun.objects.using(alias).filter(
-            pk=record.pk, outcome__in=[Outcome.RUNNING, Outcome.ABANDONED]
-        )
+        rows = JobRun.objects.using(alias).filter(pk=record.pk, outcome__in=ENDABLE_OUTCOMES)
         recorded = rows.update(**ended, items=F("items") + run.loose_items)
         if recorded and threading.get_ident() != run.thread:
             # Recorded from beside the handler (its supervisor): the handler's last
