@@ -91,6 +91,10 @@ def main(argv: list[str]) -> int:
                 file=sys.stderr,
             )
             return 2
+        # The runners go through the pooler; the driver watches them from a session of its
+        # own on the server: through a pool of three, two stopped runners holding theirs
+        # in open transactions would leave it waiting for a session.
+        os.environ["FENCEDJOBS_SOAK_DRIVER_URL"] = os.environ.get("DATABASE_URL", "")
         os.environ["DATABASE_URL"] = pooler
         print(f"soak: through PgBouncer (transaction pooling) at {pooler}", flush=True)
     url = os.environ.get("DATABASE_URL", "")

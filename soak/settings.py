@@ -26,13 +26,16 @@ from tests.settings import (  # noqa: F401
     parse_database_url,
 )
 
-_url = os.environ.get("DATABASE_URL", "")
+RUNNER = os.environ.get("SOAK_RUNNER", "driver")
+# Behind a pooler (make soak-pgbouncer) the driver alone connects to the server directly.
+_url = (RUNNER == "driver" and os.environ.get("FENCEDJOBS_SOAK_DRIVER_URL")) or os.environ.get(
+    "DATABASE_URL", ""
+)
 if not _url.lower().startswith(("postgres://", "postgresql://", "pgsql://")):
     raise ImproperlyConfigured(
         "the soak needs PostgreSQL: run `make soak`, or "
         "python3 scripts/throwaway_postgres.py -- .venv/bin/python scripts/soak.py"
     )
-RUNNER = os.environ.get("SOAK_RUNNER", "driver")
 _db = parse_database_url(_url)
 _db["NAME"] = os.environ.get("FENCEDJOBS_SOAK_DB") or _db["NAME"]
 _db["OPTIONS"] = {
