@@ -389,6 +389,9 @@ class PgBouncer:
             "min_pool_size = 0",
             "reserve_pool_size = 0",
             "max_client_conn = 500",
+            # After a failed login (the server restarting), retry after 1 s rather than turn
+            # every client away for 15: as docs/deployment.md advises for runners.
+            "server_login_retry = 1",
             # psycopg 2 sends it; the pooler would refuse a client that does.
             "ignore_startup_parameters = extra_float_digits",
             "log_connections = 0",
