@@ -70,9 +70,6 @@ class Outcome(models.TextChoices):
 FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT})
 #: The runs the failure rate is read over: those that ran to an end, succeeding or failing.
 RATED_OUTCOMES = frozenset({Outcome.SUCCEEDED, *FAILURE_OUTCOMES})
-#: A run ended from beside its handler, its fence taken from it (revoked at its timeout, or
-#: superseded by a later run): its outcome stands whatever the handler raises afterwards.
-FENCE_TAKEN_OUTCOMES = frozenset({Outcome.TIMED_OUT, Outcome.FENCE_LOST})
 #: A record whose run may still be recorded as ended: running, or abandoned by a successor
 #: while its process was paused (the run's own account, when it comes, is the better one).
 ENDABLE_OUTCOMES = frozenset({Outcome.RUNNING, Outcome.ABANDONED})

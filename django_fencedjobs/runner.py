@@ -37,7 +37,6 @@ from django_fencedjobs.fencing import reset_current_holder, set_current_holder
 from django_fencedjobs.models import (
     ENDABLE_OUTCOMES,
     FAILURE_OUTCOMES,
-    FENCE_TAKEN_OUTCOMES,
     LEASE_FREE,
     JobRun,
     Outcome,
@@ -215,9 +214,8 @@ def _execute(state: RunState, now: datetime, unrecorded: Unrecorded, on_abandon:
     if outcome == Outcome.FAILED and isinstance(exc, DatabaseError):
         outcome, error = _database_failure(state, outcome, error)
     if supervisor.fired is not None or supervisor.abandoned:
+        # What the supervisor delivered decided the outcome already (outcomes.decide).
         _discard_connection(db.lease_db())
-        if outcome not in FENCE_TAKEN_OUTCOMES:
-            outcome, error = _outcome_of(None, state, supervisor)
     record = _record(state, outcome, error, unrecorded)
     if isinstance(exc, KeyboardInterrupt):
         raise exc

@@ -112,8 +112,9 @@ class RunState:
 
     def raise_if_stopped(self) -> None:
         """Raise :meth:`stopped_error`'s error, if any: the handler's helpers call it."""
-        if self._stopped:
-            raise FenceLost(outcomes.fence_gone(self.job, self.fence))
+        error = self.stopped_error()
+        if error is not None:
+            raise error
 
     # -- the fence, inside a fenced block's transaction ------------------------------------
 
