@@ -23,6 +23,15 @@ class FencedJobsConfig(AppConfig):
         if uses_tasks():
             from django_fencedjobs.integrations import tasks  # noqa: F401
 
+        # Instances (schedules as data): their rows are checked and their lease rows
+        # written on save (model signals), and each job declared with instances=True gets
+        # its `.instances` as it is declared.
+        from django_fencedjobs import instances
+        from django_fencedjobs.registry import registry
+
+        if instances.attach not in registry.on_register:
+            registry.on_register.append(instances.attach)
+
         # Every installed app's ``jobs`` module declares its jobs with @job.
         autodiscover_modules("jobs")
 

@@ -160,14 +160,12 @@ def check_jobs(
     level = checks.WARNING if _run_by_a_command_other_than_check() else checks.ERROR
     messages: list[checks.CheckMessage] = []
     for job in registry.all():
-        schedule = job.schedule
-        if schedule is None or job.check_id is not None:
+        if not job.valid:
             messages.append(
                 checks.CheckMessage(
                     level, str(job.schedule_error), hint=_hint(job), obj=job.name, id=job.check_id
                 )
             )
-            continue
     messages.extend(_stampede_warning([job for job in registry.all() if job.schedule is not None]))
     return messages
 

@@ -29,6 +29,8 @@ def sync(jobs: Sequence[Job], now: datetime, fingerprints: dict[str, str] | None
     missing: list[JobLease] = []
     changed = False
     for job in jobs:
+        if job.instances:
+            continue  # its instances' rows are written when they are saved
         schedule = job.valid_schedule
         stored = fingerprints.get(job.name)
         if stored is None:
@@ -53,4 +55,4 @@ def runnable_jobs(names: Sequence[str] | None = None) -> list[Job]:
     schedule."""
     if names:
         return [registry.get(name) for name in names]
-    return [job for job in registry.all() if job.schedule is not None]
+    return [job for job in registry.all() if job.valid]

@@ -196,8 +196,11 @@ def describe_jobs(jobs: Sequence[Job], *, count: int = 3) -> str:
     lines: list[str] = []
     for job in jobs:
         lines.append(job.name)
-        if job.schedule is None:
+        if not job.valid:
             lines.append(f"  INVALID: {job.schedule_error}")
+            continue
+        if job.instances:
+            lines.append("  schedule: its instances' (the admin's Instances, or .instances)")
             continue
         schedule = job.schedule
         lines.append(f"  schedule: {describe_schedule(schedule)}")

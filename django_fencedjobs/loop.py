@@ -50,7 +50,7 @@ from django_fencedjobs.declared import runnable_jobs, sync
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobRun
 from django_fencedjobs.registry import Job
-from django_fencedjobs.runner import Unrecorded, run_job
+from django_fencedjobs.runner import Acquired, Unrecorded, claim, run_acquired, run_job
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -138,7 +138,9 @@ class Pool:
         self._abandoned: list[threading.Thread] = []
         _pools.add(self)
         _runs_jobs.set()
-        self._work: queue.SimpleQueue[tuple[Job, lease.LeaseRow] | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[Job, lease.LeaseRow | Acquired] | None] = (
+            queue.SimpleQueue()
+        )
         self._lock = threading.Lock()
         self._workers: list[_Worker] = []
         self._busy: set[str] = set()
@@ -166,7 +168,9 @@ class Pool:
             count, self._passed_over = self._passed_over, 0
             return count
 
-    def submit(self, job: Job, row: lease.LeaseRow) -> None:
+    def submit(self, job: Job, row: lease.LeaseRow | Acquired) -> None:
+        """Run ``job`` on a free worker: acquired from ``row`` there, or already acquired
+        (an instance of a batch claim)."""
         with self._lock:
             if len(self._busy) >= self.size or job.name in self._busy:
                 raise RuntimeError(f"no free worker for {job.name}")
@@ -235,7 +239,7 @@ class Pool:
             except Exception:
                 logger.debug("closing a worker's connections failed", exc_info=True)
 
-    def _run(self, worker: _Worker, job: Job, row: lease.LeaseRow) -> JobRun | None:
+    def _run(self, worker: _Worker, job: Job, row: lease.LeaseRow | Acquired) -> JobRun | None:
         def give_up() -> None:
             # The supervisor recorded the run and ended its session; this worker is stuck
             # in the handler. Free its place for a new worker, and count the stuck thread
@@ -255,6 +259,10 @@ class Pool:
 
         try:
             _keep_or_replace(connections[db.lease_db()])
+            if isinstance(row, Acquired):
+                return run_acquired(
+                    row, stop=self.stop, unrecorded=self.unrecorded, on_abandon=give_up
+                )
             return run_job(job, row, stop=self.stop, unrecorded=self.unrecorded, on_abandon=give_up)
         except DatabaseError as exc:
             logger.error(
@@ -324,7 +332,12 @@ class Dispatcher:
         self.wake = threading.Event()
         #: Runs whose end could not be recorded (the database was away): retried first.
         self.unrecorded = Unrecorded()
-        self._by_name = {job.name: job for job in self.jobs}
+        #: The jobs with a schedule, by name: scanned by name (lease.scan).
+        self._by_name = {job.name: job for job in self.jobs if not job.instances}
+        #: The jobs whose instances have the schedules: claimed by an index (claim).
+        self._bases = {job.name: job for job in self.jobs if job.instances}
+        #: Instances were due at the last look and no claim has come up short since.
+        self._instances_due = False
         self._tiebreaks: dict[str, float] = {}
         #: Due rows of the latest scan not handed out yet, and when the next job not due
         #: then can be acquired.
@@ -358,13 +371,24 @@ class Dispatcher:
         due rows, which :meth:`hand_out` hands out from."""
         names = list(self._by_name)
         now = clock.now()
-        seen = lease.scan(names, now)
-        if sync(self.jobs, now, seen.fingerprints):
+        self._backlog, self._wakeup = [], None
+        if names:
             seen = lease.scan(names, now)
-        self._backlog = sorted(seen.due, key=lambda r: (r.next_run_at, self.tiebreak(r.name)))
-        self._wakeup = seen.wakeup
+            if sync(list(self._by_name.values()), now, seen.fingerprints):
+                seen = lease.scan(names, now)
+            self._backlog = sorted(seen.due, key=lambda r: (r.next_run_at, self.tiebreak(r.name)))
+            self._wakeup = seen.wakeup
+        if self._bases:
+            self._scan_instances(now)
         self._scanned = time.monotonic()
         return list(self._backlog)
+
+    def _scan_instances(self, now: datetime) -> None:
+        """When the next instance is due (one read of the index): due now, or a wakeup."""
+        earliest = lease.instances_wakeup(list(self._bases))
+        self._instances_due = earliest is not None and earliest <= now
+        if earliest is not None and not self._instances_due:
+            self._wakeup = earliest if self._wakeup is None else min(self._wakeup, earliest)
 
     def hand_out(self, pool: Pool) -> None:
         """Hand due jobs of the last scan to free workers, earliest first; jobs the pool
@@ -377,12 +401,28 @@ class Dispatcher:
         while self._backlog and pool.free() and not self.stop.is_set():
             row = self._backlog.pop(0)
             pool.submit(self._by_name[row.name], row)
+        free = pool.free()
+        if self._instances_due and free and not self.stop.is_set():
+            # Due instances, the earliest first, for every free worker: one claim.
+            claimed = claim(self._bases, free)
+            for acquired in claimed:
+                pool.submit(acquired.job, acquired)
+            # Fewer than asked for: none due is left that could be claimed now (the rest,
+            # if any, are locked or held: looked at again in a moment).
+            self._instances_due = len(claimed) == free
+            self._retry_soon = self._retry_soon or len(claimed) < free
+
+    @property
+    def has_work(self) -> bool:
+        """Due work from the last scan is waiting for a free worker: due jobs, or due
+        instances not claimed yet."""
+        return bool(self._backlog) or self._instances_due
 
     def sleep_time(self, max_sleep: float) -> float:
         """How long to sleep: until a worker is free while due jobs wait (it wakes us),
         else until the next job not due at the last scan, however busy the others, and a
         moment when a due job was held back."""
-        if self._backlog:
+        if self.has_work:
             return max_sleep
         sleep = max_sleep
         if self._wakeup is not None:
@@ -410,22 +450,21 @@ class Dispatcher:
         self.scan()
         runs: list[JobRun] = []
         wakeup = self._wakeup
-        if self._backlog:
+        if self.has_work:
             pool = self._pool()
             try:
-                while self._backlog and not self.stop.is_set():
+                while self.has_work and not self.stop.is_set():
                     self.hand_out(pool)
-                    if self._backlog:
+                    if self.has_work:
                         self.wake.wait()
                         self.wake.clear()
             finally:
                 pool.shutdown()
             self._give_up_if(pool)
             runs = pool.finished()
-            now = clock.now()
-            seen = lease.scan(list(self._by_name), now)
+            self.scan()
             # Still due after this pass: acquisition passed a locked row by. Retry soon.
-            wakeup = now + RETRY_LOCKED if seen.due else seen.wakeup
+            wakeup = clock.now() + RETRY_LOCKED if self.has_work else self._wakeup
         signals.send(signals.tick_finished, now=clock.now())
         return TickResult(runs, wakeup)
 
@@ -454,7 +493,7 @@ class Dispatcher:
                 self.wake.clear()
                 try:
                     self.unrecorded.record()
-                    if not self._backlog:
+                    if not self.has_work:
                         if max_ticks is not None and ticks >= max_ticks:
                             break
                         ticks += 1
@@ -474,7 +513,7 @@ class Dispatcher:
                         extra={"event": "database_unavailable"},
                     )
                     connections.close_all()
-                    self._backlog = []
+                    self._backlog, self._instances_due = [], False
                     sleep, backoff = backoff, min(backoff * 2, max_sleep)
                 pool.finished()  # the loop keeps no history of its runs: drop them
                 presence.beat()

@@ -13,17 +13,91 @@
 * :class:`Runner`: one row per ``runjobs`` loop, and per host and job set of ``--once``
   passes, with its last beat (:mod:`django_fencedjobs.runners`).
 * :class:`JobNotice`: each job's last notified state (:mod:`django_fencedjobs.notify`).
+* :class:`JobInstance`: an instance of a job declared with ``instances=True``: its key,
+  schedule and keyword arguments, edited without a deploy
+  (:mod:`django_fencedjobs.instances`). Its lease row is a :class:`JobLease` named
+  ``job[key]``, linked by :attr:`JobLease.instance`.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from django.db import models
+from django.core.validators import RegexValidator
+from django.db import models, router, transaction
+from django.dispatch import Signal
 from django.utils.translation import gettext_lazy as _
 
 #: ``lease_until`` of a job nobody holds: any "now" is later.
 LEASE_FREE = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+#: An instance's key: letters, digits and ``_ . : @ / + -``, so that ``job[key]`` reads
+#: unambiguously in a log line, a command line and a URL.
+INSTANCE_KEY = RegexValidator(
+    r"^[A-Za-z0-9_.:@/+-]+\Z",
+    _("A key is letters, digits and _ . : @ / + - (no spaces or brackets)."),
+    code="invalid_key",
+)
+
+
+#: Sent by :meth:`JobInstance.clean`; :mod:`django_fencedjobs.instances` receives it and
+#: raises ``ValidationError`` for an invalid instance.
+validate_instance = Signal()
+
+
+class JobInstance(models.Model):
+    """One instance of a job declared with ``@job(instances=True)``: a schedule of its own
+    (``cron`` or ``every``, in ``timezone``, with ``jitter``) and the keyword arguments its
+    handler is called with. Saving it (the admin, :meth:`Instances.upsert
+    <django_fencedjobs.instances.Instances.upsert>`, ``save()``) writes its lease row in the
+    same transaction: the change takes effect at the next tick."""
+
+    job = models.CharField(_("job"), max_length=200)
+    key = models.CharField(_("key"), max_length=100, validators=[INSTANCE_KEY])
+    cron = models.CharField(
+        _("cron"), max_length=200, blank=True, help_text=_("Five fields, e.g. 0 8 * * 1-5.")
+    )
+    every = models.DurationField(
+        _("every"), null=True, blank=True, help_text=_("An interval instead of cron.")
+    )
+    timezone = models.CharField(_("timezone"), max_length=64, default="UTC")
+    jitter = models.DurationField(_("jitter"), default=timedelta(0))
+    enabled = models.BooleanField(_("enabled"), default=True)
+    kwargs = models.JSONField(
+        _("arguments"), default=dict, blank=True, help_text=_("The handler's keyword arguments.")
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("instance")
+        verbose_name_plural = _("instances")
+        ordering = ["job", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "key"], name="fencedjobs_instance_key"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # One transaction with what post_save writes: the instance's lease row
+        # (django_fencedjobs.instances).
+        using = kwargs.get("using") or router.db_for_write(JobInstance, instance=self)
+        with transaction.atomic(using=using):
+            super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        # The checks of the system checks, by django_fencedjobs.instances: it raises
+        # ValidationError with their ids and messages.
+        validate_instance.send(sender=JobInstance, instance=self)
+
+    @property
+    def name(self) -> str:
+        """The instance's job name, ``job[key]``: its lease, runs, watermarks and health."""
+        return f"{self.job}[{self.key}]"
 
 
 class JobLease(models.Model):
@@ -40,6 +114,16 @@ class JobLease(models.Model):
     consecutive_failures = models.PositiveIntegerField(_("consecutive failures"), default=0)
     paused = models.BooleanField(_("paused"), default=False)
     schedule_fingerprint = models.CharField(_("schedule fingerprint"), max_length=64, blank=True)
+    #: The instance this row is the lease of; None for a job declared with a schedule. An
+    #: instance deleted takes its lease row with it (a run of it then loses its fence).
+    instance = models.OneToOneField(
+        JobInstance,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="lease",
+        verbose_name=_("instance"),
+    )
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -47,7 +131,16 @@ class JobLease(models.Model):
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
         ordering = ["name"]
-        indexes = [models.Index(fields=["next_run_at"], name="fencedjobs_lease_next_run")]
+        indexes = [
+            models.Index(fields=["next_run_at"], name="fencedjobs_lease_next_run"),
+            # The tick's claim of due instances: the earliest first, by this index alone,
+            # however many instances there are (paused rows, disabled ones, are not in it).
+            models.Index(
+                fields=["next_run_at"],
+                condition=models.Q(instance__isnull=False, paused=False),
+                name="fencedjobs_instance_due",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -32,8 +32,8 @@ def select_jobs(names: Sequence[str] | None = None) -> tuple[list[Job], list[Job
     """The named jobs (an unknown name raises :class:`UnknownJob`), or every declared job,
     split into the valid ones and the invalid ones."""
     selected = [registry.get(name) for name in names] if names else registry.all()
-    valid = [job for job in selected if job.schedule is not None]
-    invalid = [job for job in selected if job.schedule is None]
+    valid = [job for job in selected if job.valid]
+    invalid = [job for job in selected if not job.valid]
     return valid, invalid
 
 

@@ -59,6 +59,8 @@ class JobOptions:
     starting_deadline: timedelta | None = None
     exclusion: Exclusion = "lease"
     failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
+    #: The job has no schedule of its own: its instances (rows, :mod:`.instances`) do.
+    instances: bool = False
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -77,12 +79,20 @@ class Job(JobOptions):
     #: system check that reports it.
     declaration_error: JobError | None = None
     declaration_check_id: CheckId | None = None
+    #: For one instance of a job declared with ``instances=True``: the declared job's name
+    #: and the instance's key and keyword arguments (:mod:`django_fencedjobs.instances`).
+    #: The instance's ``name`` is ``parent[key]``.
+    parent: str | None = None
+    key: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
     def _problem(self) -> tuple[CheckId, JobError] | None:
         # The problems that need the schedule's shortest interval (a year of fire times) or
         # the database configuration are looked for on first use, not at import: declaring
         # jobs must stay cheap, since every web process declares them all at start-up.
+        if self.instances and self.declaration_error is None:
+            return None  # the schedules are its instances'
         if self.declaration_error is not None or self.parsed_schedule is None:
             # Only job() builds a Job, and it gives one or the other.
             error = self.declaration_error or JobDefinitionError(f"job {self.name!r}: no schedule")
@@ -93,6 +103,12 @@ class Job(JobOptions):
     def schedule(self) -> Schedule | None:
         """The schedule; None when the job is invalid (:attr:`schedule_error` says why)."""
         return None if self._problem is not None else self.parsed_schedule
+
+    @property
+    def valid(self) -> bool:
+        """The job runs: its declaration is valid (a job with instances has no schedule of
+        its own, and is valid)."""
+        return self._problem is None
 
     @property
     def schedule_error(self) -> JobError | None:
@@ -166,6 +182,9 @@ class JobRegistry:
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
         self.duplicates: list[Job] = []
+        #: Called with each job ``@job`` declares, once registered: the app's ``ready()``
+        #: adds :func:`django_fencedjobs.instances.attach` (``send_digest.instances``).
+        self.on_register: list[Callable[[Job], None]] = []
 
     def register(self, job: Job) -> None:
         existing = self._jobs.get(job.name)
@@ -265,7 +284,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
 
 def _typed(field_name: str, value: object) -> bool:
     """Whether ``value`` has the type of the job's option ``field_name``."""
-    return isinstance(value, _TYPES[field_name]) and not isinstance(value, bool)
+    kinds = _TYPES[field_name]
+    return isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
 
 
 def _duration(field_name: str, value: Any, *, allow_zero: bool = False) -> str | None:
@@ -283,7 +303,9 @@ def _positive_int(field_name: str, value: Any) -> str | None:
     return None
 
 
-def _handler_problem(job_name: str, func: object) -> tuple[CheckId, JobError] | None:
+def _handler_problem(
+    job_name: str, func: object, *, kwargs: dict[str, Any] | None = None, partial: bool = False
+) -> tuple[CheckId, JobError] | None:
     """Why ``func`` cannot be a job's handler, or None.
 
     The runner calls ``func(run)`` and takes its return as the end of the run. A coroutine
@@ -291,6 +313,11 @@ def _handler_problem(job_name: str, func: object) -> tuple[CheckId, JobError] | 
     returns an object when called, without running its body (E011). A callable whose
     signature cannot take the Run as its one positional argument would fail at every run
     (E012). A ``functools.partial`` and a callable object are judged by what they call.
+
+    An instance's handler is called ``func(run, **kwargs)`` with the instance's keyword
+    arguments: they must bind too (E012, naming them). The job declared with
+    ``instances=True`` has none of its own: only the Run is bound, the rest left to its
+    instances (``partial``).
     """
     if not callable(func):
         return CheckId.HANDLER_SIGNATURE, JobDefinitionError(
@@ -308,8 +335,16 @@ def _handler_problem(job_name: str, func: object) -> tuple[CheckId, JobError] | 
     except (TypeError, ValueError):
         return None  # no signature to read (some builtins): let it be
     try:
-        signature.bind(object())
-    except TypeError:
+        if partial:
+            signature.bind_partial(object())
+        else:
+            signature.bind(object(), **(kwargs or {}))
+    except TypeError as exc:
+        if kwargs:
+            return CheckId.HANDLER_SIGNATURE, JobDefinitionError(
+                f"job {job_name!r}: the handler {_where(func)}{signature} cannot be called "
+                f"with the Run and the instance's arguments {sorted(kwargs)}: {exc}."
+            )
         return CheckId.HANDLER_SIGNATURE, JobDefinitionError(
             f"job {job_name!r}: the handler {_where(func)}{signature} cannot take the Run "
             f"as its one positional argument."
@@ -359,6 +394,7 @@ def job(
     starting_deadline: timedelta | None = None,
     exclusion: Exclusion = "lease",
     failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
+    instances: bool = False,
 ) -> Callable[[F], F]: ...
 def job(
     cron: str | F | None = None, /, *, name: str | None = None, **options: Any
@@ -422,17 +458,44 @@ def _declare(
     problem: tuple[CheckId, JobError] | None,
     fields: dict[str, Any],
 ) -> Job:
-    """Register ``func`` as a job, valid or not, and set ``func.job``."""
+    """Register ``func`` as a job, valid or not, set ``func.job`` and call the registry's
+    :attr:`~JobRegistry.on_register` hooks."""
     default_name = _where(func)
     job_name = default_name if name is None else name
     wrong: list[str | None] = []
     if not isinstance(job_name, str) or not job_name or len(job_name) > 200:
         wrong.append(f"name must be 1 to 200 characters, got {job_name!r}")
         job_name = default_name
+    if fields.get("instances") is True and not (fields["cron"] is None and fields["every"] is None):
+        wrong.append("instances=True takes no cron or every: each instance has its own schedule")
+    declared = build(func, job_name, fields, problem=problem, wrong=wrong)
+    registry.register(declared)
+    with contextlib.suppress(AttributeError, TypeError):
+        func.job = declared
+    for hook in registry.on_register:
+        hook(declared)
+    return declared
+
+
+def build(
+    func: Any,
+    job_name: str,
+    fields: dict[str, Any],
+    *,
+    problem: tuple[CheckId, JobError] | None = None,
+    wrong: list[str | None] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    **identity: Any,
+) -> Job:
+    """A :class:`Job` named ``job_name`` from its options ``fields``, valid or not: every
+    argument checked as ``@job`` checks it, then the schedule, then the handler (called with
+    ``kwargs`` when given: an instance's). Registers nothing. ``identity`` is an instance's
+    ``parent`` and ``key``."""
+    wrong = [] if wrong is None else wrong
     schedule: Schedule | None = None
     if fields and problem is None:
         problem = _argument_problem(job_name, fields, wrong)
-    if fields and problem is None:
+    if fields and problem is None and not fields.get("instances"):
         try:
             schedule = Schedule(
                 cron=fields["cron"],
@@ -451,21 +514,21 @@ def _declare(
                 ),
             )
     if problem is None:
-        problem = _handler_problem(job_name, func)
-    declared = Job(
+        problem = _handler_problem(
+            job_name, func, kwargs=kwargs, partial=bool(fields.get("instances"))
+        )
+    return Job(
         name=job_name,
         func=func,
         parsed_schedule=schedule,
         declaration_error=problem[1] if problem else None,
         declaration_check_id=problem[0] if problem else None,
+        kwargs=kwargs or {},
+        **identity,
         # An invalid job is shown (admin, checkjobs), never run: an argument of the wrong
         # type is left at its default, so that showing it cannot fail.
         **{key: value for key, value in fields.items() if _typed(key, value)},
     )
-    registry.register(declared)
-    with contextlib.suppress(AttributeError, TypeError):
-        func.job = declared
-    return declared
 
 
 def _argument_problem(
@@ -480,6 +543,8 @@ def _argument_problem(
             wrong.append(_duration(field_name, fields[field_name]))
     for field_name in ("max_batches", "failure_threshold"):
         wrong.append(_positive_int(field_name, fields[field_name]))
+    if not isinstance(fields.get("instances", False), bool):
+        wrong.append(f"instances must be True or False, got {fields['instances']!r}")
     if fields["exclusion"] not in ("lease", "advisory"):
         wrong.append(f"exclusion must be 'lease' or 'advisory', got {fields['exclusion']!r}")
     messages = [message for message in wrong if message]

@@ -1,0 +1,306 @@
+"""Instances: schedules as data.
+
+A job declared with ``@job(instances=True)`` has no schedule of its own. Its *instances*
+are rows (:class:`~django_fencedjobs.models.JobInstance`), created and changed without a
+deploy, from code (:class:`Instances`, ``send_digest.instances.upsert(...)``), the admin or
+the ORM. Each has a key unique within its job, a schedule (``cron`` or ``every``, in
+``timezone``, with ``jitter``), an enabled flag and the keyword arguments its handler is
+called with.
+
+An instance is a job of its own for every guarantee: it is named ``job[key]``
+(:attr:`JobInstance.name <django_fencedjobs.models.JobInstance.name>`), and that name has
+its own lease row (its fence), its runs, its watermarks, its health and notifications.
+:func:`instance_job` builds the :class:`~django_fencedjobs.registry.Job` an instance runs
+as: the declared job's options with the instance's schedule, checked by the very code
+``@job`` is checked by, so an instance is refused (:func:`validate`) or shown invalid with
+the system check's id and message.
+
+Saving an instance (:func:`save`, which ``JobInstance.save()`` calls) writes its lease row
+in the same transaction: a new instance gets one, a changed schedule a new next fire time,
+a disabled (or invalid) instance is paused. So a change takes effect at the next tick of
+every runner, and nothing ever re-reads the whole table: the tick claims due instances by
+an index (:func:`django_fencedjobs.lease.claim_instances`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+
+from django_fencedjobs import clock, db
+from django_fencedjobs.checkids import CheckId
+from django_fencedjobs.exceptions import UnknownJob
+from django_fencedjobs.models import INSTANCE_KEY, JobInstance, JobLease, validate_instance
+from django_fencedjobs.registry import Job, JobOptions, build, registry
+
+__all__ = [
+    "Instances",
+    "attach",
+    "instance_job",
+    "parse_name",
+    "problem",
+    "resolve",
+    "validate",
+    "write_lease",
+]
+
+#: The fields of a :class:`JobInstance` that a check id is about: where the admin's form
+#: shows the error.
+_FIELD_OF: dict[str, str] = {
+    CheckId.CRON: "cron",
+    CheckId.ZONE: "timezone",
+    CheckId.FIXED_OFFSET: "timezone",
+    CheckId.TIMEOUT: "cron",
+    CheckId.JITTER: "jitter",
+    CheckId.HANDLER_SIGNATURE: "kwargs",
+}
+_OPTIONS = [name for name in JobOptions.__dataclass_fields__]
+
+
+def parse_name(name: str) -> tuple[str, str] | None:
+    """``("job", "key")`` of an instance's name ``job[key]``; None for another name."""
+    if not name.endswith("]") or "[" not in name:
+        return None
+    job, _, key = name[:-1].rpartition("[")
+    return (job, key) if job and key else None
+
+
+def declared(job_name: str) -> Job:
+    """The job declared with ``instances=True`` named ``job_name`` (:class:`UnknownJob`
+    when there is none)."""
+    base = registry.get(job_name)
+    if not base.instances:
+        raise UnknownJob(
+            f"job {job_name!r} is not declared with instances=True: it has no instances"
+        )
+    return base
+
+
+def instance_job(base: Job, instance: JobInstance) -> Job:
+    """The job ``instance`` of ``base`` runs as: ``base``'s options with the instance's
+    schedule and arguments, named ``base[key]``; invalid (with the system check's id and
+    message) when they are."""
+    return _instance_job(
+        base,
+        instance.key,
+        instance.cron,
+        instance.every,
+        instance.timezone,
+        instance.jitter,
+        json.dumps(instance.kwargs, sort_keys=True, default=str),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _instance_job(
+    base: Job,
+    key: str,
+    cron: str,
+    every: timedelta | None,
+    timezone: str,
+    jitter: timedelta,
+    kwargs_json: str,
+) -> Job:
+    # Cached by the whole definition: a runner builds the job of every instance it runs,
+    # and parsing a cron expression and checking it against the handler is not free.
+    name = f"{base.name}[{key}]"
+    kwargs = json.loads(kwargs_json)
+    if base.schedule_error is not None:
+        return build(
+            base.func,
+            name,
+            {},
+            problem=(base.check_id or CheckId.ARGUMENT, base.schedule_error),
+            parent=base.name,
+            key=key,
+        )
+    fields = {option: getattr(base, option) for option in _OPTIONS}
+    fields.update(cron=cron or None, every=every, timezone=timezone, jitter=jitter)
+    fields["instances"] = False
+    wrong: list[str | None] = []
+    if not isinstance(kwargs, dict):
+        wrong.append(f"arguments must be a JSON object, got {kwargs_json}")
+        kwargs = {}
+    try:
+        INSTANCE_KEY(key)
+    except ValidationError:
+        wrong.append(f"key must be letters, digits and _ . : @ / + -, got {key!r}")
+    if len(name) > 200:
+        wrong.append(f"name must be 1 to 200 characters, got {len(name)}")
+    return build(base.func, name, fields, wrong=wrong, kwargs=kwargs, parent=base.name, key=key)
+
+
+def problem(instance: JobInstance) -> tuple[CheckId | None, str] | None:
+    """What is wrong with ``instance``, as the system checks say it: ``(check id,
+    message)``, or ``(None, message)`` when its job is not declared with instances; None
+    when it is valid."""
+    try:
+        base = declared(instance.job)
+    except UnknownJob as exc:
+        return None, str(exc)
+    job = instance_job(base, instance)
+    if job.schedule_error is None:
+        return None
+    return job.check_id, str(job.schedule_error)
+
+
+@receiver(validate_instance, sender=JobInstance)
+def _validate(instance: JobInstance, **kwargs: Any) -> None:
+    validate(instance)
+
+
+def validate(instance: JobInstance) -> None:
+    """Raise ``ValidationError`` for an invalid instance, on the field the problem is
+    about, with the system check's message and its id as the error's code (what
+    ``JobInstance.full_clean()``, the admin's form and :meth:`Instances.upsert` raise)."""
+    found = problem(instance)
+    if found is None:
+        return
+    check_id, message = found
+    if check_id is None:
+        raise ValidationError({"job": ValidationError(message, code="unknown_job")})
+    text = f"{message} ({check_id})"
+    field = _FIELD_OF.get(check_id)
+    error = ValidationError(text, code=str(check_id))
+    raise ValidationError({field: error} if field else error)
+
+
+@receiver(post_save, sender=JobInstance)
+def _saved(instance: JobInstance, raw: bool = False, **kwargs: Any) -> None:
+    if not raw:  # loaddata: the fixture has the lease rows
+        write_lease(instance)
+
+
+def write_lease(instance: JobInstance) -> None:
+    """Write the lease row of ``instance``, just saved, in the transaction that saved it
+    (``JobInstance.save()`` opens one, and sends ``post_save`` inside it).
+
+    The lease row is created for a new instance; for a changed one its next fire time is
+    recomputed when the schedule changed (its fingerprint), and it is paused while the
+    instance is disabled or invalid. Waits for the lease row at most
+    :data:`~django_fencedjobs.db.LOCK_WAIT` (a run of the instance inside a fenced
+    transaction holds it): then ``DatabaseError``, and the save rolls back with it.
+    """
+    with db.bounded_wait():
+        _write_lease(instance, clock.now())
+
+
+def _write_lease(instance: JobInstance, now: datetime) -> None:
+    alias = db.lease_db()
+    try:
+        job: Job | None = instance_job(declared(instance.job), instance)
+    except UnknownJob:
+        job = None
+    schedule = job.schedule if job is not None else None
+    runnable = schedule is not None and instance.enabled
+    fingerprint = schedule.fingerprint() if schedule is not None else ""
+    rows = JobLease.objects.using(alias).select_for_update().filter(instance=instance)
+    row = rows.first()
+    if row is None:
+        JobLease.objects.using(alias).create(
+            name=instance.name,
+            instance=instance,
+            next_run_at=schedule.next_after(now) if schedule is not None else now,
+            schedule_fingerprint=fingerprint,
+            paused=not runnable,
+            created_at=now,
+        )
+        return
+    changes: dict[str, Any] = {"paused": not runnable, "name": instance.name}
+    if schedule is not None and fingerprint != row.schedule_fingerprint:
+        changes.update(schedule_fingerprint=fingerprint, next_run_at=schedule.next_after(now))
+    JobLease.objects.using(alias).filter(pk=row.pk).update(**changes)
+
+
+def resolve(name: str) -> Job | None:
+    """The job an instance's name ``job[key]`` runs as; None when ``name`` is not an
+    instance's, or no such instance exists."""
+    parsed = parse_name(name)
+    if parsed is None or parsed[0] not in registry:
+        return None
+    base = registry.get(parsed[0])
+    if not base.instances:
+        return None
+    instance = JobInstance.objects.using(db.lease_db()).filter(job=parsed[0], key=parsed[1]).first()
+    return instance_job(base, instance) if instance is not None else None
+
+
+def attach(job: Job) -> None:
+    """Give the function of a job declared with ``instances=True`` its :class:`Instances`
+    (``send_digest.instances``): called for every job the registry registers."""
+    if job.instances:
+        with contextlib.suppress(AttributeError, TypeError):
+            job.func.instances = Instances(job.name)
+
+
+class Instances:
+    """The instances of one job declared with ``instances=True``, from code: the job's
+    function has it as ``.instances``::
+
+        @job(instances=True, timeout=timedelta(minutes=5))
+        def send_digest(run: Run, *, tenant_id: int) -> None: ...
+
+        send_digest.instances.upsert(
+            "tenant-42", cron="0 8 * * 1-5", timezone="Europe/Paris",
+            kwargs={"tenant_id": 42},
+        )
+    """
+
+    def __init__(self, job_name: str) -> None:
+        self.job_name = job_name
+
+    def __repr__(self) -> str:
+        return f"<Instances of {self.job_name!r}>"
+
+    def all(self) -> QuerySet[JobInstance]:
+        return JobInstance.objects.using(db.lease_db()).filter(job=self.job_name)
+
+    def get(self, key: str) -> JobInstance:
+        return self.all().get(key=key)
+
+    def upsert(
+        self,
+        key: str,
+        *,
+        cron: str | None = None,
+        every: timedelta | None = None,
+        timezone: str = "UTC",
+        jitter: timedelta = timedelta(0),
+        enabled: bool = True,
+        kwargs: dict[str, Any] | None = None,
+    ) -> JobInstance:
+        """Create the instance ``key``, or change it to exactly these values: one
+        transaction with its lease row. An invalid instance raises ``ValidationError``
+        with the system check's message, and nothing is written."""
+        instance = self.all().filter(key=key).first() or JobInstance(job=self.job_name, key=key)
+        instance.cron, instance.every = cron or "", every
+        instance.timezone, instance.jitter = timezone, jitter
+        instance.enabled, instance.kwargs = enabled, kwargs if kwargs is not None else {}
+        instance.full_clean(validate_unique=False, validate_constraints=False)
+        instance.save()
+        return instance
+
+    def set_enabled(self, keys: Iterable[str], enabled: bool) -> int:
+        """Enable or disable these instances; how many there were."""
+        count = 0
+        for instance in self.all().filter(key__in=list(keys)):
+            instance.enabled = enabled
+            instance.save(update_fields=["enabled", "updated_at"])
+            count += 1
+        return count
+
+    def delete(self, key: str) -> bool:
+        """Delete the instance ``key`` and its lease row; its runs are kept. A run of it in
+        progress loses its fence at its next fenced block. False when there was none."""
+        with db.bounded_wait():
+            deleted, _ = self.all().filter(key=key).delete()
+        return bool(deleted)

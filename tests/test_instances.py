@@ -1,0 +1,156 @@
+"""Instances (schedules as data): declared with ``@job(instances=True)``, created and
+changed as rows, each a job of its own for its lease, fence, runs and watermarks, checked
+exactly as the system checks check code."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from django_fencedjobs import job, loop
+from django_fencedjobs.checkids import CheckId
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.fencing import fenced_atomic
+from django_fencedjobs.models import JobInstance, JobLease, JobRun, Outcome, Watermark
+from django_fencedjobs.registry import registry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CALLS: list[tuple[str, dict]] = []
+
+
+def _declare_digest():
+    CALLS.clear()
+
+    @job(instances=True, timeout=timedelta(seconds=30), name="t.digest")
+    def digest(run, *, tenant_id: int, greeting: str = "hi"):
+        with fenced_atomic():
+            CALLS.append((run.job.name, {"tenant_id": tenant_id, "greeting": greeting}))
+
+    return digest
+
+
+def test_an_instance_runs_at_its_own_time_in_its_own_zone_with_its_arguments(jobs):
+    digest = _declare_digest()
+    fake_clock.set(datetime(2026, 11, 29, 8, 30, tzinfo=UTC))
+    digest.instances.upsert(
+        "paris", cron="0 10 * * *", timezone="Europe/Paris", kwargs={"tenant_id": 1}
+    )
+    digest.instances.upsert("utc", cron="0 10 * * *", kwargs={"tenant_id": 2, "greeting": "yo"})
+
+    # 2026-11-29 09:00 UTC is 10:00 in Paris: due at once; UTC's 10:00 an hour later.
+    assert JobLease.objects.get(name="t.digest[paris]").next_run_at == datetime(
+        2026, 11, 29, 9, 0, tzinfo=UTC
+    )
+    fake_clock.set(datetime(2026, 11, 29, 9, 0, 1, tzinfo=UTC))
+    result = loop.tick()
+    assert [r.job for r in result.runs] == ["t.digest[paris]"]
+    assert CALLS == [("t.digest[paris]", {"tenant_id": 1, "greeting": "hi"})]
+    assert result.next_wakeup == datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+    fake_clock.set(datetime(2026, 11, 29, 10, 0, 1, tzinfo=UTC))
+    result = loop.tick()
+    assert [r.job for r in result.runs] == ["t.digest[utc]"]
+    assert CALLS[-1] == ("t.digest[utc]", {"tenant_id": 2, "greeting": "yo"})
+    run = JobRun.objects.get(job="t.digest[utc]")
+    assert run.outcome == Outcome.SUCCEEDED
+    assert run.fence == 1
+
+
+def test_an_edit_takes_effect_at_the_next_tick(jobs):
+    digest = _declare_digest()
+    digest.instances.upsert("a", cron="0 12 * * *", kwargs={"tenant_id": 1})
+    assert loop.tick().runs == []
+    digest.instances.upsert("a", cron="*/5 * * * *", kwargs={"tenant_id": 7})
+    fake_clock.advance(timedelta(minutes=5))
+    assert [r.job for r in loop.tick().runs] == ["t.digest[a]"]
+    assert CALLS == [("t.digest[a]", {"tenant_id": 7, "greeting": "hi"})]
+
+
+def test_a_disabled_instance_does_not_run_and_enabling_it_resumes(jobs):
+    digest = _declare_digest()
+    digest.instances.upsert("a", every=timedelta(minutes=1), kwargs={"tenant_id": 1})
+    digest.instances.set_enabled(["a"], False)
+    fake_clock.advance(timedelta(minutes=2))
+    assert loop.tick().runs == []
+    digest.instances.set_enabled(["a"], True)
+    assert [r.job for r in loop.tick().runs] == ["t.digest[a]"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "check_id", "field"),
+    [
+        ({"cron": "61 * * * *"}, CheckId.CRON, "cron"),
+        ({"cron": "0 8 * * *", "timezone": "Mars/Olympus"}, CheckId.ZONE, "timezone"),
+        ({"cron": "0 8 * * *", "timezone": "UTC+2"}, CheckId.FIXED_OFFSET, "timezone"),
+        ({"every": timedelta(seconds=20)}, CheckId.TIMEOUT, "cron"),
+        (
+            {"cron": "0 8 * * *", "jitter": timedelta(days=2)},
+            CheckId.JITTER,
+            "jitter",
+        ),
+    ],
+)
+def test_a_bad_instance_is_refused_with_the_system_checks_id_and_message(
+    jobs, fields, check_id, field
+):
+    digest = _declare_digest()
+    with pytest.raises(ValidationError) as raised:
+        digest.instances.upsert("bad", kwargs={"tenant_id": 1}, **fields)
+    errors = raised.value.error_dict[field]
+    assert errors[0].code == check_id
+    # The message the system check gives a code job with the same options, but the name.
+    options = dict(fields)
+    job(options.pop("cron", None), **options, name="t.same", timeout=timedelta(seconds=30))(
+        lambda run: None
+    )
+    expected = str(registry.get("t.same").schedule_error).replace("t.same", "t.digest[bad]")
+    assert errors[0].message == f"{expected} ({check_id})"
+    assert not JobInstance.objects.exists()
+    assert not JobLease.objects.exists()
+
+
+def test_arguments_are_checked_against_the_handlers_signature(jobs):
+    digest = _declare_digest()
+    with pytest.raises(ValidationError) as raised:
+        digest.instances.upsert("a", cron="0 8 * * *", kwargs={"tenant": 1})
+    (error,) = raised.value.error_dict["kwargs"]
+    assert error.code == CheckId.HANDLER_SIGNATURE
+    assert "'tenant'" in error.message
+
+
+def test_an_instance_forced_in_by_the_orm_reads_invalid_and_the_others_run(jobs):
+    digest = _declare_digest()
+    digest.instances.upsert("good", every=timedelta(minutes=10), kwargs={"tenant_id": 1})
+    JobInstance.objects.create(job="t.digest", key="bad", cron="not cron", kwargs={})
+    bad = JobLease.objects.get(name="t.digest[bad]")
+    assert bad.paused  # invalid: never claimed
+    # Broken behind save()'s back, after it was valid:
+    digest.instances.upsert("later", every=timedelta(minutes=10), kwargs={"tenant_id": 3})
+    JobInstance.objects.filter(key="later").update(kwargs={"nope": 1})
+    fake_clock.advance(timedelta(minutes=10))
+    runs = loop.tick().runs
+    assert [r.job for r in runs] == ["t.digest[good]"]
+    assert JobLease.objects.get(name="t.digest[later]").paused
+
+
+def test_each_instance_has_its_own_fence_and_watermark(jobs):
+    @job(instances=True, timeout=timedelta(minutes=5), name="t.wm")
+    def wm(run, *, start: str):
+        for window in run.windows(timedelta(hours=1), start=datetime.fromisoformat(start)):
+            with fenced_atomic():
+                run.advance_watermark(window.end)
+
+    wm.instances.upsert("a", every=timedelta(hours=1), kwargs={"start": "2026-11-29T00:00+00:00"})
+    wm.instances.upsert("b", every=timedelta(hours=1), kwargs={"start": "2026-11-29T05:00+00:00"})
+    fake_clock.advance(timedelta(hours=1))
+    runs = loop.tick().runs
+    assert sorted(r.job for r in runs) == ["t.wm[a]", "t.wm[b]"]
+    marks = dict(Watermark.objects.values_list("job", "position"))
+    assert marks == {
+        "t.wm[a]": datetime(2026, 11, 29, 10, 0, tzinfo=UTC),
+        "t.wm[b]": datetime(2026, 11, 29, 10, 0, tzinfo=UTC),
+    }
+    assert {r.fence for r in runs} == {1}
