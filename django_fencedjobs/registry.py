@@ -30,6 +30,7 @@ from django_fencedjobs.schedule import Schedule
 Handler = Callable[[Any], Any]
 F = TypeVar("F", bound=Handler)
 Exclusion = Literal["lease", "advisory"]
+InstanceSeries = Literal["aggregated", "each"]
 #: Why a job is invalid.
 JobError = ScheduleError | JobDefinitionError
 
@@ -61,6 +62,10 @@ class JobOptions:
     failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
     #: The job has no schedule of its own: its instances (rows, :mod:`.instances`) do.
     instances: bool = False
+    #: For a job with instances, what a channel that charges or strains per series gets:
+    #: one per job (``"aggregated"``: a Prometheus series per job and state, no Sentry
+    #: monitor per instance) or one per instance (``"each"``).
+    instance_series: InstanceSeries = "aggregated"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -395,6 +400,7 @@ def job(
     exclusion: Exclusion = "lease",
     failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
     instances: bool = False,
+    instance_series: InstanceSeries = "aggregated",
 ) -> Callable[[F], F]: ...
 def job(
     cron: str | F | None = None, /, *, name: str | None = None, **options: Any
@@ -545,6 +551,10 @@ def _argument_problem(
         wrong.append(_positive_int(field_name, fields[field_name]))
     if not isinstance(fields.get("instances", False), bool):
         wrong.append(f"instances must be True or False, got {fields['instances']!r}")
+    if fields.get("instance_series", "aggregated") not in ("aggregated", "each"):
+        wrong.append(
+            f"instance_series must be 'aggregated' or 'each', got {fields['instance_series']!r}"
+        )
     if fields["exclusion"] not in ("lease", "advisory"):
         wrong.append(f"exclusion must be 'lease' or 'advisory', got {fields['exclusion']!r}")
     messages = [message for message in wrong if message]
