@@ -66,9 +66,9 @@ from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any
 
-from django.db.models import Count, F, Func, IntegerField, Max, Min, OuterRef, Subquery
+from django.db.models import Count, F, Func, IntegerField, Max, Min, OuterRef, Q, Subquery
 
-from django_fencedjobs import clock, runners
+from django_fencedjobs import clock, instances, runners
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.exceptions import UnknownJob
@@ -80,6 +80,7 @@ from django_fencedjobs.models import (
     RATED_OUTCOMES,
     UNFINISHED_TASK,
     JobLease,
+    JobNotice,
     JobRun,
     Outcome,
     RunTask,
@@ -89,6 +90,7 @@ from django_fencedjobs.registry import Job, registry
 from django_fencedjobs.text import error_excerpt
 
 __all__ = [
+    "InstanceSummary",
     "JobFacts",
     "JobHealth",
     "RunSummary",
@@ -97,6 +99,7 @@ __all__ = [
     "TaskSlot",
     "TaskSummary",
     "all_health",
+    "instance_summaries",
     "job_health",
 ]
 
@@ -304,7 +307,7 @@ def all_health(
         now = clock.now()
     leases = _read_leases(names, now)
     if names:
-        unknown = [name for name in names if name not in registry and name not in leases]
+        unknown = [name for name in names if _declared(name) is None and name not in leases]
         if unknown:
             known = ", ".join(sorted(set(registry.names()) | set(leases))) or "none"
             raise UnknownJob(
@@ -313,7 +316,8 @@ def all_health(
             )
         wanted = list(dict.fromkeys(names))
     else:
-        wanted = list(dict.fromkeys([*registry.names(), *sorted(leases)]))
+        declared = [job.name for job in registry.all() if not job.instances]
+        wanted = list(dict.fromkeys([*declared, *sorted(leases)]))
     run_ids = {
         pk
         for row in leases.values()
@@ -334,7 +338,7 @@ def all_health(
         if row is not None:
             latest = runs.get(row.latest_run_id)  # type: ignore[attr-defined]
             finished = runs.get(row.latest_finished_id)  # type: ignore[attr-defined]
-        job = registry.get(name) if name in registry else None
+        job = _job_of(name, row)
         result.append(
             assess(
                 name,
@@ -352,6 +356,79 @@ def all_health(
         )
     result.sort(key=lambda h: (h.severity.rank, h.name))
     return result
+
+
+def _declared(name: str) -> Job | None:
+    """The job declared in code as ``name``, or the job whose instance ``name`` would be."""
+    if name in registry:
+        return registry.get(name)
+    parsed = instances.parse_name(name)
+    if parsed is not None and parsed[0] in registry and registry.get(parsed[0]).instances:
+        return registry.get(parsed[0])
+    return None
+
+
+def _job_of(name: str, row: JobLease | None) -> Job | None:
+    """What ``name`` runs as: a job declared in code, or an instance's job (built from its
+    row, read with the lease row); None when neither is declared any more."""
+    if row is not None and row.instance is not None:
+        base = _declared(row.instance.job)
+        return instances.instance_job(base, row.instance) if base is not None else None
+    return registry.get(name) if name in registry else None
+
+
+@dataclass(frozen=True)
+class InstanceSummary:
+    """The instances of one job declared with ``instances=True``, counted by state.
+
+    :func:`all_health` lists only the instances that may not be ok (see
+    :func:`_read_leases`); every other enabled one is ok (or running), by its stored
+    deadline and its failures. So ``ok`` is the total less the disabled and the listed
+    ones that are not healthy."""
+
+    job: str
+    total: int
+    disabled: int
+    #: The listed instances' states (the ones that may not be ok), counted.
+    listed: dict[str, int]
+
+    @property
+    def ok(self) -> int:
+        unhealthy = sum(
+            count for state, count in self.listed.items() if state not in _HEALTHY_STATES
+        )
+        return self.total - self.disabled - unhealthy
+
+
+_HEALTHY_STATES = {State.OK, State.RUNNING, State.NEVER_RUN, State.REMOVED}
+
+
+def instance_summaries(healths: Iterable[JobHealth]) -> list[InstanceSummary]:
+    """Per job declared with ``instances=True``: its instances counted (one query), with
+    the states of those in ``healths`` (:func:`all_health`'s list)."""
+    listed: dict[str, dict[str, int]] = {}
+    for h in healths:
+        if h.job is not None and h.job.parent is not None and h.state != State.PAUSED:
+            states = listed.setdefault(h.job.parent, {})
+            states[h.state] = states.get(h.state, 0) + 1
+    rows = (
+        JobLease.objects.using(lease_db())
+        .filter(instance__isnull=False)
+        .order_by()
+        .values("instance__job")
+        .annotate(total=Count("pk"), disabled=Count("pk", filter=Q(instance__enabled=False)))
+    )
+    found: dict[str, dict[str, Any]] = {row["instance__job"]: row for row in rows}
+    parents = [job.name for job in registry.all() if job.instances] + sorted(found)
+    return [
+        InstanceSummary(
+            job=parent,
+            total=found.get(parent, {}).get("total", 0),
+            disabled=found.get(parent, {}).get("disabled", 0),
+            listed=listed.get(parent, {}),
+        )
+        for parent in dict.fromkeys(parents)
+    ]
 
 
 def job_health(name: str, *, now: datetime | None = None) -> JobHealth:
@@ -384,21 +461,53 @@ def _read_leases(names: Sequence[str] | None, now: datetime) -> dict[str, JobLea
     # A task carries its run's fence, and a job's later runs have higher fences: the runs
     # of its oldest unfinished task and of its latest finished one, without joining the runs.
     tasks = RunTask.objects.filter(job=OuterRef("name"))
-    rows = JobLease.objects.using(lease_db()).annotate(
-        latest_run_id=Subquery(recent.values("pk")[:1]),
-        latest_finished_id=Subquery(recent.exclude(outcome=Outcome.RUNNING).values("pk")[:1]),
-        tasks_waiting_run_id=Subquery(
-            tasks.filter(status__in=UNFINISHED_TASK).order_by("fence").values("run_id")[:1]
-        ),
-        tasks_outcome_run_id=Subquery(
-            tasks.filter(status__in=FINISHED_TASK).order_by("-fence").values("run_id")[:1]
-        ),
-        recent_runs=_count(in_window),
-        recent_failures=_count(in_window.filter(outcome__in=FAILURE_OUTCOMES)),
+    rows = (
+        JobLease.objects.using(lease_db())
+        .select_related("instance")
+        .annotate(
+            latest_run_id=Subquery(recent.values("pk")[:1]),
+            latest_finished_id=Subquery(recent.exclude(outcome=Outcome.RUNNING).values("pk")[:1]),
+            tasks_waiting_run_id=Subquery(
+                tasks.filter(status__in=UNFINISHED_TASK).order_by("fence").values("run_id")[:1]
+            ),
+            tasks_outcome_run_id=Subquery(
+                tasks.filter(status__in=FINISHED_TASK).order_by("-fence").values("run_id")[:1]
+            ),
+            recent_runs=_count(in_window),
+            recent_failures=_count(in_window.filter(outcome__in=FAILURE_OUTCOMES)),
+        )
     )
     if names:
         rows = rows.filter(name__in=list(names))
+    else:
+        rows = rows.filter(Q(instance__isnull=True) | _may_not_be_ok(now, settings))
     return {row.name: row for row in rows}
+
+
+def _may_not_be_ok(now: datetime, settings: Any) -> Q:
+    """The instances :func:`all_health` judges one by one, when it judges every job: those
+    that may be in a state other than ok, running or disabled, found by indexes however
+    many instances there are. Every other instance is enabled, valid (not paused), has no
+    failure since its last success, no failed or capped run and no failed or unfinished
+    task in the failure rate's period, and its stored deadline (``late_after``) is ahead:
+    ok or running, which :class:`InstanceSummary` counts."""
+    period = now - settings.FAILURE_RATE_PERIOD
+    troubled_runs = JobRun.objects.filter(scheduled_for__gt=period).filter(
+        Q(outcome__in=FAILURE_OUTCOMES) | Q(capped=True)
+    )
+    troubled_tasks = RunTask.objects.filter(
+        status__in=[*UNFINISHED_TASK, TaskStatus.FAILED], run__scheduled_for__gt=period
+    )
+    return (
+        Q(paused=True, instance__enabled=True)  # enabled but paused: invalid
+        | Q(consecutive_failures__gt=0)
+        | Q(late_after__isnull=True, paused=False)
+        | Q(late_after__lt=now, paused=False)
+        | Q(name__in=troubled_runs.values("job"))
+        | Q(name__in=troubled_tasks.values("job"))
+        # Notified in another state: judged again, so that its recovery is told too.
+        | Q(name__in=JobNotice.objects.exclude(state=State.OK).values("job"))
+    )
 
 
 def _read_tasks(leases: Iterable[JobLease]) -> dict[str, TaskSummary]:
@@ -483,8 +592,9 @@ def assess(
     if lease.paused:
         return facts.judged(_paused(facts))
     if coverage is not None:
-        facts = replace(facts, runners=tuple(r.label for r in coverage.serving(name)))
-        if problem := coverage.problem(name, lease.created_at, facts.at):
+        served = job.parent or name  # runners run an instance's job
+        facts = replace(facts, runners=tuple(r.label for r in coverage.serving(served)))
+        if problem := coverage.problem(served, lease.created_at, facts.at):
             return facts.judged((State.NO_RUNNER, Severity.CRITICAL, problem))
     return facts.judged(_judge(facts, job))
 
@@ -550,6 +660,8 @@ def _paused(f: JobFacts) -> Verdict:
     since = (
         f"; last success {f.at(f.last_success_at)}" if f.last_success_at else "; never succeeded"
     )
+    if f.job is not None and f.job.parent is not None:
+        return State.PAUSED, Severity.WARNING, f"disabled: no runs until enabled{since}"
     return State.PAUSED, Severity.WARNING, f"paused: no runs until resumed{since}"
 
 

@@ -210,14 +210,22 @@ def _write_lease(instance: JobInstance, now: datetime) -> None:
             name=instance.name,
             instance=instance,
             next_run_at=schedule.next_after(now) if schedule is not None else now,
+            late_after=job.late_after(schedule.next_after(now)) if job and schedule else None,
             schedule_fingerprint=fingerprint,
             paused=not runnable,
             created_at=now,
         )
         return
     changes: dict[str, Any] = {"paused": not runnable, "name": instance.name}
-    if schedule is not None and fingerprint != row.schedule_fingerprint:
-        changes.update(schedule_fingerprint=fingerprint, next_run_at=schedule.next_after(now))
+    if job is not None and schedule is not None and fingerprint != row.schedule_fingerprint:
+        # A new schedule: its next fire time, and the deadline it awaits, from now (no
+        # slot of the old schedule is awaited any more).
+        next_run_at = schedule.next_after(now)
+        changes.update(
+            schedule_fingerprint=fingerprint,
+            next_run_at=next_run_at,
+            late_after=job.late_after(next_run_at),
+        )
     JobLease.objects.using(alias).filter(pk=row.pk).update(**changes)
 
 
@@ -239,7 +247,7 @@ def attach(job: Job) -> None:
     (``send_digest.instances``): called for every job the registry registers."""
     if job.instances:
         with contextlib.suppress(AttributeError, TypeError):
-            job.func.instances = Instances(job.name)
+            job.func.instances = Instances(job.name)  # type: ignore[attr-defined]
 
 
 class Instances:

@@ -513,7 +513,14 @@ def renew(name: str, fence: int, until: datetime) -> bool:
     )
 
 
-def end(name: str, fence: int, *, succeeded_at: datetime | None, failed: bool) -> bool:
+def end(
+    name: str,
+    fence: int,
+    *,
+    succeeded_at: datetime | None,
+    failed: bool,
+    late_after: datetime | None = None,
+) -> bool:
     """End the run's lease and record its result on the job; False when the fence was lost.
 
     Conditional on the fence: a superseded run records nothing on its successor's row.
@@ -530,6 +537,8 @@ def end(name: str, fence: int, *, succeeded_at: datetime | None, failed: bool) -
     if succeeded_at is not None:
         changes["last_success_at"] = succeeded_at
         changes["consecutive_failures"] = 0
+        if late_after is not None:  # an instance's stored deadline moves on
+            changes["late_after"] = late_after
     elif failed:
         changes["consecutive_failures"] = F("consecutive_failures") + 1
     return JobLease.objects.using(lease_db()).filter(name=name, fence=fence).update(**changes) == 1

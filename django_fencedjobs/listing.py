@@ -202,7 +202,7 @@ def describe_jobs(jobs: Sequence[Job], *, count: int = 3) -> str:
         if job.instances:
             lines.append("  schedule: its instances' (the admin's Instances, or .instances)")
             continue
-        schedule = job.schedule
+        schedule = job.valid_schedule
         lines.append(f"  schedule: {describe_schedule(schedule)}")
         lines.append(
             f"  timeout {job.run_timeout}, lease {job.lease_ttl}, max_batches {job.max_batches}, "

@@ -124,6 +124,12 @@ class JobLease(models.Model):
         related_name="lease",
         verbose_name=_("instance"),
     )
+    #: An instance's dead man's switch, stored so that health finds the late ones by an
+    #: index among any number of instances: the deadline of the first slot after its last
+    #: success (never succeeded: after it was created), :meth:`Job.late_after
+    #: <django_fencedjobs.registry.Job.late_after>`. Written when the instance is saved and
+    #: at each success; None for a job declared with a schedule (health computes its own).
+    late_after = models.DateTimeField(_("late after"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -139,6 +145,12 @@ class JobLease(models.Model):
                 fields=["next_run_at"],
                 condition=models.Q(instance__isnull=False, paused=False),
                 name="fencedjobs_instance_due",
+            ),
+            # Health's read of the instances that may be late, by their stored deadline.
+            models.Index(
+                fields=["late_after"],
+                condition=models.Q(instance__isnull=False),
+                name="fencedjobs_instance_late",
             ),
         ]
 

@@ -505,11 +505,13 @@ def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str,
     job, record = run.job, run.record
     alias = db.lease_db()
     with db.bounded_wait(wait):
+        succeeded_at = record.started_at if outcome == Outcome.SUCCEEDED else None
         released = lease.end(
             job.name,
             run.fence,
-            succeeded_at=record.started_at if outcome == Outcome.SUCCEEDED else None,
+            succeeded_at=succeeded_at,
             failed=outcome in FAILURE_OUTCOMES,
+            late_after=_late_after(job, succeeded_at),
         )
         if not released and outcome == Outcome.TIMED_OUT:
             # Its timeout came after a successor had taken the lease over: the run was
@@ -550,6 +552,14 @@ def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str,
             extra=_log_fields(record, event="run_superseded"),
         )
     return ended
+
+
+def _late_after(job: Job, succeeded_at: datetime | None) -> datetime | None:
+    """An instance's stored deadline after a success at ``succeeded_at``: that of the first
+    slot after it (None for a job declared with a schedule, or no success)."""
+    if succeeded_at is None or job.parent is None:
+        return None
+    return job.late_after(job.valid_schedule.next_after(succeeded_at))
 
 
 def _report_end(run: RunState, ended: dict[str, Any]) -> None:

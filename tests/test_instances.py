@@ -154,3 +154,34 @@ def test_each_instance_has_its_own_fence_and_watermark(jobs):
         "t.wm[b]": datetime(2026, 11, 29, 10, 0, tzinfo=UTC),
     }
     assert {r.fence for r in runs} == {1}
+
+
+def test_health_lists_the_instances_that_need_attention_and_counts_the_rest(jobs):
+    from django_fencedjobs import health
+
+    @job(instances=True, timeout=timedelta(seconds=30), name="t.h")
+    def handler(run, *, fail: bool):
+        if fail:
+            raise RuntimeError("upstream said no")
+
+    for n in range(5):
+        handler.instances.upsert(f"ok{n}", every=timedelta(minutes=1), kwargs={"fail": False})
+    handler.instances.upsert("bad", every=timedelta(minutes=1), kwargs={"fail": True})
+    handler.instances.upsert("off", every=timedelta(minutes=1), kwargs={"fail": False})
+    handler.instances.set_enabled(["off"], False)
+    JobInstance.objects.create(job="t.h", key="invalid", cron="nope", kwargs={})
+    fake_clock.advance(timedelta(minutes=1))
+    loop.tick()
+
+    healths = health.all_health()
+    listed = {h.name: h.state for h in healths}
+    assert listed == {"t.h[bad]": "failing", "t.h[invalid]": "invalid"}
+    (summary,) = health.instance_summaries(healths)
+    assert (summary.total, summary.disabled, summary.ok) == (8, 1, 5)
+
+    # Nothing runs for a while: every enabled instance is late, by its stored deadline.
+    fake_clock.advance(timedelta(minutes=10))
+    late = {h.name for h in health.all_health() if h.state == "late"}
+    assert late == {"t.h[bad]", *(f"t.h[ok{n}]" for n in range(5))}
+    assert health.job_health("t.h[off]").state == "paused"
+    assert health.job_health("t.h[off]").reason.startswith("disabled")

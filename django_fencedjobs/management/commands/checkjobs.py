@@ -70,6 +70,7 @@ class Command(BaseCommand):
             now = clock.now()
             baseline.record_first_sightings(now)  # a job seen for the first time: its baseline
             healths = health.all_health(jobs, now=now)
+            summaries = [] if jobs else health.instance_summaries(healths)
             seen = runners.read(now)
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
@@ -94,9 +95,11 @@ class Command(BaseCommand):
             )
         status = _exit_code(healths, strict=strict)
         if as_json:
-            self.stdout.write(_json(healths, status, seen))
+            self.stdout.write(_json(healths, status, seen, summaries))
         else:
             self.stdout.write(_table(healths))
+            for summary in summaries:
+                self.stdout.write(_summary_line(summary))
             if any(h.state is health.State.NO_RUNNER for h in healths):
                 self.stdout.write(_runners_line(seen))
         if status:
@@ -109,13 +112,44 @@ class Command(BaseCommand):
             )
 
 
-def _json(healths: list[health.JobHealth], status: int, seen: runners.Coverage) -> str:
+def _summary_line(summary: health.InstanceSummary) -> str:
+    """One line per job with instances: the instances are listed above only when they may
+    not be ok; this counts them all."""
+    counts = [f"{summary.ok} ok"]
+    if summary.disabled:
+        counts.append(f"{summary.disabled} disabled")
+    counts += [
+        f"{count} {state}"
+        for state, count in sorted(summary.listed.items())
+        if state not in ("ok", "running", "never_run")
+    ]
+    return f"{summary.job}: {summary.total} instance(s): {', '.join(counts)}"
+
+
+def _json(
+    healths: list[health.JobHealth],
+    status: int,
+    seen: runners.Coverage,
+    summaries: list[health.InstanceSummary],
+) -> str:
     return json.dumps(
         {
             "healthy": status == 0,
             "exit_code": status,
             "checked_at": healths[0].checked_at.isoformat() if healths else None,
             "jobs": [_as_dict(h) for h in healths],
+            # Jobs with instances: every instance counted; "jobs" lists those that may not
+            # be ok (and any named with --job).
+            "instances": [
+                {
+                    "job": s.job,
+                    "total": s.total,
+                    "ok": s.ok,
+                    "disabled": s.disabled,
+                    "listed": s.listed,
+                }
+                for s in summaries
+            ],
             "runners": [
                 {
                     "owner": r.owner,
