@@ -418,7 +418,7 @@ def instance_summaries(healths: Iterable[JobHealth]) -> list[InstanceSummary]:
         .values("instance__job")
         .annotate(total=Count("pk"), disabled=Count("pk", filter=Q(instance__enabled=False)))
     )
-    found: dict[str, dict[str, Any]] = {row["instance__job"]: row for row in rows}
+    found: dict[str, dict[str, Any]] = {row["instance__job"]: dict(row) for row in rows}
     parents = [job.name for job in registry.all() if job.instances] + sorted(found)
     return [
         InstanceSummary(
