@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -355,3 +355,85 @@ def main(measure: Callable[[bool], Report], argv: Sequence[str] | None = None) -
                 )
                 results.publish(text, history=history, summary=summary)
     return 0
+
+
+# -- many instances at once ---------------------------------------------------------------
+
+
+def make_instances(
+    job_name: str,
+    count: int,
+    *,
+    cron: str,
+    jitter: timedelta = timedelta(0),
+    start: int = 0,
+    batch: int = 5000,
+) -> float:
+    """Create the instances ``i000000``, ``i000001``, ... (from ``start``, ``count`` of
+    them) of the job ``job_name`` (declared with ``instances=True``), each with the
+    arguments ``{"tenant": n}``, and their lease rows; seconds taken.
+
+    Saving instances one by one (``JobInstance.save()``, each in its own transaction with
+    its lease row) would take minutes at 100,000: both tables are filled by
+    ``bulk_create`` in batches instead, each lease row as that save writes it (named
+    ``job[key]``, the next fire time after now by the instance's schedule, the schedule's
+    fingerprint, not paused). The schedule is built as the instance's job builds it
+    (``Schedule(..., key=job[key])``); for a sample of the rows, the next fire time and
+    the fingerprint are checked against ``instances.instance_job(...).valid_schedule``,
+    which also checks that the instance is valid.
+    """
+    from django_fencedjobs import clock, instances
+    from django_fencedjobs.models import JobInstance, JobLease
+    from django_fencedjobs.registry import registry
+    from django_fencedjobs.schedule import Schedule
+
+    began = time.monotonic()
+    base = registry.get(job_name)
+    now = clock.now()
+    for first in range(start, start + count, batch):
+        rows = JobInstance.objects.bulk_create(
+            JobInstance(
+                job=job_name, key=f"i{n:06d}", cron=cron, jitter=jitter, kwargs={"tenant": n}
+            )
+            for n in range(first, min(first + batch, start + count))
+        )
+        leases = []
+        for row in rows:
+            schedule = Schedule(cron=cron, jitter=jitter, key=row.name)
+            leases.append(
+                JobLease(
+                    name=row.name,
+                    instance=row,
+                    next_run_at=schedule.next_after(now),
+                    schedule_fingerprint=schedule.fingerprint(),
+                    created_at=now,
+                )
+            )
+        JobLease.objects.bulk_create(leases)
+    sample = JobInstance.objects.filter(job=job_name).select_related("lease").order_by("?")
+    for row in sample[:20]:
+        expected = instances.instance_job(base, row).valid_schedule
+        lease = row.lease
+        if (lease.next_run_at, lease.schedule_fingerprint) != (
+            expected.next_after(lease.created_at),
+            expected.fingerprint(),
+        ):
+            raise RuntimeError(f"make_instances: the lease row of {row.name} is not as saved")
+    return time.monotonic() - began
+
+
+def drop_instances(job_name: str) -> None:
+    """Delete every instance of ``job_name``, their lease rows, runs and watermarks, by a
+    few statements (the ORM's cascade would load 100,000 rows)."""
+    from django.db import connection
+
+    from django_fencedjobs.models import JobInstance, JobLease, JobRun, Watermark
+
+    prefix = job_name + "["
+    with connection.cursor() as cursor:
+        for model, column in ((JobRun, "job"), (Watermark, "job"), (JobLease, "name")):
+            cursor.execute(
+                f"DELETE FROM {model._meta.db_table} WHERE {column} LIKE %s",
+                [prefix.replace("_", "\\_") + "%"],
+            )
+        cursor.execute(f"DELETE FROM {JobInstance._meta.db_table} WHERE job = %s", [job_name])

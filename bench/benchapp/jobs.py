@@ -1,0 +1,22 @@
+"""The benchmarks' job with instances (P10 to P13): its schedules are rows, one per
+tenant, each run a small fenced write (the row says which instance ran which slot)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django_fencedjobs import fenced_atomic, job
+
+from .models import Row
+
+#: The job's name; its instances are named ``bench.digest[key]``.
+DIGEST = "bench.digest"
+
+
+# An instance's handler takes its arguments by keyword: not a one-argument callable for
+# mypy, which the decorator's type asks for.
+@job(instances=True, name=DIGEST, timeout=timedelta(minutes=1))  # type: ignore[type-var]
+def digest(run: Any, *, tenant: int) -> None:
+    with fenced_atomic():
+        Row.objects.create(seq=int(run.scheduled_for.timestamp()), note=run.job.key)
