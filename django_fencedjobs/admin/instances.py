@@ -1,0 +1,840 @@
+"""The instances pages: the schedules users add and change without a deploy
+(:class:`~django_fencedjobs.models.JobInstance`, of the jobs declared with
+``@job(instances=True)``), with the standard Django permissions (add, change, delete and
+view *instance*). The jobs declared in code stay read-only on the jobs pages.
+
+- **The form.** The job is one of the declared jobs with instances; the key, the
+  instance's identity (its runs are recorded as ``job[key]``), and its job are fixed once it
+  exists. Validation is the model's ``full_clean()``: the system checks' code, so a bad
+  instance is refused with the check's message (and id) on the field it is about. Saving
+  writes the lease row in the same transaction (:mod:`django_fencedjobs.instances`).
+- **The preview.** The next :data:`PREVIEW_TIMES` fire times in the instance's zone, each
+  daylight-saving transition marked (:func:`fire_times`): rendered with the page, and
+  again while the schedule is edited, by ``fencedjobs/instance_preview.js`` from
+  :meth:`JobInstanceAdmin.preview_view` (JSON, permission-checked). An invalid schedule
+  previews as the check's message.
+- **The list** stays flat at 100,000 instances: ordered by ``(job, key)`` alone, the order
+  the unique constraint's index serves (no other column sorts), the lease row joined one to
+  one, and no ``COUNT(*)`` of the table (:class:`InstancePaginator`). Bulk enable and
+  disable save each instance, so its lease row follows.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+import zoneinfo
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db import DatabaseError
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, JsonResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext_lazy as _
+
+from django_fencedjobs import clock, db, health
+from django_fencedjobs.admin.display import badge, breakable, instant
+from django_fencedjobs.admin.paginator import _pg_estimate
+from django_fencedjobs.exceptions import ScheduleError, UnknownJob
+from django_fencedjobs.instances import declared, instance_job, validate
+from django_fencedjobs.instants import format_instant, iso_utc, zone_name
+from django_fencedjobs.listing import describe_schedule
+from django_fencedjobs.models import JobInstance, JobLease, JobRun, Outcome
+from django_fencedjobs.registry import registry
+from django_fencedjobs.schedule import Schedule, is_fixed_offset, resolve_zone
+
+__all__ = ["JobInstanceAdmin", "fire_times", "preview"]
+
+#: Fire times the preview lists.
+PREVIEW_TIMES = 10
+#: Runs listed on an instance's page (the latest; all of them a click away).
+RECENT_RUNS = 5
+#: The key the preview assumes while the add form has none yet (only the jitter's offset
+#: depends on it).
+_KEY_PLACEHOLDER = "key"
+#: A gap's or repeated hour's wall times named one by one, at most.
+_NAMED_WALLS = 4
+_ONE_US = timedelta(microseconds=1)
+
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[JobInstance]
+    _ModelForm = forms.ModelForm[JobInstance]
+    _Paginator = Paginator[Any]
+else:  # not subscriptable at run time
+    _ModelAdmin = admin.ModelAdmin
+    _ModelForm = forms.ModelForm
+    _Paginator = Paginator
+
+
+# -- the preview: the next fire times, each DST transition marked ----------------------------
+
+
+@dataclass(frozen=True)
+class FireTime:
+    """One fire time (aware UTC) and, when a daylight-saving transition concerns it, what
+    happens there: ``kind`` is ``gap`` (clocks went forward past wall times the schedule
+    names), ``repeated`` (a wall time that happens twice) or ``change`` (the clocks changed
+    since the previous fire time, and no fire time of the schedule is moved or doubled)."""
+
+    at: datetime
+    kind: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What the preview shows: the fire times in ``tz``, or the check's ``error`` (on
+    ``field``), or a ``hint`` when there is nothing to preview yet."""
+
+    times: tuple[FireTime, ...] = ()
+    tz: tzinfo = UTC
+    words: str = ""
+    error: str = ""
+    field: str = ""
+    hint: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "timezone": zone_name(self.tz),
+            "words": self.words,
+            "times": [
+                {
+                    "at": iso_utc(t.at),
+                    "local": format_instant(t.at, self.tz),
+                    "kind": t.kind,
+                    "note": t.note,
+                }
+                for t in self.times
+            ],
+            "error": self.error,
+            "field": self.field,
+            "hint": self.hint,
+        }
+
+
+def preview(instance: JobInstance, now: datetime, count: int = PREVIEW_TIMES) -> Preview:
+    """The next ``count`` fire times of ``instance`` after ``now``, as a runner would fire
+    them (the job its row runs as, :func:`~django_fencedjobs.instances.instance_job`); or
+    why there are none, in the system check's words.
+
+    A problem with the arguments alone (``fencedjobs.E012``) does not hide the times: the
+    preview is about the schedule, and the form says what is wrong with the arguments."""
+    if not instance.job:
+        return Preview(hint=str(_("Choose a job to see the next fire times.")))
+    if not instance.cron and instance.every is None:
+        return Preview(hint=str(_("Give a cron expression or an interval (every).")))
+    try:
+        base = declared(instance.job)
+    except UnknownJob as exc:
+        return Preview(error=str(exc), field="job")
+    hint = ""
+    if not instance.key:
+        instance = _with_key(instance, _KEY_PLACEHOLDER)
+        if instance.jitter:
+            hint = str(_("The jitter's offset comes from the key: give one for exact times."))
+    found = _schedule_problem(instance)
+    if found is not None:
+        return Preview(error=found[1], field=found[0])
+    job = instance_job(base, instance)
+    schedule = job.schedule or job.parsed_schedule
+    if schedule is None:  # never: a problem other than the arguments' was returned above
+        return Preview(error=str(job.schedule_error))
+    return Preview(
+        times=tuple(fire_times(schedule, now, count)),
+        tz=schedule.tz,
+        words=describe_schedule(schedule),
+        hint=hint,
+    )
+
+
+def _with_key(instance: JobInstance, key: str) -> JobInstance:
+    copy = JobInstance(
+        job=instance.job,
+        key=key,
+        cron=instance.cron,
+        every=instance.every,
+        timezone=instance.timezone,
+        jitter=instance.jitter,
+        enabled=instance.enabled,
+        kwargs=instance.kwargs,
+    )
+    return copy
+
+
+def _schedule_problem(instance: JobInstance) -> tuple[str, str] | None:
+    """``(field, message)`` of what the checks find wrong with ``instance``, the message as
+    the form shows it (``... (fencedjobs.E001)``); None when the schedule is fine (its
+    arguments may still be wrong)."""
+    try:
+        validate(instance)
+    except ValidationError as exc:
+        errors = (
+            exc.message_dict if hasattr(exc, "error_dict") else {NON_FIELD_ERRORS: exc.messages}
+        )
+        for field, found in errors.items():
+            if field != "kwargs":
+                return ("" if field == NON_FIELD_ERRORS else field), " ".join(found)
+    return None
+
+
+def fire_times(schedule: Schedule, after: datetime, count: int = PREVIEW_TIMES) -> list[FireTime]:
+    """The next ``count`` fire times of ``schedule`` after ``after``, each with what a
+    daylight-saving transition of its zone does to it (:class:`FireTime`): a wall time the
+    clocks skip, a wall time that happens twice (which occurrence this is, and whether the
+    other runs), or the clocks changing since the previous fire time.
+
+    The rules are the schedule's own (ISC cron's, see :mod:`django_fencedjobs.schedule`):
+    they apply to a fire time before its jitter, so that is what is examined."""
+    result = []
+    previous = after - schedule.offset
+    for at in itertools.islice(schedule.iter_after(after), count):
+        base = at - schedule.offset
+        kind, note = _dst_note(schedule, base, previous)
+        result.append(FireTime(at, kind, note))
+        previous = base
+    return result
+
+
+@dataclass(frozen=True)
+class _Change:
+    """A change of a zone's UTC offset: at ``at`` (the first instant of the new offset) the
+    wall clock goes from ``before`` to ``after`` (naive wall times)."""
+
+    at: datetime
+    before: datetime
+    after: datetime
+    old: str
+    new: str
+
+    @property
+    def forward(self) -> bool:
+        return self.after > self.before
+
+    def words(self, on_day: datetime | None = None) -> str:
+        """``clocks go forward at 02:00 to 03:00 (CET to CEST)``; with the date when it is
+        not ``on_day``'s."""
+        direction = "forward" if self.forward else "back"
+        date = ""
+        if on_day is not None and on_day.date() != self.before.date():
+            date = f" on {self.before:%Y-%m-%d}"
+        return (
+            f"clocks go {direction}{date} at {_hm(self.before)} to {_hm(self.after)} "
+            f"({self.old} to {self.new})"
+        )
+
+
+def _dst_note(schedule: Schedule, base: datetime, previous: datetime) -> tuple[str, str]:
+    tz = schedule.tz
+    local = base.astimezone(tz)
+    other = local.replace(fold=1 - local.fold)
+    if other.utcoffset() != local.utcoffset():
+        return "repeated", _repeated(schedule, local, other)
+    change = _transition(tz, previous, base)
+    if change is None:
+        return "", ""
+    if change.forward:
+        return _forward(schedule, change, base, local)
+    return "change", change.words(local)
+
+
+def _repeated(schedule: Schedule, local: datetime, other: datetime) -> str:
+    """A wall time that happens twice: which occurrence ``local`` is, and, for the first,
+    whether the second runs too (a fixed-time expression runs once, at the first)."""
+    wall = _hm(local + schedule.offset)  # the fire time's, jitter and all
+    first, second = (local, other) if local.fold == 0 else (other, local)
+    change = _transition(schedule.tz, first.astimezone(UTC), second.astimezone(UTC))
+    words = change.words(local) if change is not None else "clocks go back"
+    if local.fold == 1:
+        return f"{wall} again: {words}; this is the second {wall} ({local.tzname()})"
+    at = second.astimezone(UTC) + schedule.offset
+    if schedule.fire_times(at - _ONE_US, at, limit=1):
+        return (
+            f"{wall} happens twice: {words}; this is the first {wall} ({local.tzname()}), "
+            f"the second runs too"
+        )
+    return f"{wall} happens twice: {words}; runs once, at the first {wall} ({local.tzname()})"
+
+
+def _forward(
+    schedule: Schedule, change: _Change, base: datetime, local: datetime
+) -> tuple[str, str]:
+    """Clocks went forward since the previous fire time: the wall times of the expression
+    that did not exist, and where their run went (a fixed-time expression runs at the first
+    instant after the gap; any other runs at the real instants only)."""
+    words = change.words(local)
+    skipped = _walls_between(schedule, change.before, change.after)
+    if not skipped:
+        return "change", words
+    if len(skipped) > _NAMED_WALLS:
+        missing = f"{_hm(change.before)} to {_hm(change.after)} does not exist"
+    else:
+        names = [_hm(wall) for wall in skipped]
+        named = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        missing = f"{named} {'does' if len(names) == 1 else 'do'} not exist"
+    if _fixed_time(schedule) and base == change.at:
+        jitter = " plus its jitter" if schedule.offset else ""
+        return "gap", f"{words}: {missing}, runs at {_hm(change.after)}{jitter}"
+    return "gap", f"{words}: {missing}, no run then"
+
+
+def _walls_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+    """The wall times in ``[start, end)`` (naive) that the cron expression names, at most
+    one more than :data:`_NAMED_WALLS`: its fire times on a UTC clock, where wall time and
+    instant are one."""
+    crontab = schedule.crontab
+    if crontab is None:
+        return []
+    on_a_utc_clock = Schedule(crontab)
+    first, last = start.replace(tzinfo=UTC) - _ONE_US, end.replace(tzinfo=UTC) - _ONE_US
+    return on_a_utc_clock.fire_times(first, last, limit=_NAMED_WALLS + 1)
+
+
+def _fixed_time(schedule: Schedule) -> bool:
+    """A fixed-time expression (its minute and hour fields do not start with ``*``): the
+    kind whose skipped wall times run at the first instant after the gap."""
+    crontab = schedule.crontab
+    return crontab is not None and not any(f.startswith("*") for f in crontab.split()[:2])
+
+
+def _transition(tz: tzinfo, start: datetime, end: datetime) -> _Change | None:
+    """The change of ``tz``'s UTC offset in ``(start, end]``, to the second (the last one,
+    when there are several); None when the offset at both ends is the same."""
+
+    def offset(second: int) -> timedelta | None:
+        return datetime.fromtimestamp(second, UTC).astimezone(tz).utcoffset()
+
+    lo, hi = math.floor(start.timestamp()), math.ceil(end.timestamp())
+    old, new = offset(lo), offset(hi)
+    if old == new or old is None or new is None:
+        return None
+    while hi - lo > 1:  # offset(lo) != new == offset(hi)
+        mid = (lo + hi) // 2
+        if offset(mid) == new:
+            hi = mid
+        else:
+            lo = mid
+    at = datetime.fromtimestamp(hi, UTC)
+    before, after = at.astimezone(tz) - _ONE_US, at.astimezone(tz)
+    old_offset = datetime.fromtimestamp(lo, UTC).astimezone(tz).utcoffset() or timedelta(0)
+    return _Change(
+        at=at,
+        before=(at + old_offset).replace(tzinfo=None),
+        after=after.replace(tzinfo=None),
+        old=before.tzname() or "",
+        new=after.tzname() or "",
+    )
+
+
+def _hm(wall: datetime) -> str:
+    """``02:30``; ``02:30:15`` when it has seconds."""
+    return f"{wall:%H:%M:%S}" if wall.second else f"{wall:%H:%M}"
+
+
+def render_preview(found: Preview) -> SafeString:
+    """The preview's markup (inside its box): the schedule in words, then the fire times in
+    the instance's zone (in UTC after each), each transition's note below its time; or the
+    check's message."""
+    if found.error:
+        return format_html('<p class="fj-preview-error errornote">{}</p>', found.error)
+    hint = format_html('<p class="fj-preview-hint">{}</p>', found.hint) if found.hint else ""
+    if not found.times:
+        return mark_safe(hint)
+    items = format_html_join(
+        "",
+        '<li class="{}" data-at="{}">{}{}</li>',
+        (
+            (
+                f"fj-dst fj-dst-{t.kind}" if t.kind else "",
+                iso_utc(t.at),
+                instant(t.at, found.tz),
+                format_html('<span class="fj-dst-note">{}</span>', t.note) if t.note else "",
+            )
+            for t in found.times
+        ),
+    )
+    return format_html(
+        '<p class="fj-preview-words">{}</p><ol class="fj-fire-times fj-preview-times">{}</ol>{}',
+        found.words,
+        items,
+        hint,
+    )
+
+
+# -- the form --------------------------------------------------------------------------------
+
+
+def _instanced_jobs() -> list[tuple[str, str]]:
+    """The choices of the job field: the declared jobs with instances."""
+    names = sorted(job.name for job in registry.all() if job.instances)
+    return [("", "---------"), *((name, name) for name in names)]
+
+
+@functools.cache
+def _zone_names() -> tuple[str, ...]:
+    """The IANA zones a schedule accepts (fixed offsets are refused), for the zone field's
+    suggestions."""
+    names = zoneinfo.available_timezones()
+    return tuple(sorted(name for name in names if not is_fixed_offset(name)))
+
+
+class ZoneInput(forms.TextInput):
+    """A text input for a zone's name, with every accepted zone as a suggestion (a
+    ``<datalist>``: typing filters it, and any name may still be typed)."""
+
+    list_id = "fj-zone-names"
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__({"list": self.list_id, "autocomplete": "off", **(attrs or {})})
+
+    def render(
+        self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None
+    ) -> SafeString:
+        options = format_html_join("", '<option value="{}">', ((zone,) for zone in _zone_names()))
+        return format_html(
+            '{}<datalist id="{}">{}</datalist>',
+            super().render(name, value, attrs, renderer),
+            self.list_id,
+            options,
+        )
+
+
+class InstanceForm(_ModelForm):
+    job = forms.ChoiceField(label=_("job"), choices=_instanced_jobs)
+
+    class Meta:
+        model = JobInstance
+        fields = ("job", "key", "enabled", "cron", "every", "timezone", "jitter", "kwargs")
+        widgets = {"timezone": ZoneInput(), "kwargs": forms.Textarea(attrs={"rows": 3})}
+        help_texts = {
+            "job": _("A job declared in code with instances=True."),
+            "key": _(
+                "Unique within its job, and fixed once saved: its runs are recorded as job[key]."
+            ),
+            "every": _("An interval instead of cron, e.g. 00:15:00 (15 minutes)."),
+            "timezone": _("An IANA zone such as Europe/Berlin; fixed offsets are refused."),
+            "jitter": _(
+                "Spreads instances that share a schedule: a stable offset below it, e.g. 00:03:00."
+            ),
+        }
+
+
+# -- the list: filters, a paginator that does not count the table ----------------------------
+
+
+class InstancePaginator(_Paginator):
+    """Pages of instances that never count the whole table, whatever its size.
+
+    Django's paginator counts every matching row on every page (``COUNT(*)``, a scan of the
+    table at 100,000 instances). This one counts at most up to a bound: the unfiltered list
+    on PostgreSQL takes the planner's estimate first (``pg_class.reltuples``, as
+    :class:`~django_fencedjobs.admin.paginator.EstimatedCountPaginator` does); otherwise,
+    or below :attr:`exact_below`, a ``COUNT`` over a ``LIMIT``ed subquery, bounded by
+    :attr:`exact_below` or by :attr:`pages_ahead` pages past the page asked for, whichever
+    is further. Past the bound the count is a lower bound (:attr:`more`): the pager reaches
+    :attr:`pages_ahead` pages further, and moves on as the reader does. So a filtered list
+    (one job's 100,000 instances) costs no more than the unfiltered one, and nothing grows
+    with the table but the offset of a deep page, which search and filters avoid.
+    """
+
+    exact_below = 10_000
+    pages_ahead = 10
+
+    def __init__(self, *args: Any, page: int = 1, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requested = page
+        #: The count is the planner's estimate.
+        self.estimated = False
+        #: More rows match than the count says: more than ``bound``.
+        self.more = False
+        self.bound = 0
+
+    @cached_property
+    def count(self) -> int:
+        rows = self.object_list
+        if not isinstance(rows, QuerySet):
+            return super().count
+        if not rows.query.where:
+            estimate = _pg_estimate(rows)
+            if estimate is not None and estimate >= self.exact_below:
+                self.estimated = True
+                return estimate
+        bound = max(self.exact_below, (self.requested + self.pages_ahead) * self.per_page)
+        counted = rows.order_by()[: bound + 1].count()
+        if counted <= bound:
+            return counted
+        self.more, self.bound = True, bound
+        return bound + self.per_page  # one page past the bound, which has rows
+
+
+class JobFilter(admin.SimpleListFilter):
+    """The declared jobs with instances (never a ``SELECT DISTINCT`` over the instances)."""
+
+    title = _("job")
+    parameter_name = "job"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return _instanced_jobs()[1:]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[JobInstance]
+    ) -> QuerySet[JobInstance]:
+        return queryset.filter(job=self.value()) if self.value() else queryset
+
+
+#: An instance's state from its row and its lease row's: invalid is enabled but paused
+#: (the lease row is paused while the instance is disabled or invalid).
+STATES: dict[str, Q] = {
+    "enabled": Q(enabled=True, lease__paused=False),
+    "disabled": Q(enabled=False),
+    "invalid": Q(enabled=True, lease__paused=True),
+}
+
+
+def state_of(instance: JobInstance) -> str:
+    if not instance.enabled:
+        return "disabled"
+    lease = _lease(instance)
+    return "invalid" if lease is not None and lease.paused else "enabled"
+
+
+def _lease(instance: JobInstance) -> JobLease | None:
+    try:
+        found: JobLease = instance.lease
+    except JobLease.DoesNotExist:
+        return None
+    return found
+
+
+class StateFilter(admin.SimpleListFilter):
+    title = _("state")
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(state, state) for state in STATES]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[JobInstance]
+    ) -> QuerySet[JobInstance]:
+        value = self.value()
+        return queryset.filter(STATES[value]) if value in STATES else queryset
+
+
+# -- the admin -------------------------------------------------------------------------------
+
+
+@admin.register(JobInstance)
+class JobInstanceAdmin(_ModelAdmin):
+    form = InstanceForm
+    list_display = ("key", "job_name", "schedule", "enabled", "next_run", "state")
+    list_display_links = ("key",)
+    list_filter = (JobFilter, StateFilter)
+    list_select_related = ("lease",)
+    search_fields = ("key", "job")
+    # (job, key): the unique constraint's index serves the order, and the page is its first
+    # rows; no other column sorts (one would sort every row to show 100).
+    ordering = ("job", "key")
+    sortable_by = ()
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 100
+    actions = ("enable", "disable")
+    fieldsets = (
+        (None, {"fields": ("job", "key", "enabled")}),
+        (_("Schedule"), {"fields": ("cron", "every", "timezone", "jitter", "fire_preview")}),
+        (_("Arguments"), {"fields": ("kwargs",)}),
+    )
+    #: Shown on an instance's page, once it exists.
+    runs_fieldset = (_("Runs"), {"fields": ("run_name", "lease_state", "recent_runs")})
+
+    class Media:
+        css = {"all": ("fencedjobs/admin.css", "fencedjobs/instances.css")}
+        js = ("fencedjobs/instance_preview.js",)
+
+    # -- the form ----------------------------------------------------------------------------
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        """The job and key are the instance's identity (its name, ``job[key]``, is its
+        lease's, runs' and watermarks'): fixed once it exists."""
+        if obj is None:
+            return ("fire_preview",)
+        return ("job", "key", "fire_preview", "run_name", "lease_state", "recent_runs")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        return fieldsets if obj is None else [*fieldsets, self.runs_fieldset]
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """An instance's lease row goes with it: no permission on the jobs (read-only, so
+        nobody has it) is asked for."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        perms_needed = {p for p in perms_needed if p != JobLease._meta.verbose_name}
+        return deleted, counts, perms_needed, protected
+
+    # -- columns -----------------------------------------------------------------------------
+
+    @admin.display(description=_("job"))
+    def job_name(self, instance: JobInstance) -> SafeString:
+        return format_html('<span class="fj-name">{}</span>', breakable(instance.job))
+
+    @admin.display(description=_("schedule"))
+    def schedule(self, instance: JobInstance) -> SafeString:
+        """The expression (or interval) and its zone; in words below, when it parses."""
+        what = instance.cron or f"every {instance.every}"
+        try:
+            words = describe_schedule(
+                Schedule(
+                    cron=instance.cron or None,
+                    every=instance.every,
+                    timezone=instance.timezone,
+                    jitter=instance.jitter,
+                )
+            )
+        except (ScheduleError, TypeError):
+            words = instance.timezone
+        return format_html('<code>{}</code><span class="fj-sub">{}</span>', what, words)
+
+    @admin.display(description=_("next run"))
+    def next_run(self, instance: JobInstance) -> SafeString | str:
+        lease = _lease(instance)
+        if lease is None:
+            return "-"
+        when = instant(lease.next_run_at, _zone(instance.timezone))
+        return format_html("paused<br>{}", when) if lease.paused else when
+
+    @admin.display(description=_("state"))
+    def state(self, instance: JobInstance) -> SafeString:
+        """Enabled, disabled, or invalid (enabled, but its lease row is paused: what is
+        wrong on hover, in the system check's words)."""
+        found = state_of(instance)
+        css = {"enabled": "ok", "disabled": "paused", "invalid": "invalid"}[found]
+        title = ""
+        if found == "invalid":
+            problem = _schedule_problem(instance) or ("", "")
+            title = problem[1]
+        return badge(css, found, title)
+
+    # -- an instance's page ------------------------------------------------------------------
+
+    @admin.display(description=_("next fire times"))
+    def fire_preview(self, instance: JobInstance) -> SafeString:
+        """The preview box: filled now, and refilled by the script while the form is edited
+        (the job and key, read-only on a change page, ride along as data)."""
+        found = preview(instance, clock.now())
+        url = reverse(f"{self.admin_site.name}:fencedjobs_jobinstance_preview")
+        attrs = {"data-url": url}
+        if instance.pk is not None:
+            attrs.update({"data-job": instance.job, "data-key": instance.key})
+        return format_html(
+            '<div class="fj-preview" aria-live="polite" {}>{}</div>',
+            format_html_join(" ", '{}="{}"', attrs.items()),
+            render_preview(found),
+        )
+
+    @admin.display(description=_("runs as"))
+    def run_name(self, instance: JobInstance) -> SafeString:
+        return format_html('<span class="fj-name">{}</span>', breakable(instance.name))
+
+    @admin.display(description=_("lease"))
+    def lease_state(self, instance: JobInstance) -> SafeString | str:
+        """Its health when :mod:`django_fencedjobs.health` knows the instance; always its
+        lease row's facts: next run, last success, failures in a row, paused."""
+        lease = _lease(instance)
+        if lease is None:
+            return "-"
+        tz = _zone(instance.timezone)
+        facts = [
+            (_("next run"), instant(lease.next_run_at, tz)),
+            (_("last success"), instant(lease.last_success_at, tz)),
+            (_("failures in a row"), lease.consecutive_failures),
+            (_("paused"), _("yes") if lease.paused else _("no")),
+        ]
+        known = _health(instance.name)
+        if known is not None:
+            facts.insert(0, (_("health"), known))
+        return format_html(
+            '<dl class="fj-facts">{}</dl>',
+            format_html_join("", "<dt>{}</dt><dd>{}</dd>", facts),
+        )
+
+    @admin.display(description=_("recent runs"))
+    def recent_runs(self, instance: JobInstance) -> SafeString:
+        """Its latest runs (one lookup of the runs' ``(job, -scheduled_for)`` index), and
+        the run history filtered to it."""
+        site = self.admin_site.name
+        runs = list(
+            JobRun.objects.using(db.lease_db())
+            .filter(job=instance.name)
+            .order_by("-scheduled_for")[:RECENT_RUNS]
+        )
+        tz = _zone(instance.timezone)
+        items = format_html_join(
+            "",
+            '<li><a href="{}">{}</a> {}</li>',
+            (
+                (
+                    reverse(f"{site}:fencedjobs_jobrun_change", args=[run.pk]),
+                    instant(run.scheduled_for, tz),
+                    badge(run.outcome, str(Outcome(run.outcome).label)),
+                )
+                for run in runs
+            ),
+        )
+        url = (
+            reverse(f"{site}:fencedjobs_jobrun_changelist")
+            + "?"
+            + urlencode({"job": instance.name})
+        )
+        listed = format_html('<ul class="fj-recent-runs">{}</ul>', items) if runs else _("none yet")
+        return format_html('{}<a class="fj-all-runs" href="{}">{}</a>', listed, url, _("All runs"))
+
+    # -- the list ----------------------------------------------------------------------------
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: Any,
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> InstancePaginator:
+        try:
+            page = max(int(request.GET.get("p", 1)), 1)
+        except ValueError:
+            page = 1
+        return InstancePaginator(queryset, per_page, orphans, allow_empty_first_page, page=page)
+
+    @admin.action(description=_("Enable"), permissions=["change"])
+    def enable(self, request: HttpRequest, queryset: QuerySet[JobInstance]) -> None:
+        self._set_enabled(request, queryset, enabled=True)
+
+    @admin.action(description=_("Disable"), permissions=["change"])
+    def disable(self, request: HttpRequest, queryset: QuerySet[JobInstance]) -> None:
+        self._set_enabled(request, queryset, enabled=False)
+
+    def _set_enabled(
+        self, request: HttpRequest, queryset: QuerySet[JobInstance], *, enabled: bool
+    ) -> None:
+        """Save each selected instance that is not already so: its lease row follows (paused
+        or not), in the save's transaction. One whose lease row a run keeps locked is left
+        as it was, and named."""
+        done, busy = [], []
+        for instance in _to_change(queryset, enabled):
+            instance.enabled = enabled
+            try:
+                instance.save(update_fields=["enabled", "updated_at"])
+            except DatabaseError:
+                busy.append(instance.name)
+                continue
+            self.log_change(request, instance, "Enabled." if enabled else "Disabled.")
+            done.append(instance.name)
+        verb = "enabled" if enabled else "disabled"
+        if done:
+            self.message_user(
+                request, f"{verb.capitalize()} {len(done)}: {_listed(done)}.", messages.SUCCESS
+            )
+        if busy:
+            self.message_user(
+                request,
+                f"Busy, not {verb}: {_listed(busy)} (a run kept the lease row locked for "
+                f"{db.LOCK_WAIT:g}s); try again.",
+                messages.ERROR,
+            )
+        if not done and not busy:
+            self.message_user(request, f"Nothing to do: already {verb}.", messages.WARNING)
+
+    # -- the preview, while editing ----------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.opts
+        return [
+            path(
+                "preview/",
+                self.admin_site.admin_view(self.preview_view),
+                name=f"{opts.app_label}_{opts.model_name}_preview",
+            ),
+            *super().get_urls(),
+        ]
+
+    def preview_view(self, request: HttpRequest) -> JsonResponse:
+        """The preview of the schedule in the query string (``job``, ``key``, ``cron``,
+        ``every``, ``timezone``, ``jitter``, ``kwargs``: the form's fields as typed), as
+        JSON: the fire times, the check's message, and the markup the page shows. For users
+        who may add or view instances."""
+        if not (self.has_add_permission(request) or self.has_view_or_change_permission(request)):
+            raise PermissionDenied
+        instance, wrong = _instance_from(request.GET)
+        found = Preview(error=wrong[1], field=wrong[0]) if wrong else preview(instance, clock.now())
+        return JsonResponse({**found.as_json(), "html": str(render_preview(found))})
+
+
+def _instance_from(values: Any) -> tuple[JobInstance, tuple[str, str] | None]:
+    """An unsaved instance from the form's values as typed; ``(field, message)`` for a
+    duration that does not parse. Arguments that are not JSON are left out (the form says
+    so): the preview is about the schedule."""
+    instance = JobInstance(
+        job=values.get("job", ""),
+        key=values.get("key", ""),
+        cron=values.get("cron", "").strip(),
+        timezone=values.get("timezone", "").strip() or "UTC",
+    )
+    for field, blank in (("every", None), ("jitter", timedelta(0))):
+        text = values.get(field, "").strip()
+        try:
+            parsed = forms.DurationField().to_python(text) if text else blank
+        except ValidationError as exc:
+            return instance, (field, f"{field}: {' '.join(exc.messages)}")
+        setattr(instance, field, parsed)
+    try:
+        kwargs = json.loads(values.get("kwargs", "") or "{}")
+    except ValueError:
+        kwargs = {}
+    instance.kwargs = kwargs if isinstance(kwargs, dict) else {}
+    return instance, None
+
+
+def _to_change(
+    queryset: QuerySet[JobInstance], enabled: bool, chunk: int = 500
+) -> Iterable[JobInstance]:
+    """The selected instances not already ``enabled``, a chunk at a time (their keys read
+    first: saving them changes what the selection matches)."""
+    pks = list(queryset.exclude(enabled=enabled).order_by().values_list("pk", flat=True))
+    for start in range(0, len(pks), chunk):
+        yield from JobInstance.objects.using(queryset.db).filter(pk__in=pks[start : start + chunk])
+
+
+def _listed(names: list[str], shown: int = 10) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _zone(name: str) -> tzinfo:
+    try:
+        return resolve_zone(name)
+    except ScheduleError:
+        return UTC
+
+
+def _health(name: str) -> SafeString | None:
+    """The badge and reason :mod:`django_fencedjobs.health` gives ``name``; None when it
+    does not know instances (it reads the name as a job removed from code)."""
+    try:
+        found = health.job_health(name)
+    except UnknownJob:
+        return None
+    if found.job is None:
+        return None
+    state = found.state.value
+    return format_html("{} {}", badge(state, state.replace("_", " "), found.reason), found.reason)
