@@ -29,8 +29,8 @@ def sync(jobs: Sequence[Job], now: datetime, fingerprints: dict[str, str] | None
     missing: list[JobLease] = []
     changed = False
     for job in jobs:
-        if job.instances:
-            continue  # its instances' rows are written when they are saved
+        if job.instances or job.parent is not None:
+            continue  # instances' rows are written when the instances are saved
         schedule = job.valid_schedule
         stored = fingerprints.get(job.name)
         if stored is None:

@@ -58,6 +58,11 @@ logger = logging.getLogger("django_fencedjobs")
 #: transaction) is tried again after this long, not in a busy loop.
 RETRY_LOCKED = timedelta(seconds=1)
 
+#: A loop that runs instances looks at them again at least this often: an instance created
+#: or changed to fire before the loop's planned wakeup is seen within this long (one read
+#: of an index, whatever the number of instances: bench P10).
+INSTANCES_POLL = timedelta(seconds=1)
+
 #: While other processes drain the same due jobs (a fleet), the loop reads the due rows
 #: again after a job was passed over, at most this often: what it read is going stale.
 RESCAN_AFTER = timedelta(seconds=0.2)
@@ -429,6 +434,8 @@ class Dispatcher:
             sleep = min(sleep, max((self._wakeup - clock.now()).total_seconds(), 0))
         if self._retry_soon:
             sleep = min(sleep, RETRY_LOCKED.total_seconds())
+        if self._bases:
+            sleep = min(sleep, INSTANCES_POLL.total_seconds())
         return sleep
 
     # -- the two ways to run -------------------------------------------------------------

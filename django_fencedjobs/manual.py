@@ -78,6 +78,11 @@ def _refuse_if_busy(job: Job, now: datetime) -> None:
         .values_list("paused", "owner", "lease_until")
         .get()
     )
+    if paused and job.parent is not None:
+        raise FencedJobsError(
+            f"instance {job.name!r} is disabled or invalid: enable it (in the admin, or "
+            f"with .instances.set_enabled) to run it"
+        )
     if paused:
         raise FencedJobsError(
             f"job {job.name!r} is paused: resume it (`manage.py jobctl resume {job.name}`, or "

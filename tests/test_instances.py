@@ -185,3 +185,17 @@ def test_health_lists_the_instances_that_need_attention_and_counts_the_rest(jobs
     assert late == {"t.h[bad]", *(f"t.h[ok{n}]" for n in range(5))}
     assert health.job_health("t.h[off]").state == "paused"
     assert health.job_health("t.h[off]").reason.startswith("disabled")
+
+
+def test_an_instance_runs_now_by_its_name(jobs, capsys):
+    from django.core.management import call_command
+
+    digest = _declare_digest()
+    digest.instances.upsert("a", cron="0 12 * * *", kwargs={"tenant_id": 5})
+    call_command("runjobs", "--now", "t.digest[a]", "--skip-checks")
+    assert CALLS == [("t.digest[a]", {"tenant_id": 5, "greeting": "hi"})]
+    assert JobRun.objects.get(job="t.digest[a]").outcome == Outcome.SUCCEEDED
+    # Still at its own schedule's next fire time afterwards.
+    assert JobLease.objects.get(name="t.digest[a]").next_run_at == datetime(
+        2026, 11, 29, 12, 0, tzinfo=UTC
+    )

@@ -49,6 +49,10 @@ TASK_HELD = "faults.task_held"
 POOLED = "faults.pooled"
 #: A handler whose session is ended under it and that reconnects (tests/test_poolers.py).
 RECONNECT = "faults.reconnect"
+#: Jobs with instances (tests/test_faults_instances.py): instances every second or so, and
+#: instances whose runs hold until released.
+INSTANCES = "faults.instances"
+HOLDING_INSTANCES = "faults.holding_instances"
 #: ``fleet=N`` registers N jobs named ``faults.fleet.000`` ... (every ``fleet_every`` s).
 FLEET_PREFIX = "faults.fleet."
 
@@ -458,6 +462,17 @@ def task_handover(run: Run) -> None:
 # -- connection poolers (tests/test_poolers.py) -----------------------------------------------
 
 
+def instance_run(run: Run, *, n: int, hold: bool = False) -> None:
+    """An instance's run: report it, with its argument ``n``; with ``hold``, wait until
+    released (``release-<label>``) or asked to stop; then one fenced ``Write`` (``seq=n``)."""
+    report("ran", job=run.job.name, n=n, fence=run.fence)
+    if hold:
+        report("holding", job=run.job.name, fence=run.fence)
+        wait_until(lambda: run.stopping or exists(f"release-{label()}"))
+    with fenced_atomic():
+        Write.objects.create(job=run.job.name, fence=run.fence, seq=n)
+
+
 def pooled(run: Run) -> None:
     """A run that keeps its database connection busy in ways a pooler shares.
 
@@ -577,6 +592,15 @@ def register() -> None:
         lease_ttl=timedelta(seconds=6),
         timeout=timedelta(seconds=2),
     )(reconnecting)
+    job(
+        instances=True,
+        name=INSTANCES,
+        lease_ttl=timedelta(seconds=2),
+        timeout=timedelta(milliseconds=900),
+    )(instance_run)
+    job(instances=True, name=HOLDING_INSTANCES, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(
+        instance_run
+    )
     every = timedelta(seconds=_int("fleet_every", 3))
     for n in range(_int("fleet", 0)):
         job(every=every, name=f"{FLEET_PREFIX}{n:03d}", lease_ttl=timedelta(seconds=30))(fast)
