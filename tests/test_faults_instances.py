@@ -123,8 +123,11 @@ def test_two_runners_share_a_thousand_due_instances_and_run_each_slot_once(spawn
     for round_ in (1, 2):
         # Every instance due at once: a stampede the two runners drain side by side.
         JobLease.objects.filter(instance__isnull=False).update(next_run_at=now())
+        expected = count * round_
         wait_until(
-            lambda: JobRun.objects.filter(outcome=Outcome.SUCCEEDED).count() == count * round_,
+            lambda expected=expected: (
+                JobRun.objects.filter(outcome=Outcome.SUCCEEDED).count() == expected
+            ),
             timeout=240,
             what=f"round {round_}: every instance run",
             diagnostics=logs,
