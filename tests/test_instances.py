@@ -199,3 +199,27 @@ def test_an_instance_runs_now_by_its_name(jobs, capsys):
     assert JobLease.objects.get(name="t.digest[a]").next_run_at == datetime(
         2026, 11, 29, 12, 0, tzinfo=UTC
     )
+
+
+def test_an_instance_deleted_while_it_runs_writes_nothing_more_and_its_run_is_kept(jobs):
+    """Deleting an instance takes its lease row: the run in progress finds its fence gone at
+    its next fenced block, writes nothing there, and is recorded (its history is kept)."""
+    written: list[str] = []
+
+    @job(instances=True, timeout=timedelta(seconds=30), name="t.del")
+    def handler(run, *, n: int):
+        with fenced_atomic():
+            written.append("before")
+        handler.instances.delete("a")  # as an operator would, from elsewhere
+        with fenced_atomic():
+            written.append("after")
+
+    handler.instances.upsert("a", every=timedelta(minutes=1), kwargs={"n": 1})
+    fake_clock.advance(timedelta(minutes=1))
+    (run,) = loop.tick().runs
+    assert written == ["before"]
+    assert run.outcome == Outcome.FENCE_LOST
+    assert "no longer current" in run.error
+    assert JobRun.objects.filter(job="t.del[a]").count() == 1
+    assert not JobLease.objects.filter(name="t.del[a]").exists()
+    assert not JobInstance.objects.exists()
