@@ -395,3 +395,77 @@ def test_every_admin_page_fits_a_laptop_and_a_desktop_screen_with_nothing_cut(hi
                 page.close()
         finally:
             browser.close()
+
+
+#: Thursday before Berlin's clocks go forward (Sunday 2027-03-28, 02:00 to 03:00).
+BEFORE_SPRING = datetime(2027, 3, 25, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def digests():
+    """A job declared with instances (a tenant's digest), and no instance yet."""
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
+    ):
+
+        @job(instances=True, name="digests.send", timeout=timedelta(seconds=30))
+        def send(run, *, tenant_id: int) -> None:
+            pass
+
+        fake_clock.set(BEFORE_SPRING)
+        yield
+
+
+def test_an_instance_is_added_in_its_form_with_a_live_preview_of_its_fire_times(
+    digests, live_server
+):
+    """The add form: choose the job, type a cron and a zone; the preview follows the typing
+    (a bad expression shows the check's message), lists 10 times in the zone with Berlin's
+    spring gap marked; saved, the instance is in the list with its next run. Takes the
+    screenshot docs/img/admin-instance.png."""
+    sync_playwright = require_browser()
+    User.objects.create_superuser("admin", "admin@example.com", "correct horse")
+    add_url = reverse("admin:fencedjobs_jobinstance_add")
+
+    with sync_playwright() as playwright:  # type: ignore[operator]
+        browser = launch(playwright)
+        try:
+            page = log_in(browser, live_server)
+            page.goto(f"{live_server.url}{add_url}")
+            preview = page.locator(".fj-preview")
+            assert "Choose a job" in preview.inner_text()
+            page.select_option("#id_job", "digests.send")
+            page.fill("#id_key", "tenant-7")
+            page.fill("#id_cron", "61 2 * * *")
+            error = preview.locator(".fj-preview-error")
+            error.wait_for()
+            assert "(fencedjobs.E001)" in error.inner_text()
+
+            page.fill("#id_cron", "30 2 * * *")
+            page.fill("#id_timezone", "Europe/Berlin")
+            page.fill("#id_kwargs", '{"tenant_id": 7}')
+            gap = preview.locator("li.fj-dst-gap")
+            gap.wait_for()
+            times = preview.locator("ol li")
+            assert times.count() == 10
+            assert all("Europe/Berlin" in times.nth(i).inner_text() for i in range(times.count()))
+            assert gap.inner_text().startswith("2027-03-28 03:00:00 Europe/Berlin")
+            assert "02:30 does not exist, runs at 03:00" in gap.inner_text()
+            assert_fits(page, "the instance form with its preview")
+            page.locator("fieldset", has=preview).screenshot(
+                path=str(SCREENSHOTS / "admin-instance.png")
+            )
+
+            page.click("input[name=_save]")
+            page.wait_for_url("**/fencedjobs/jobinstance/")
+            row = page.locator("#result_list tbody tr", has_text="tenant-7")
+            assert row.locator("th.field-key").inner_text() == "tenant-7"
+            assert row.locator("td.field-state").inner_text() == "enabled"
+            assert "2027-03-26 02:30:00" in row.locator("td.field-next_run").inner_text()
+        finally:
+            browser.close()
+
+    lease = JobLease.objects.get(name="digests.send[tenant-7]")
+    assert lease.next_run_at == datetime(2027, 3, 26, 1, 30, tzinfo=UTC)
+    assert not lease.paused

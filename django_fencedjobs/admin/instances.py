@@ -412,7 +412,7 @@ class ZoneInput(forms.TextInput):
 
 
 class InstanceForm(_ModelForm):
-    job = forms.ChoiceField(label=_("job"), choices=_instanced_jobs)
+    job = forms.ChoiceField(label=_("Job"), choices=_instanced_jobs)
 
     class Meta:
         model = JobInstance
@@ -697,8 +697,14 @@ class JobInstanceAdmin(_ModelAdmin):
             + "?"
             + urlencode({"job": instance.name})
         )
-        listed = format_html('<ul class="fj-recent-runs">{}</ul>', items) if runs else _("none yet")
-        return format_html('{}<a class="fj-all-runs" href="{}">{}</a>', listed, url, _("All runs"))
+        listed = (
+            format_html('<ul class="fj-recent-runs">{}</ul>', items)
+            if runs
+            else format_html('<p class="fj-recent-runs">{}</p>', _("None yet."))
+        )
+        return format_html(
+            '{}<a class="fj-all-runs" href="{}">{}</a>', listed, url, _("All runs of this instance")
+        )
 
     # -- the list ----------------------------------------------------------------------------
 
