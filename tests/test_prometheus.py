@@ -6,10 +6,11 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import path
@@ -19,9 +20,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from django_fencedjobs import fenced_atomic, job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.health import State
-from django_fencedjobs.integrations.prometheus import METRICS, FencedJobsCollector, metrics_view
+from django_fencedjobs.instances import write_lease
+from django_fencedjobs.integrations.prometheus import (
+    INSTANCE_STATES,
+    METRICS,
+    FencedJobsCollector,
+    metrics_view,
+)
 from django_fencedjobs.loop import tick
-from django_fencedjobs.models import JobRun, Outcome
+from django_fencedjobs.models import JobInstance, JobRun, Outcome
 from django_fencedjobs.registry import JobRegistry, registry
 from tests.testapp.models import Write
 
@@ -161,6 +168,7 @@ def test_a_last_run_that_was_abandoned_or_missed_has_no_duration(jobs: JobRegist
 
 def test_every_metric_is_exposed_and_documented(jobs: JobRegistry) -> None:
     declare_two_jobs()
+    declare_digest().instances.upsert("a", every=timedelta(hours=1), kwargs={"fail": False})
     tick()
     fake_clock.set(T0 + timedelta(minutes=15, seconds=1))
     tick()
@@ -226,6 +234,7 @@ def test_the_alert_rules_use_only_exposed_metrics_and_are_in_the_docs() -> None:
         "FencedJobNoRunner",
         "FencedJobInvalid",
         "FencedJobCapped",
+        "FencedJobInstancesCritical",
         "FencedJobsMetricsAbsent",
     }
     for rule in alerts.values():
@@ -237,4 +246,148 @@ def test_the_alert_rules_use_only_exposed_metrics_and_are_in_the_docs() -> None:
         assert not re.search(r"\bjob\s*[=!~]|\bby \(job\)|\bon \(job\)", rule["expr"])
     assert "fencedjobs_deadline_timestamp_seconds" in alerts["FencedJobLate"]["expr"]
     assert 'fencedjobs_state{state="failing"}' in alerts["FencedJobFailing"]["expr"]
+    assert "fencedjobs_instances_critical" in alerts["FencedJobInstancesCritical"]["expr"]
     assert rules_file.read_text().strip() in (repo / "docs" / "metrics.md").read_text()
+
+
+# -- instances -----------------------------------------------------------------------------
+
+
+def declare_digest(**options: Any) -> Any:
+    @job(instances=True, timeout=timedelta(seconds=30), name="m.digest", **options)
+    def digest(run, *, fail: bool):
+        if fail:
+            raise RuntimeError("the tenant's mail server said no")
+
+    return digest
+
+
+def add_instances(count: int, start: int = 0) -> None:
+    """``count`` hourly instances of m.digest, written as ``JobInstance.save()`` writes
+    them (the row, then its lease row), in one transaction, each with a run that
+    succeeded an hour ago and one that was missed."""
+    added = JobInstance.objects.bulk_create(
+        JobInstance(job="m.digest", key=f"t{n}", every=timedelta(hours=1), kwargs={"fail": False})
+        for n in range(start, start + count)
+    )
+    with transaction.atomic():
+        for instance in added:
+            write_lease(instance)
+    hour_ago = T0 - timedelta(hours=1)
+    JobRun.objects.bulk_create(
+        JobRun(job=instance.name, scheduled_for=slot, outcome=outcome)
+        for instance in added
+        for slot, outcome in (
+            (hour_ago, Outcome.SUCCEEDED),
+            (hour_ago - timedelta(hours=1), Outcome.MISSED),
+        )
+    )
+
+
+def exposition() -> str:
+    response = Client().get("/metrics")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def series_of(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def instance_counts(samples: Samples, job_name: str = "m.digest") -> dict[str, float]:
+    return {
+        state: count
+        for state in INSTANCE_STATES
+        if (count := value(samples, "fencedjobs_instances", job_name=job_name, state=state))
+    }
+
+
+def test_a_thousand_instances_make_as_many_series_as_ten_and_cost_the_same_queries(
+    jobs: JobRegistry,
+) -> None:
+    declare_digest()
+    add_instances(10)
+
+    def scrape_counted() -> tuple[list[str], int]:
+        with CaptureQueriesContext(connection) as captured:
+            text = exposition()
+        return series_of(text), len(captured)
+
+    ten, ten_queries = scrape_counted()
+    add_instances(990, start=10)
+    thousand, thousand_queries = scrape_counted()
+    assert len(thousand) == len(ten)
+    assert thousand_queries == ten_queries
+    assert not [line for line in thousand if "m.digest[" in line]
+    samples = scrape()
+    assert instance_counts(samples) == {"ok": 1000}
+    assert value(samples, "fencedjobs_runs", job_name="m.digest", outcome="succeeded") == 1000
+    assert value(samples, "fencedjobs_instances_critical", job_name="m.digest") == 0
+
+
+def test_an_aggregated_instance_shows_in_its_jobs_counts_and_runs_not_in_series_of_its_own(
+    jobs: JobRegistry,
+) -> None:
+    digest = declare_digest()
+    for key in ("a", "b", "c"):
+        digest.instances.upsert(key, every=timedelta(hours=1), kwargs={"fail": False})
+    digest.instances.upsert("broken", every=timedelta(minutes=1), kwargs={"fail": True})
+    digest.instances.upsert("off", every=timedelta(minutes=1), kwargs={"fail": False})
+    digest.instances.set_enabled(["off"], False)
+    for minute in (1, 2):
+        fake_clock.set(T0 + timedelta(minutes=minute, seconds=1))
+        assert [r.job for r in tick().runs] == ["m.digest[broken]"]
+
+    samples = scrape()
+    assert instance_counts(samples) == {"ok": 3, "disabled": 1, "failing": 1}
+    assert value(samples, "fencedjobs_instances_critical", job_name="m.digest") == 0  # 2 < 3
+    assert value(samples, "fencedjobs_runs", job_name="m.digest", outcome="failed") == 2
+    assert value(samples, "fencedjobs_runs", job_name="m.digest", outcome="succeeded") == 0
+    named = {dict(labels).get("job_name") for _, labels in samples}
+    assert named - {None} == {"m.digest"}
+
+    # No runner for a while: its first slot (09:01) was due to succeed by 09:06:30.
+    fake_clock.set(T0 + timedelta(minutes=20))
+    samples = scrape()
+    assert instance_counts(samples) == {"ok": 3, "disabled": 1, "late": 1}
+    assert value(samples, "fencedjobs_instances_critical", job_name="m.digest") == 1
+
+
+def test_instances_of_a_job_that_asks_for_a_series_each_have_every_series_of_a_job(
+    jobs: JobRegistry,
+) -> None:
+    digest = declare_digest(instance_series="each")
+    for key in ("a", "b"):
+        digest.instances.upsert(key, every=timedelta(hours=1), kwargs={"fail": False})
+    digest.instances.upsert("broken", every=timedelta(minutes=1), kwargs={"fail": True})
+    fake_clock.set(T0 + timedelta(minutes=1, seconds=1))
+    tick()
+    fake_clock.set(T0 + timedelta(minutes=20))
+
+    samples = scrape()
+    states = {
+        labels["job_name"]: labels["state"]
+        for (name, frozen), v in samples.items()
+        if name == "fencedjobs_state" and v == 1
+        for labels in [dict(frozen)]
+    }
+    # Every instance, the ok ones too (health lists only the ones that may not be ok).
+    assert states == {
+        "m.digest[a]": "never_run",
+        "m.digest[b]": "never_run",
+        "m.digest[broken]": "late",
+    }
+    broken = {"job_name": "m.digest[broken]"}
+    assert value(samples, "fencedjobs_consecutive_failures", **broken) == 1
+    assert value(samples, "fencedjobs_expected_interval_seconds", **broken) == 60
+    assert value(samples, "fencedjobs_timeout_seconds", job_name="m.digest[a]") == 30
+    assert value(samples, "fencedjobs_runs", outcome="failed", **broken) == 1
+    assert value(samples, "fencedjobs_runs", job_name="m.digest", outcome="failed") is None
+    # The counts per job and state are there as well.
+    assert instance_counts(samples) == {"ok": 2, "late": 1}
+    # Up to 28 series an instance (docs/metrics.md): 10 states, 8 outcomes, 10 figures, of
+    # which the last success comes with the first success.
+    per_instance = [
+        line for line in series_of(exposition()) if 'job_name="m.digest[broken]"' in line
+    ]
+    assert len(per_instance) == 27

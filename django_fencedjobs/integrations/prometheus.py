@@ -26,6 +26,19 @@ Every series carries the job in a ``job_name`` label, not ``job``: Prometheus gi
 scraped series a ``job`` label of its own (the scrape job), and would rename ours to
 ``exported_job``.
 
+**Instances** (a job declared with ``instances=True``) have no series of their own by
+default: a series per instance would be 100,000 series for 100,000 tenants, which a
+Prometheus server holds in memory for every scrape. Such a job gets
+``fencedjobs_instances`` (its instances counted per state, the seven states always
+present), ``fencedjobs_instances_critical`` and ``fencedjobs_runs`` summed over its
+instances: a constant number of series however many instances it has, read in the same
+queries as the rest. A job declared with ``instance_series="each"`` asks for more: each
+of its instances has every per-job series, labelled with its name (``job[key]``), like a
+job declared in code. That costs a series per instance and metric, and, per scrape, one
+more reading of the health of all its instances (:func:`health.all_health` by name, in
+chunks of :data:`EACH_CHUNK`: a constant number of queries per chunk, each reading a row
+per instance).
+
 The view answers anyone, like any ``/metrics`` endpoint: keep it off the public internet
 (a separate port or path your proxy does not route, a network policy), or set
 ``FENCEDJOBS["METRICS_TOKEN"]`` and give Prometheus the same token
@@ -37,19 +50,20 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from django.db import connections
-from django.db.models import Count
+from django.db.models import Case, CharField, Count, F, Q, Value, When
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_safe
 
-from django_fencedjobs import clock, health, loop, runners
+from django_fencedjobs import clock, health, instances, loop, runners
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
-from django_fencedjobs.models import JobRun, Outcome
+from django_fencedjobs.models import JobLease, JobRun, Outcome
+from django_fencedjobs.registry import registry
 
 try:
     from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, Metric
@@ -106,7 +120,18 @@ METRICS: dict[str, str] = {
     ),
     "fencedjobs_runs": (
         "Recorded runs by outcome, as retained: a gauge, not a counter, because run "
-        "retention deletes old runs and the figure then goes down."
+        "retention deletes old runs and the figure then goes down. For a job with "
+        "instances, the runs of all its instances (each instance's own with "
+        'instance_series="each").'
+    ),
+    "fencedjobs_instances": (
+        "The instances of a job declared with instances=True, counted by state "
+        "(ok, disabled, late, failing, no_runner, invalid, capped); ok counts the "
+        "running and not yet run ones too."
+    ),
+    "fencedjobs_instances_critical": (
+        "Instances of the job in a critical state (late, failing at its threshold or "
+        "rate, no_runner, invalid): what checkjobs exits 2 on."
     ),
     "fencedjobs_runners_live": (
         "Runner loops (runjobs) seen within RUNNER_TIMEOUT: their last beat is younger. "
@@ -123,6 +148,7 @@ METRICS: dict[str, str] = {
 _LABELS = {
     "fencedjobs_state": [JOB_LABEL, "state"],
     "fencedjobs_runs": [JOB_LABEL, "outcome"],
+    "fencedjobs_instances": [JOB_LABEL, "state"],
     "fencedjobs_runner_abandoned_handlers": [OWNER_LABEL],
     "fencedjobs_runners_live": [],
 }
@@ -134,6 +160,26 @@ SEVERITY_VALUE = {
     health.Severity.WARNING: 1.0,
     health.Severity.CRITICAL: 2.0,
 }
+
+
+#: The states ``fencedjobs_instances`` counts, every one present (0 when none is in it),
+#: so that the series of a job with instances are the same set at every scrape.
+INSTANCE_STATES = (
+    "ok",
+    "disabled",
+    health.State.LATE.value,
+    health.State.FAILING.value,
+    health.State.NO_RUNNER.value,
+    health.State.INVALID.value,
+    health.State.CAPPED.value,
+)
+
+#: How many instances one health read judges by name (``instance_series="each"``): their
+#: names, and the ids of their latest runs, are parameters of one statement, and SQLite
+#: takes at most 32,766.
+EACH_CHUNK = 5_000
+
+_Add = Callable[[str, Iterable[str], "float | None"], None]
 
 
 def _timestamp(value: datetime | None) -> float | None:
@@ -157,49 +203,26 @@ class FencedJobsCollector:
                 families[name].add_metric(list(labels), value)
 
         now = clock.now()
-        healths = sorted(health.all_health(now=now), key=lambda h: h.name)
-        for job_health in healths:
-            name = job_health.name
-            add(
-                "fencedjobs_last_success_timestamp_seconds",
-                [name],
-                _timestamp(job_health.last_success_at),
-            )
-            add(
-                "fencedjobs_deadline_timestamp_seconds",
-                [name],
-                _timestamp(job_health.expected_by),
-            )
-            add("fencedjobs_consecutive_failures", [name], job_health.consecutive_failures)
-            add("fencedjobs_failure_rate", [name], job_health.failure_rate)
-            add("fencedjobs_severity", [name], SEVERITY_VALUE[job_health.severity])
-            for state in health.State:
-                add("fencedjobs_state", [name, state.value], float(state is job_health.state))
-            finished = job_health.last_finished_run
-            if finished is not None:
-                # JobRun.duration: none for a run that never started or was abandoned.
-                add("fencedjobs_last_run_duration_seconds", [name], finished.duration)
-            job = job_health.job
-            if job is not None and job.schedule is not None:
-                add(
-                    "fencedjobs_expected_interval_seconds",
-                    [name],
-                    job.schedule.min_interval().total_seconds(),
-                )
-                add("fencedjobs_timeout_seconds", [name], job.run_timeout.total_seconds())
-                add("fencedjobs_grace_seconds", [name], job.grace.total_seconds())
-                add("fencedjobs_failure_threshold", [name], job.failure_threshold)
+        # Every job declared in code, and only the instances that may not be ok.
+        listed = health.all_health(now=now)
+        summaries = health.instance_summaries(listed)
+        parents = {summary.job: _instance_series(summary.job) for summary in summaries}
+        each = sorted(parent for parent, series in parents.items() if series == "each")
+        # A series per job: the jobs declared in code, and every instance of a job that
+        # asked for a series each (judged by name: the listing holds only some of them).
+        jobs = [h for h in listed if _parent_of(h, parents) is None] + _health_of_instances(
+            each, now
+        )
+        jobs.sort(key=lambda h: h.name)
+        for job_health in jobs:
+            _job_series(add, job_health)
+        _instance_counts(add, summaries, listed, parents)
 
-        counts = {
-            (row["job"], row["outcome"]): row["n"]
-            for row in JobRun.objects.using(lease_db())
-            .values("job", "outcome")
-            .annotate(n=Count("pk"))
-            .order_by()
-        }
+        counts = _run_counts(parent for parent in parents if parent not in each)
         # Every outcome of every job, zeros included, so that a rule can compare them
         # before the first failure; then runs of jobs no longer known at all.
-        keys = {(h.name, outcome.value) for h in healths for outcome in Outcome} | set(counts)
+        named = [h.name for h in jobs] + [parent for parent in parents if parent not in each]
+        keys = {(name, outcome.value) for name in named for outcome in Outcome} | set(counts)
         for job_name, outcome in sorted(keys):
             add("fencedjobs_runs", [job_name, outcome], counts.get((job_name, outcome), 0))
 
@@ -211,6 +234,110 @@ class FencedJobsCollector:
             add("fencedjobs_runner_abandoned_handlers", [get_settings().owner], abandoned)
 
         yield from families.values()
+
+
+def _job_series(add: _Add, job_health: health.JobHealth) -> None:
+    """The series of one job (declared in code, or an instance with a series each)."""
+    name = job_health.name
+    add(
+        "fencedjobs_last_success_timestamp_seconds",
+        [name],
+        _timestamp(job_health.last_success_at),
+    )
+    add("fencedjobs_deadline_timestamp_seconds", [name], _timestamp(job_health.expected_by))
+    add("fencedjobs_consecutive_failures", [name], job_health.consecutive_failures)
+    add("fencedjobs_failure_rate", [name], job_health.failure_rate)
+    add("fencedjobs_severity", [name], SEVERITY_VALUE[job_health.severity])
+    for state in health.State:
+        add("fencedjobs_state", [name, state.value], float(state is job_health.state))
+    finished = job_health.last_finished_run
+    if finished is not None:
+        # JobRun.duration: none for a run that never started or was abandoned.
+        add("fencedjobs_last_run_duration_seconds", [name], finished.duration)
+    job = job_health.job
+    if job is not None and job.schedule is not None:
+        add(
+            "fencedjobs_expected_interval_seconds",
+            [name],
+            job.schedule.min_interval().total_seconds(),
+        )
+        add("fencedjobs_timeout_seconds", [name], job.run_timeout.total_seconds())
+        add("fencedjobs_grace_seconds", [name], job.grace.total_seconds())
+        add("fencedjobs_failure_threshold", [name], job.failure_threshold)
+
+
+def _instance_series(parent: str) -> str:
+    """What the job ``parent`` asked its instances to get (``aggregated`` for a job no
+    longer declared: its instances are counted, never listed)."""
+    if parent in registry and registry.get(parent).instances:
+        return registry.get(parent).instance_series
+    return "aggregated"
+
+
+def _parent_of(job_health: health.JobHealth, parents: dict[str, str]) -> str | None:
+    """The job whose instance ``job_health`` is (None for a job declared in code), also
+    for an instance whose job is no longer declared (health knows no job for it)."""
+    if job_health.job is not None:
+        return job_health.job.parent
+    parsed = instances.parse_name(job_health.name)
+    return parsed[0] if parsed is not None and parsed[0] in parents else None
+
+
+def _health_of_instances(parents: list[str], now: datetime) -> list[health.JobHealth]:
+    """The health of every instance of ``parents``, judged by name, in chunks."""
+    if not parents:
+        return []
+    names = list(
+        JobLease.objects.using(lease_db())
+        .filter(instance__job__in=parents)
+        .order_by("name")
+        .values_list("name", flat=True)
+    )
+    found: list[health.JobHealth] = []
+    for start in range(0, len(names), EACH_CHUNK):
+        found += health.all_health(names[start : start + EACH_CHUNK], now=now)
+    return found
+
+
+def _instance_counts(
+    add: _Add,
+    summaries: list[health.InstanceSummary],
+    listed: list[health.JobHealth],
+    parents: dict[str, str],
+) -> None:
+    """``fencedjobs_instances`` and ``fencedjobs_instances_critical`` per job with
+    instances, from the counts and the instances listed (every instance not listed is
+    ok or running, so none of them is critical)."""
+    critical: dict[str, int] = {}
+    for h in listed:
+        parent = _parent_of(h, parents)
+        if parent is not None and h.severity is health.Severity.CRITICAL:
+            critical[parent] = critical.get(parent, 0) + 1
+    for summary in summaries:
+        counts = {"ok": summary.ok, "disabled": summary.disabled, **summary.listed}
+        for state in INSTANCE_STATES:
+            add("fencedjobs_instances", [summary.job, state], counts.get(state, 0))
+        add("fencedjobs_instances_critical", [summary.job], critical.get(summary.job, 0))
+
+
+def _run_counts(aggregated: Iterable[str]) -> dict[tuple[str, str], int]:
+    """Runs per job and outcome (one ``GROUP BY``), the runs of the instances of the jobs
+    in ``aggregated`` under the job's name: a row per job, not per instance."""
+    # An instance's runs are named job[key]; a job may hold a bracket in its name, so the
+    # longest job's prefix is tried first.
+    folds = [
+        When(Q(job__startswith=f"{parent}[") & Q(job__endswith="]"), then=Value(parent))
+        for parent in sorted(aggregated, key=len, reverse=True)
+    ]
+    series = Case(*folds, default=F("job"), output_field=CharField()) if folds else F("job")
+    rows = (
+        JobRun.objects.using(lease_db())
+        .annotate(series=series)
+        .values("series", "outcome")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return {(row["series"], row["outcome"]): row["n"] for row in rows}
 
 
 _registry = CollectorRegistry(auto_describe=False)
