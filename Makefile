@@ -31,7 +31,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,dev-celery-beat]'
 	touch $@
 
 # The browser test drives Debian's Chromium (never a downloaded browser). Installed
