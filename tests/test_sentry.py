@@ -3,7 +3,7 @@ a monitor config derived from the job. Envelopes are captured by a transport: no
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,9 +12,9 @@ from django.test import override_settings
 from sentry_sdk.envelope import Envelope
 from sentry_sdk.transport import Transport
 
-from django_fencedjobs import job
+from django_fencedjobs import health, job, notify
 from django_fencedjobs.clock import fake_clock
-from django_fencedjobs.integrations.sentry import monitor_config, monitor_slug
+from django_fencedjobs.integrations.sentry import has_monitor, monitor_config, monitor_slug
 from django_fencedjobs.loop import Dispatcher, tick
 from django_fencedjobs.registry import registry
 
@@ -30,11 +30,17 @@ class CapturingTransport(Transport):
         self.envelopes.append(envelope)
 
     def check_ins(self) -> list[dict[str, Any]]:
+        return self.items("check_in")
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.items("event")
+
+    def items(self, kind: str) -> list[dict[str, Any]]:
         return [
             item.payload.json
             for envelope in self.envelopes
             for item in envelope.items
-            if item.headers.get("type") == "check_in"
+            if item.headers.get("type") == kind
         ]
 
 
@@ -190,3 +196,125 @@ def test_an_outcome_recorded_after_reconnecting_still_closes_its_check_in(
     dispatcher.unrecorded.record()  # what the loop does before its next scan
     started, finished = sentry.check_ins()
     assert (finished["status"], finished["check_in_id"]) == ("ok", started["check_in_id"])
+
+
+# -- instances ---------------------------------------------------------------------------------
+
+
+def declare_digest(**options: Any) -> Any:
+    @job(instances=True, timeout=timedelta(minutes=2), name="t.digest", **options)
+    def digest(run, *, fail: bool):
+        if fail:
+            raise RuntimeError("the tenant's mail server said no")
+
+    fake_clock.set(datetime(2026, 11, 30, 6, 55, tzinfo=UTC))
+    digest.instances.upsert(
+        "paris", cron="0 8 * * 1-5", timezone="Europe/Paris", kwargs={"fail": False}
+    )
+    digest.instances.upsert("broken", every=timedelta(minutes=10), kwargs={"fail": True})
+    return digest
+
+
+def run_instances_at(*minutes: int) -> list[str]:
+    """Tick at each of ``minutes`` past 2026-11-30 07:00 UTC (a Monday, 08:00 in Paris);
+    the names of the runs, in order."""
+    names = []
+    for minute in minutes:
+        fake_clock.set(datetime(2026, 11, 30, 7, minute, 1, tzinfo=UTC))
+        names += sorted(record.job for record in tick().runs)
+    return names
+
+
+def notify_changes() -> None:
+    """What a runner's loop or checkjobs does with NOTIFY on: tell each change of state."""
+    with override_settings(
+        FENCEDJOBS={
+            "CLOCK": "django_fencedjobs.clock.fake_clock",
+            "NOTIFY": True,
+            "NOTIFY_EMAIL": [],
+        }
+    ):
+        notify.evaluate(health.all_health())
+
+
+def test_instances_of_a_job_that_keeps_the_default_send_no_check_in(jobs, sentry):
+    declare_digest()
+    ran = run_instances_at(0, 10)
+    assert ran == ["t.digest[broken]", "t.digest[paris]", "t.digest[broken]"]
+    assert sentry.check_ins() == []  # no monitor per instance, ok or failed
+
+
+def test_a_failing_instance_is_an_event_tagged_with_its_job_and_key_grouped_per_job(jobs, sentry):
+    digest = declare_digest()
+    digest.instances.upsert("lyon", every=timedelta(minutes=10), kwargs={"fail": True})
+    run_instances_at(0)
+    notify_changes()
+    events = sentry.events()
+    assert sorted(e["tags"]["fencedjobs.instance"] for e in events) == ["broken", "lyon"]
+    for event in events:
+        assert event["level"] == "warning"  # the first failure: failing, a warning
+        assert event["fingerprint"] == ["django-fencedjobs", "t.digest", "failing"]
+        assert event["tags"]["fencedjobs.job"] == "t.digest"
+        assert event["message"].startswith(f"t.digest[{event['tags']['fencedjobs.instance']}]: ok")
+    assert sentry.check_ins() == []
+
+
+def test_instances_of_a_job_that_asks_for_a_monitor_each_have_one_from_their_schedule(jobs, sentry):
+    declare_digest(instance_series="each")
+    run_instances_at(0)
+    by_slug: dict[str, list[dict[str, Any]]] = {}
+    for check_in in sentry.check_ins():
+        by_slug.setdefault(check_in["monitor_slug"], []).append(check_in)
+    assert set(by_slug) == {"t-digest-paris", "t-digest-broken"}
+    paris = by_slug["t-digest-paris"]
+    assert [c["status"] for c in paris] == ["in_progress", "ok"]
+    assert paris[0]["monitor_config"] == {
+        "schedule": {"type": "crontab", "value": "0 8 * * 1-5"},
+        "timezone": "Europe/Paris",
+        "checkin_margin": 5,
+        "max_runtime": 2,
+        "failure_issue_threshold": 3,
+    }
+    broken = by_slug["t-digest-broken"]
+    assert [c["status"] for c in broken] == ["in_progress", "error"]
+    assert broken[0]["monitor_config"]["schedule"] == {
+        "type": "interval",
+        "value": 10,
+        "unit": "minute",
+    }
+    notify_changes()
+    (event,) = sentry.events()
+    assert event["fingerprint"] == ["django-fencedjobs", "t.digest[broken]", "failing"]
+    assert (event["tags"]["fencedjobs.job"], event["tags"]["fencedjobs.instance"]) == (
+        "t.digest",
+        "broken",
+    )
+
+
+def test_a_long_instance_name_gets_a_bounded_slug_of_its_own(jobs, sentry):
+    digest = declare_digest(instance_series="each")
+    key = "tenant-" + "x" * 60
+    digest.instances.upsert(key, every=timedelta(minutes=10), kwargs={"fail": False})
+    run_instances_at(0)
+    slugs = {c["monitor_slug"] for c in sentry.check_ins()}
+    long_slug = monitor_slug(f"t.digest[{key}]")
+    assert len(long_slug) == 50 and long_slug in slugs
+    assert long_slug != monitor_slug(f"t.digest[{key}y]")
+
+
+def test_a_worker_that_does_not_hold_the_instance_decides_by_its_declared_job(jobs):
+    declare_digest()
+
+    @job(instances=True, instance_series="each", name="t.reports")
+    def reports(run):
+        pass
+
+    @job("*/15 * * * *", name="t.plain[odd]")
+    def plain(run):
+        pass
+
+    assert not has_monitor("t.digest[paris]", None)
+    assert has_monitor("t.reports[acme]", None)
+    assert has_monitor("t.plain[odd]", None)  # a job declared in code, brackets and all
+    # Declared nowhere in this process: sent without a config, which creates no monitor.
+    assert has_monitor("t.elsewhere[acme]", None)

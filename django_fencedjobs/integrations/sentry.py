@@ -41,6 +41,17 @@ interval in the largest whole unit, the job's zone, ``checkin_margin`` = grace +
 failure rate) or have no live runner at all. With ``FENCEDJOBS["NOTIFY"]`` on, each change
 of a job's state (:mod:`django_fencedjobs.notify`) is also a Sentry event, one issue per
 job and state: the same verdict as ``checkjobs`` and the admin.
+
+**Instances** (a job declared with ``instances=True``). Sentry bills per monitor, and a
+monitor has one schedule. By default (``instance_series="aggregated"``) an instance has no
+monitor: its runs send no check-in. Its failures reach Sentry as the events of its changes
+of state (with ``NOTIFY`` on): tagged ``fencedjobs.job`` (the declared job) and
+``fencedjobs.instance`` (its key), and fingerprinted per declared job and state, so the
+instances of a job that fail together are one issue whose events name each instance. A
+job declared with ``instance_series="each"`` gets a monitor per instance, slug from the
+instance's name (``job[key]``, cut and hashed past 50 characters by :func:`monitor_slug`),
+configured from the instance's schedule, zone and jitter; its events of changes of state
+are one issue per instance and state, like a job declared in code.
 """
 
 from __future__ import annotations
@@ -59,11 +70,11 @@ from django.db import DatabaseError
 from django.db.models import Count, Max, Q
 from django.dispatch import receiver
 
-from django_fencedjobs import signals
+from django_fencedjobs import instances, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import UNFINISHED_TASK, JobRun, Outcome, RunTask, TaskStatus
-from django_fencedjobs.registry import Job
+from django_fencedjobs.registry import Job, registry
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -99,6 +110,21 @@ def monitor_slug(name: str) -> str:
         digest = hashlib.blake2b(name.encode(), digest_size=4).hexdigest()
         slug = f"{slug[: MAX_SLUG - 9].rstrip('-')}-{digest}"
     return slug
+
+
+def has_monitor(name: str, job: Job | None) -> bool:
+    """Whether the runs of ``name`` send check-ins: a job declared in code, or an instance
+    of a job declared with ``instance_series="each"``; not an instance of a job that keeps
+    the default, ``"aggregated"``. ``job`` is None in a worker that does not declare it:
+    then the declared job whose instance the name would be decides, if it is declared, and
+    otherwise the check-in is sent without a config, which creates no monitor."""
+    if job is not None:
+        return job.parent is None or job.instance_series == "each"
+    parsed = instances.parse_name(name)
+    if parsed is None or parsed[0] not in registry:
+        return True
+    base = registry.get(parsed[0])
+    return not base.instances or base.instance_series == "each"
 
 
 def check_in_id(record: JobRun) -> str:
@@ -143,7 +169,7 @@ def monitor_config(job: Job) -> dict[str, Any]:
 
 @receiver(signals.run_started, dispatch_uid="django_fencedjobs.integrations.sentry.started")
 def run_started(*, job: Job, record: JobRun, **kwargs: Any) -> None:
-    if not enabled():
+    if not has_monitor(job.name, job) or not enabled():
         return
     from sentry_sdk.crons import capture_checkin
 
@@ -157,7 +183,7 @@ def run_started(*, job: Job, record: JobRun, **kwargs: Any) -> None:
 
 @receiver(signals.run_finished, dispatch_uid="django_fencedjobs.integrations.sentry.finished")
 def run_finished(*, job: Job, record: JobRun, **kwargs: Any) -> None:
-    if record.outcome == Outcome.MISSED or not enabled():
+    if record.outcome == Outcome.MISSED or not has_monitor(job.name, job) or not enabled():
         return
     duration = record.duration
     failed = record.outcome != Outcome.SUCCEEDED
@@ -174,7 +200,7 @@ def run_tasks_finished(*, job: Job | None, record: JobRun, failed: bool, **kwarg
     """The last task of a run finished (in a worker): close the run's check-in, if the run
     succeeded. A run still running is closed by its runner when it ends (its tasks have
     finished by then); one that did not succeed was closed ``error`` already."""
-    if record.outcome != Outcome.SUCCEEDED or not enabled():
+    if record.outcome != Outcome.SUCCEEDED or not has_monitor(record.job, job) or not enabled():
         return
     tasks = _tasks_of(record)
     last = tasks.last_finished_at if tasks is not None else None
@@ -186,7 +212,11 @@ def job_state_changed(*, transition: Any, **kwargs: Any) -> None:
     """A job's change of state (``FENCEDJOBS["NOTIFY"]``, :mod:`django_fencedjobs.notify`)
     is an event: the same verdict as ``checkjobs`` (a failure rate, no live runner, late),
     which per-run check-ins cannot carry. One issue per job and state (its fingerprint);
-    ``error`` when critical, ``warning`` for a warning, ``info`` back to ok."""
+    ``error`` when critical, ``warning`` for a warning, ``info`` back to ok.
+
+    An instance's event is tagged with its declared job and its key; that of an instance
+    without a monitor of its own (:func:`has_monitor`) is grouped with its job's other
+    instances, one issue per declared job and state."""
     if not enabled():
         return
     import sentry_sdk
@@ -195,14 +225,27 @@ def job_state_changed(*, transition: Any, **kwargs: Any) -> None:
     level: Literal["error", "warning", "info"] = (
         "error" if severity == "critical" else "warning" if severity == "warning" else "info"
     )
+    name: str = transition.name
+    job, key = name, None
+    if (parsed := instances.parse_name(name)) is not None and _is_instance(transition.health.job):
+        job, key = parsed
+    grouped = job if key is not None and not has_monitor(name, transition.health.job) else name
     with sentry_sdk.new_scope() as scope:
-        scope.fingerprint = ["django-fencedjobs", transition.name, state]
-        scope.set_tag("fencedjobs.job", transition.name)
+        scope.fingerprint = ["django-fencedjobs", grouped, state]
+        scope.set_tag("fencedjobs.job", job)
+        if key is not None:
+            scope.set_tag("fencedjobs.instance", key)
         scope.set_tag("fencedjobs.state", state)
         scope.set_tag("fencedjobs.severity", severity)
         scope.set_extra("reason", transition.health.reason)
         scope.set_extra("previous_state", transition.previous[0])
         sentry_sdk.capture_message(f"{transition.subject}: {transition.health.reason}", level=level)
+
+
+def _is_instance(job: Job | None) -> bool:
+    """The job is an instance's (its name ``job[key]``); for a name health knows no job
+    of (its job no longer declared), whether it reads as one."""
+    return job.parent is not None if job is not None else True
 
 
 def _close(job: Job | None, record: JobRun, *, failed: bool, duration: float | None) -> None:
