@@ -21,19 +21,27 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import struct
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F
 from django.db.models.functions import Greatest
 
 from django_fencedjobs import outcomes
 from django_fencedjobs.db import first_statement, lease_db
-from django_fencedjobs.models import LEASE_FREE, JobInstance, JobLease, JobRun, Outcome
+from django_fencedjobs.models import (
+    LEASE_FREE,
+    JobInstance,
+    JobLease,
+    JobRun,
+    Outcome,
+    Watermark,
+)
 
 
 @dataclass(frozen=True)
@@ -110,14 +118,7 @@ def scan(names: list[str], now: datetime) -> Scan:
             min(wakeups) if wakeups else None,
         )
     with connection.cursor() as cursor:
-        if connection.timezone is not None:
-            # psycopg's own timestamptz loader, in C, for the same instants in the same
-            # zone: Django's is a Python subclass of it, some 3 µs a value, and a fleet
-            # draining a stampede reads its thousands of due rows every few tenths of a
-            # second (most of such a read's cost, bench P7).
-            from psycopg.types.datetime import TimestamptzLoader
-
-            cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
+        _load_instants_in_c(connection, cursor)  # most of such a read's cost (bench P7)
         cursor.execute(
             "SELECT name, schedule_fingerprint, due,"
             " CASE WHEN due THEN fence END,"
@@ -238,26 +239,99 @@ def acquire(
 @dataclass(frozen=True)
 class DueInstance:
     """A due instance's lease row locked by :func:`claim_instances`, with the instance's
-    definition (what its job is built from)."""
+    definition (what its job is built from) and its watermarks as committed, by key."""
 
     row: LeaseRow
     instance: JobInstance
+    watermarks: dict[str, datetime | int]
 
 
 def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueInstance]:
     """Lock up to ``limit`` due instances of the jobs ``parents``, the earliest next fire
-    time first, for :func:`grant` in the same transaction.
+    time first, for :func:`take` in the same transaction.
 
     The tick's read of instances, by the partial index on ``next_run_at`` of unpaused
     instance rows: the earliest due rows are the first entries of the index, so the cost
     is that of ``limit`` rows however many instances exist (bench P10). ``FOR UPDATE SKIP
     LOCKED`` (PostgreSQL): rows another runner is claiming right now, or that a run holds
     inside a fenced transaction, are passed over, not waited for, and two runners claiming
-    at once get disjoint batches. Elsewhere the rows are read unlocked and :func:`grant`'s
+    at once get disjoint batches. Elsewhere the rows are read unlocked and :func:`take`'s
     compare-and-set decides, row by row, as :func:`acquire` does.
+
+    On PostgreSQL one statement reads the rows, their instances and their watermarks.
     """
+    connection = connections[lease_db()]
+    if connection.vendor != "postgresql":
+        return _claim_instances_elsewhere(parents, now, limit)
+    instance_table = connection.ops.quote_name(JobInstance._meta.db_table)
+    watermark_table = connection.ops.quote_name(Watermark._meta.db_table)
+    with connection.cursor() as cursor:
+        _load_instants_in_c(connection, cursor)
+        cursor.execute(
+            "SELECT lease.name, lease.fence, lease.next_run_at, lease.lease_until,"
+            " lease.schedule_fingerprint, instance.id, instance.job, instance.key,"
+            " instance.cron, instance.every, instance.timezone, instance.jitter,"
+            " instance.enabled, instance.kwargs::text,"
+            " (SELECT json_agg(json_build_array(mark.key, mark.position, mark.cursor))"
+            f"  FROM {watermark_table} AS mark WHERE mark.job = lease.name)::text"
+            f" FROM {_table(connection)} AS lease"
+            f" JOIN {instance_table} AS instance ON instance.id = lease.instance_id"
+            " WHERE lease.instance_id IS NOT NULL AND NOT lease.paused"
+            "  AND lease.next_run_at <= %s AND lease.lease_until < %s AND instance.job = ANY(%s)"
+            " ORDER BY lease.next_run_at LIMIT %s"
+            " FOR UPDATE OF lease SKIP LOCKED",
+            [now, now, list(parents), limit],
+        )
+        rows = cursor.fetchall()
+    return [
+        DueInstance(
+            LeaseRow(name, fence, next_run_at, lease_until, False, fingerprint),
+            JobInstance(
+                id=pk,
+                job=job,
+                key=key,
+                cron=cron,
+                every=every,
+                timezone=timezone,
+                jitter=jitter,
+                enabled=enabled,
+                kwargs=json.loads(kwargs),
+            ),
+            _watermarks_from_json(marks),
+        )
+        for (
+            name,
+            fence,
+            next_run_at,
+            lease_until,
+            fingerprint,
+            pk,
+            job,
+            key,
+            cron,
+            every,
+            timezone,
+            jitter,
+            enabled,
+            kwargs,
+            marks,
+        ) in rows
+    ]
+
+
+def _watermarks_from_json(text: str | None) -> dict[str, datetime | int]:
+    found: dict[str, datetime | int] = {}
+    for key, position, cursor in json.loads(text) if text else ():
+        if position is not None:
+            found[key] = datetime.fromisoformat(position)
+        elif cursor is not None:
+            found[key] = int(cursor)
+    return found
+
+
+def _claim_instances_elsewhere(parents: list[str], now: datetime, limit: int) -> list[DueInstance]:
     alias = lease_db()
-    rows = (
+    rows = list(
         JobLease.objects.using(alias)
         .filter(
             instance__isnull=False,
@@ -267,10 +341,17 @@ def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueIn
             instance__job__in=parents,
         )
         .select_related("instance")
-        .order_by("next_run_at")
+        .order_by("next_run_at")[:limit]
     )
-    if connections[alias].features.has_select_for_update:
-        rows = rows.select_for_update(skip_locked=True, of=("self",))
+    marks: dict[str, dict[str, datetime | int]] = {}
+    for job, key, position, cursor in (
+        Watermark.objects.using(alias)
+        .filter(job__in=[row.name for row in rows])
+        .values_list("job", "key", "position", "cursor")
+    ):
+        value = position if position is not None else cursor
+        if value is not None:
+            marks.setdefault(job, {})[key] = value
     return [
         DueInstance(
             LeaseRow(
@@ -282,8 +363,9 @@ def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueIn
                 row.schedule_fingerprint,
             ),
             row.instance,  # type: ignore[arg-type]
+            marks.get(row.name, {}),
         )
-        for row in rows[:limit]
+        for row in rows
     ]
 
 
@@ -300,48 +382,162 @@ def instances_wakeup(parents: list[str]) -> datetime | None:
     )
 
 
-def grant(
-    seen: list[tuple[LeaseRow, datetime]], *, owner: str, now: datetime, ttl: timedelta
-) -> list[str]:
-    """Take the leases of the rows :func:`claim_instances` locked, each moved to its next
-    fire time: ``(row, next_run_at)`` pairs. Returns the names taken (their fence is the
-    row's + 1).
+@dataclass(frozen=True)
+class Take:
+    """One lease of a batch for :func:`take`: the row as :func:`claim_instances` locked it,
+    the next fire time to move it to, and the run's record to insert (not saved yet; its
+    fence is the row's + 1)."""
 
-    One statement for the whole batch on PostgreSQL, a compare-and-set on each row's fence
-    and slot exactly as :func:`acquire`'s (the rows are locked by this transaction, so all
-    of them are taken); row by row elsewhere.
+    row: LeaseRow
+    next_run_at: datetime
+    lease_until: datetime
+    record: JobRun
+
+
+def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
+    """Take the leases of a batch of rows locked by :func:`claim_instances` and record their
+    runs: ``(taken and recorded, taken but their slot was recorded already)``. The records
+    of the first list have their primary key.
+
+    Each row is taken by the compare-and-set of :func:`acquire` (fence and slot unchanged,
+    lease expired, not paused: the rows are locked by this transaction, so all of them are
+    taken); the runs of older fences still marked running are marked abandoned (as
+    :func:`mark_abandoned` does), and each run is inserted unless its slot is recorded
+    already (a run now landed on it). On PostgreSQL all of it is one statement, whatever
+    the size of the batch; elsewhere row by row.
     """
-    if not seen:
-        return []
+    if not batch:
+        return [], []
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
-        taken = []
-        for row, next_run_at in seen:
-            fence = acquire(row, owner=owner, now=now, ttl=ttl, next_run_at=next_run_at)
-            if fence is not None:
-                taken.append(row.name)
-        return taken
+        return _take_elsewhere(batch, now)
+    records = [item.record for item in batch]
+    run_table = connection.ops.quote_name(JobRun._meta.db_table)
+    columns = _RECORD_COLUMNS
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {_table(connection)} AS lease SET fence = lease.fence + 1,"
-            " owner = %s, lease_until = %s, next_run_at = claimed.next_run_at"
-            " FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[], %s::timestamptz[])"
-            "  AS claimed(name, fence, slot, next_run_at)"
-            " WHERE lease.name = claimed.name AND lease.fence = claimed.fence"
+            "WITH claimed AS (SELECT * FROM unnest("
+            "  %s::text[], %s::bigint[], %s::timestamptz[], %s::timestamptz[],"
+            "  %s::timestamptz[]) AS claimed(name, fence, slot, next_run_at, lease_until)),"
+            " granted AS ("
+            f" UPDATE {_table(connection)} AS lease SET fence = lease.fence + 1,"
+            "  owner = %s, lease_until = claimed.lease_until,"
+            "  next_run_at = claimed.next_run_at"
+            "  FROM claimed WHERE lease.name = claimed.name AND lease.fence = claimed.fence"
             "  AND lease.next_run_at = claimed.slot AND lease.lease_until < %s"
-            "  AND NOT lease.paused"
-            " RETURNING lease.name",
+            "  AND NOT lease.paused RETURNING lease.name),"
+            " abandoned AS ("
+            # Every run of these jobs still marked running has an older fence: this
+            # statement's own inserts are not visible to it.
+            f" UPDATE {run_table} SET outcome = %s, finished_at = %s, error = %s"
+            "  WHERE outcome = %s AND job IN (SELECT name FROM granted)),"
+            " inserted AS ("
+            f" INSERT INTO {run_table} ({', '.join(columns)})"
+            f"  SELECT {', '.join('run.' + c for c in columns)} FROM unnest("
+            f"  {', '.join(f'%s::{kind}[]' for kind in _RECORD_TYPES)})"
+            f"  AS run({', '.join(columns)})"
+            "  WHERE run.job IN (SELECT name FROM granted)"
+            "  ON CONFLICT ON CONSTRAINT fencedjobs_run_once DO NOTHING RETURNING id, job)"
+            " SELECT granted.name, inserted.id FROM granted"
+            " LEFT JOIN inserted ON inserted.job = granted.name",
             [
-                owner,
-                now + ttl,
-                [row.name for row, _ in seen],
-                [row.fence for row, _ in seen],
-                [row.next_run_at for row, _ in seen],
-                [next_run_at for _, next_run_at in seen],
+                [item.row.name for item in batch],
+                [item.row.fence for item in batch],
+                [item.row.next_run_at for item in batch],
+                [item.next_run_at for item in batch],
+                [item.lease_until for item in batch],
+                records[0].owner,
                 now,
+                Outcome.ABANDONED,
+                now,
+                outcomes.ABANDONED,
+                Outcome.RUNNING,
+                *([getattr(record, column) for record in records] for column in columns),
             ],
         )
-        return [name for (name,) in cursor.fetchall()]
+        result = dict(cursor.fetchall())
+    recorded, skipped = [], []
+    for item in batch:
+        if item.row.name not in result:
+            continue
+        pk = result[item.row.name]
+        if pk is None:
+            skipped.append(item)
+        else:
+            item.record.pk = pk
+            item.record._state.adding = False
+            item.record._state.db = connection.alias
+            recorded.append(item)
+    return recorded, skipped
+
+
+#: The columns of a run's row that :func:`take` inserts, and their PostgreSQL types.
+_RECORD_COLUMNS = (
+    "job",
+    "scheduled_for",
+    "started_at",
+    "finished_at",
+    "outcome",
+    "capped",
+    "items",
+    "batches",
+    "fence",
+    "owner",
+    "missed_slots",
+    "watermark_before",
+    "watermark_after",
+    "error",
+)
+_RECORD_TYPES = (
+    "text",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "text",
+    "boolean",
+    "bigint",
+    "integer",
+    "bigint",
+    "text",
+    "integer",
+    "text",
+    "text",
+    "text",
+)
+
+
+def _take_elsewhere(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
+    alias = lease_db()
+    recorded, skipped = [], []
+    for item in batch:
+        fence = acquire(
+            item.row,
+            owner=item.record.owner,
+            now=now,
+            ttl=item.lease_until - now,
+            next_run_at=item.next_run_at,
+        )
+        if fence is None:
+            continue
+        if item.row.lease_until != LEASE_FREE:
+            mark_abandoned(item.row.name, fence, now)
+        try:
+            with transaction.atomic(using=alias):
+                item.record.save(using=alias, force_insert=True)
+            recorded.append(item)
+        except IntegrityError:
+            skipped.append(item)
+    return recorded, skipped
+
+
+def _load_instants_in_c(connection: BaseDatabaseWrapper, cursor: Any) -> None:
+    """Read timestamptz values with psycopg's own loader, in C, for the same instants in
+    the same zone: Django's is a Python subclass of it, some 3 µs a value, and a fleet
+    draining a stampede reads thousands of rows every few tenths of a second."""
+    if connection.timezone is not None:
+        from psycopg.types.datetime import TimestamptzLoader
+
+        cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
 
 
 def pause_invalid(name: str, fence: int) -> None:

@@ -182,14 +182,14 @@ def claim(bases: dict[str, Job], limit: int) -> list[Acquired]:
     """Acquire up to ``limit`` due instances of the jobs ``bases`` (declared with
     ``instances=True``, by name), the earliest first: one transaction for the whole batch.
 
-    The batch's lease rows are locked and read by one statement (:func:`lease.claim_instances`,
-    by an index), taken by one more (:func:`lease.grant`: each row's fence + 1 and next fire
-    time, exactly as :func:`run_job`'s acquisition takes one), and their runs recorded by
-    one insert, with the watermarks they start from read by one query: a handful of round
-    trips for the batch instead of as many per run. Every per-run guarantee is the same as
-    :func:`run_job`'s: each instance has its own fence, a slot is recorded at most once,
-    earlier runs still marked running are marked abandoned. A runner killed after this
-    commits leaves leases that expire after ``lease_ttl``, like a run killed mid-way.
+    On PostgreSQL the batch costs four round trips, whatever its size: the clock with
+    ``BEGIN``, one statement that locks the due rows and reads their instances and
+    watermarks (:func:`lease.claim_instances`, by an index), one that takes their leases
+    and records their runs (:func:`lease.take`), and ``COMMIT``. A run acquired alone
+    (:func:`run_job`) costs five. Every per-run guarantee is the same as :func:`run_job`'s:
+    each instance has its own fence, a slot is recorded at most once, earlier runs still
+    marked running are marked abandoned. A runner killed after this commits leaves leases
+    that expire after ``lease_ttl``, like a run killed mid-way.
 
     An instance found invalid (changed without ``save()``) is paused, not run, with one
     line in the log; the others of the batch run.
@@ -199,38 +199,30 @@ def claim(bases: dict[str, Job], limit: int) -> list[Acquired]:
     alias = db.lease_db()
     with transaction.atomic(using=alias):
         now = clock.now()  # with BEGIN, as in _acquire
-        plans = _plan(bases, lease.claim_instances(list(bases), now, limit), now)
-        if not plans:
-            return []
         owner = get_settings().owner
-        taken: set[str] = set()
-        for ttl in {plan.job.lease_ttl for plan in plans}:
-            batch = [(p.row, p.next_run_at) for p in plans if p.job.lease_ttl == ttl]
-            taken.update(lease.grant(batch, owner=owner, now=now, ttl=ttl))
-        plans = [plan for plan in plans if plan.row.name in taken]
-        abandoned = [plan.job.name for plan in plans if plan.row.lease_until != LEASE_FREE]
-        if abandoned:
-            # Before this batch's records exist: every running run of these names is older.
-            JobRun.objects.using(alias).filter(job__in=abandoned, outcome=Outcome.RUNNING).update(
-                outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED
+        planned = _plan(bases, lease.claim_instances(list(bases), now, limit), now, owner)
+        recorded, skipped = lease.take([take for take, _, _ in planned], now)
+        for take in skipped:
+            lease.end(take.row.name, take.record.fence, succeeded_at=None, failed=False)
+            logger.warning(
+                "slot %s of %s is already recorded; skipped",
+                take.record.scheduled_for.isoformat(),
+                take.row.name,
+                extra={"event": "slot_skipped", "job": take.row.name},
             )
-        watermarks = _watermarks_of([plan.job.name for plan in plans], alias)
-        acquired = _record_batch(plans, owner, now, watermarks)
-    return acquired
+        for take in recorded:
+            if take.record.outcome == Outcome.MISSED:
+                lease.end(take.row.name, take.record.fence, succeeded_at=None, failed=False)
+    found = {take.row.name: (job, marks) for take, job, marks in planned}
+    return [Acquired(found[t.row.name][0], t.record, now, found[t.row.name][1]) for t in recorded]
 
 
-@dataclass
-class _Plan:
-    job: Job
-    row: lease.LeaseRow
-    slot: datetime
-    missed: int
-    next_run_at: datetime
-
-
-def _plan(bases: dict[str, Job], due: list[lease.DueInstance], now: datetime) -> list[_Plan]:
-    """Each claimed row's job, slot and next fire time; invalid instances are paused."""
-    plans = []
+def _plan(
+    bases: dict[str, Job], due: list[lease.DueInstance], now: datetime, owner: str
+) -> list[tuple[lease.Take, Job, dict[str, WatermarkValue]]]:
+    """Each claimed row's lease to take (its slot, next fire time and record), its job and
+    its watermarks; invalid instances are paused instead."""
+    planned = []
     for item in due:
         job = instance_job(bases[item.instance.job], item.instance)
         if job.schedule is None:
@@ -244,61 +236,11 @@ def _plan(bases: dict[str, Job], due: list[lease.DueInstance], now: datetime) ->
             )
             continue
         slot, missed = _slot(job, item.row, now)
-        plans.append(_Plan(job, item.row, slot, missed, job.valid_schedule.next_after(now)))
-    return plans
-
-
-def _record_batch(
-    plans: list[_Plan],
-    owner: str,
-    now: datetime,
-    watermarks: dict[str, dict[str, WatermarkValue]],
-) -> list[Acquired]:
-    """Insert the batch's run rows, in one statement; a slot recorded already (a run now
-    landed on it) is skipped, its lease released, as :func:`_acquire` skips it."""
-    alias = db.lease_db()
-    records = [
-        _new_record(
-            p.job, p.row.fence + 1, owner, now, p.slot, p.missed, watermarks.get(p.job.name, {})
-        )
-        for p in plans
-    ]
-    try:
-        with transaction.atomic(using=alias):
-            JobRun.objects.using(alias).bulk_create(records)
-        kept = list(zip(plans, records, strict=True))
-    except IntegrityError:
-        kept = []
-        for plan, record in zip(plans, records, strict=True):
-            try:
-                with transaction.atomic(using=alias):
-                    record.save(using=alias, force_insert=True)
-                kept.append((plan, record))
-            except IntegrityError:
-                lease.end(plan.job.name, plan.row.fence + 1, succeeded_at=None, failed=False)
-                logger.warning(
-                    "slot %s of %s is already recorded; skipped",
-                    plan.slot.isoformat(),
-                    plan.job.name,
-                    extra={"event": "slot_skipped", "job": plan.job.name},
-                )
-    for plan, record in kept:
-        if record.outcome == Outcome.MISSED:
-            lease.end(plan.job.name, record.fence, succeeded_at=None, failed=False)
-    return [
-        Acquired(plan.job, record, now, watermarks.get(plan.job.name, {})) for plan, record in kept
-    ]
-
-
-def _watermarks_of(names: list[str], alias: str) -> dict[str, dict[str, WatermarkValue]]:
-    """The watermarks of these jobs as committed, by job and key: one query."""
-    found: dict[str, dict[str, WatermarkValue]] = {}
-    rows = Watermark.objects.using(alias).filter(job__in=names)
-    for job, key, position, cursor in rows.values_list("job", "key", "position", "cursor"):
-        value = position if position is not None else cursor
-        if value is not None:
-            found.setdefault(job, {})[key] = value
-    return found
+        record = _new_record(job, item.row.fence + 1, owner, now, slot, missed, item.watermarks)
+        next_run_at = job.valid_schedule.next_after(now)
+        take = lease.Take(item.row, next_run_at, now + job.lease_ttl, record)
+        planned.append((take, job, item.watermarks))
+    return planned
 
 
 def _watermarks(job: Job, alias: str) -> dict[str, WatermarkValue]:
