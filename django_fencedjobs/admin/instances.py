@@ -593,17 +593,7 @@ class JobInstanceAdmin(_ModelAdmin):
     def schedule(self, instance: JobInstance) -> SafeString:
         """The expression (or interval) and its zone; in words below, when it parses."""
         what = instance.cron or f"every {instance.every}"
-        try:
-            words = describe_schedule(
-                Schedule(
-                    cron=instance.cron or None,
-                    every=instance.every,
-                    timezone=instance.timezone,
-                    jitter=instance.jitter,
-                )
-            )
-        except (ScheduleError, TypeError):
-            words = instance.timezone
+        words = _words(instance.cron, instance.every, instance.timezone, instance.jitter)
         return format_html('<code>{}</code><span class="fj-sub">{}</span>', what, words)
 
     @admin.display(description=_("next run"))
@@ -824,6 +814,17 @@ def _to_change(
 def _listed(names: list[str], shown: int = 10) -> str:
     more = len(names) - shown
     return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+@functools.lru_cache(maxsize=1024)
+def _words(cron: str, every: timedelta | None, timezone: str, jitter: timedelta) -> str:
+    """A schedule in words with its zone (its zone alone when it does not parse): cached,
+    since a page of instances shares a few schedules."""
+    try:
+        schedule = Schedule(cron=cron or None, every=every, timezone=timezone, jitter=jitter)
+    except (ScheduleError, TypeError):
+        return timezone
+    return describe_schedule(schedule)
 
 
 def _zone(name: str) -> tzinfo:
