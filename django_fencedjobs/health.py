@@ -408,7 +408,7 @@ def instance_summaries(healths: Iterable[JobHealth]) -> list[InstanceSummary]:
     the states of those in ``healths`` (:func:`all_health`'s list)."""
     listed: dict[str, dict[str, int]] = {}
     for h in healths:
-        if h.job is not None and h.job.parent is not None and h.state != State.PAUSED:
+        if h.job is not None and h.job.parent is not None:
             states = listed.setdefault(h.job.parent, {})
             states[h.state] = states.get(h.state, 0) + 1
     rows = (
@@ -498,8 +498,8 @@ def _may_not_be_ok(now: datetime, settings: Any) -> Q:
     troubled_tasks = RunTask.objects.filter(
         status__in=[*UNFINISHED_TASK, TaskStatus.FAILED], run__scheduled_for__gt=period
     )
-    return (
-        Q(paused=True, instance__enabled=True)  # enabled but paused: invalid
+    return Q(instance__enabled=True) & (  # a disabled one is counted, never listed
+        Q(paused=True)  # enabled but paused: invalid, or paused by an operator
         | Q(consecutive_failures__gt=0)
         | Q(late_after__isnull=True, paused=False)
         | Q(late_after__lt=now, paused=False)

@@ -740,6 +740,97 @@ def end(
     return JobLease.objects.using(lease_db()).filter(name=name, fence=fence).update(**changes) == 1
 
 
+@dataclass(frozen=True)
+class Ended:
+    """What :func:`end_run` recorded: whether the lease was still the run's (released), and
+    what the run's row now says."""
+
+    released: bool
+    outcome: str
+    error: str
+    finished_at: datetime
+    items: int
+    batches: int
+    watermark_after: str
+
+
+def end_run(
+    name: str,
+    fence: int,
+    run_pk: int,
+    *,
+    outcome: str,
+    error: str,
+    capped: bool,
+    loose_items: int,
+    succeeded_at: datetime | None,
+    late_after: datetime | None,
+    finished_at: datetime | None,
+) -> Ended | None:
+    """PostgreSQL: :func:`end` and the run's row in one statement (None when the run was
+    recorded already, by its supervisor or a successor's takeover).
+
+    The lease row first, then the run's, as every path that locks both (so a finishing run
+    and its successor cannot deadlock): the run's row moves from running (or abandoned) to
+    ``outcome`` only, never from an outcome already recorded. A run that timed out after a
+    successor had taken its lease over (the lease was not released) is recorded
+    ``fence_lost``: being paused or slow past its lease is what ended it. ``finished_at``
+    None: the database's clock. Returns what the row says, items, batches and watermark
+    included, as the run's own transactions committed them.
+    """
+    connection = connections[lease_db()]
+    run_table = connection.ops.quote_name(JobRun._meta.db_table)
+    failed = outcome in {Outcome.FAILED, Outcome.TIMED_OUT}
+    timed_out = outcome == Outcome.TIMED_OUT
+    with connection.cursor() as cursor:
+        _load_instants_in_c(connection, cursor)
+        cursor.execute(
+            # The lease row first, the run's row only then: `lease` is counted in full
+            # (its UPDATE done, waiting for the lease row if need be) before the run's row
+            # can be updated, and so locked; a data-modifying CTE nobody reads would run
+            # after the main statement instead.
+            "WITH released AS ("
+            f" UPDATE {_table(connection)} SET fence = fence + 1, lease_until = %s, owner = '',"
+            "  last_success_at = COALESCE(%s, last_success_at),"
+            "  consecutive_failures = CASE WHEN %s::timestamptz IS NOT NULL THEN 0"
+            "   WHEN %s THEN consecutive_failures + 1 ELSE consecutive_failures END,"
+            "  late_after = COALESCE(%s, late_after)"
+            "  WHERE name = %s AND fence = %s RETURNING 1),"
+            " lease AS (SELECT count(*) = 1 AS released FROM released)"
+            f" UPDATE {run_table} AS run SET"
+            "  outcome = CASE WHEN %s AND NOT lease.released THEN %s ELSE %s END,"
+            "  error = CASE WHEN %s AND NOT lease.released THEN %s ELSE %s END,"
+            "  finished_at = COALESCE(%s, clock_timestamp()), capped = %s,"
+            "  items = run.items + %s"
+            " FROM lease WHERE run.id = %s AND run.outcome IN (%s, %s)"
+            " RETURNING lease.released, run.outcome, run.error, run.finished_at, run.items,"
+            "  run.batches, run.watermark_after",
+            [
+                LEASE_FREE,
+                succeeded_at,
+                succeeded_at,
+                failed,
+                late_after,
+                name,
+                fence,
+                timed_out,
+                Outcome.FENCE_LOST,
+                outcome,
+                timed_out,
+                outcomes.fence_lost(fence),
+                error,
+                finished_at,
+                capped,
+                loose_items,
+                run_pk,
+                Outcome.RUNNING,
+                Outcome.ABANDONED,
+            ],
+        )
+        row = cursor.fetchone()
+    return Ended(*row) if row is not None else None
+
+
 # -- the handler's transaction ------------------------------------------------------------
 
 

@@ -223,3 +223,16 @@ def test_an_instance_deleted_while_it_runs_writes_nothing_more_and_its_run_is_ke
     assert JobRun.objects.filter(job="t.del[a]").count() == 1
     assert not JobLease.objects.filter(name="t.del[a]").exists()
     assert not JobInstance.objects.exists()
+
+
+def test_an_instance_paused_by_an_operator_is_listed_and_not_counted_ok(jobs):
+    from django_fencedjobs import health, operations
+
+    digest = _declare_digest()
+    digest.instances.upsert("a", every=timedelta(minutes=1), kwargs={"tenant_id": 1})
+    digest.instances.upsert("b", every=timedelta(minutes=1), kwargs={"tenant_id": 2})
+    operations.set_paused("t.digest[a]", True)
+    healths = health.all_health()
+    assert {h.name: h.state for h in healths} == {"t.digest[a]": "paused"}
+    (summary,) = health.instance_summaries(healths)
+    assert (summary.total, summary.disabled, summary.ok) == (2, 0, 1)
