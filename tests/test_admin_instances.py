@@ -492,3 +492,54 @@ def test_the_list_costs_the_same_queries_for_few_instances_or_many(digest, super
             f"tenant-{i:03d}", every=timedelta(hours=1), kwargs={"tenant_id": i}
         )
     assert queries() == few
+
+
+def test_the_jobs_page_lists_the_jobs_declared_with_a_schedule_not_the_instances(
+    digest, superuser_client
+):
+    digest.instances.upsert("tenant-42", cron="0 8 * * *", kwargs={"tenant_id": 42})
+    loop.tick()  # the hourly job's row
+    html = superuser_client.get(reverse("admin:fencedjobs_joblease_changelist")).content.decode()
+    assert "t.hourly" in html
+    assert "tenant-42" not in html
+
+
+def test_the_run_list_offers_no_instance_as_a_job_to_filter_by_unless_chosen(
+    digest, superuser_client
+):
+    for n in range(3):
+        digest.instances.upsert(f"tenant-{n}", cron="0 8 * * *", kwargs={"tenant_id": n})
+    runs = reverse("admin:fencedjobs_jobrun_changelist")
+    html = superuser_client.get(runs).content.decode()
+    assert "tenant-1" not in html
+    chosen = superuser_client.get(runs, {"job": "t.digest[tenant-1]"}).content.decode()
+    assert "t.digest[tenant-1]" in chosen
+    assert "tenant-2" not in chosen
+
+
+@pytest.mark.postgres_only
+def test_saving_while_a_run_holds_the_lease_row_says_so_and_changes_nothing(
+    digest, superuser_client
+):
+    from django.db import connections
+
+    instance = digest.instances.upsert("tenant-42", cron="0 8 * * *", kwargs={"tenant_id": 42})
+    holder = connections.create_connection("default")
+    holder.set_autocommit(False)
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute(
+                "SELECT 1 FROM fencedjobs_joblease WHERE name = %s FOR UPDATE",
+                ["t.digest[tenant-42]"],
+            )
+        # Waits db.LOCK_WAIT (2 s), then gives up.
+        response = superuser_client.post(
+            change_url(instance), form_data(cron="30 9 * * *"), follow=True
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    assert response.status_code == 200
+    assert "a run of this instance holds its lease row" in response.content.decode()
+    instance.refresh_from_db()
+    assert instance.cron == "0 8 * * *"

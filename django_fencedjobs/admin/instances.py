@@ -38,7 +38,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, Validatio
 from django.core.paginator import Paginator
 from django.db import DatabaseError
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
@@ -564,6 +564,31 @@ class JobInstanceAdmin(_ModelAdmin):
         js = ("fencedjobs/instance_preview.js",)
 
     # -- the form ----------------------------------------------------------------------------
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """Saving waits for the instance's lease row a bounded time (a run of it inside a
+        fenced transaction holds it): past that, nothing is saved, and the form says so
+        and comes back, instead of an error page."""
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except DatabaseError as exc:
+            if not db.is_lock_timeout(exc):
+                raise
+            self.message_user(
+                request,
+                _(
+                    "Not saved: a run of this instance holds its lease row right now (inside "
+                    "a fenced transaction). Nothing was changed; try again in a moment."
+                ),
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(request.get_full_path())
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         """The job and key are the instance's identity (its name, ``job[key]``, is its

@@ -183,11 +183,20 @@ class JobLeaseAdmin(_ModelAdmin):
         and the ordering."""
         now = self._record_first_sightings(request)
         healths = {h.name: h for h in health.all_health(now=now)}
-        rows = self.model._default_manager.get_queryset().annotate(
-            **{
-                STATE: _per_job({n: h.state.value for n, h in healths.items()}, "", CharField()),
-                RANK: _per_job({n: h.severity.rank for n, h in healths.items()}, 2, IntegerField()),
-            }
+        # The jobs declared with a schedule; instances have a page of their own.
+        rows = (
+            self.model._default_manager.get_queryset()
+            .filter(instance__isnull=True)
+            .annotate(
+                **{
+                    STATE: _per_job(
+                        {n: h.state.value for n, h in healths.items()}, "", CharField()
+                    ),
+                    RANK: _per_job(
+                        {n: h.severity.rank for n, h in healths.items()}, 2, IntegerField()
+                    ),
+                }
+            )
         )
         ordering = self.get_ordering(request)
         if ordering:

@@ -57,14 +57,21 @@ TASK_SUMMARY = (
 
 class JobNameFilter(admin.SimpleListFilter):
     """Job names from the lease rows (one per job) and the registry, never a
-    ``SELECT DISTINCT`` over the runs."""
+    ``SELECT DISTINCT`` over the runs. Instances are not listed (there may be 100,000 of
+    them): an instance's runs are reached from its page (``?job=job[key]``), and the
+    instance chosen so is listed."""
 
     title = _("job")
     parameter_name = "job"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        recorded = JobLease.objects.using(db.lease_db()).values_list("name", flat=True)
-        names = sorted({*recorded, *registry.names()})
+        recorded = (
+            JobLease.objects.using(db.lease_db())
+            .filter(instance__isnull=True)
+            .values_list("name", flat=True)
+        )
+        chosen = [self.value()] if self.value() else []
+        names = sorted({*recorded, *registry.names(), *chosen})
         return [(name, name) for name in names]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> QuerySet[JobRun]:
