@@ -70,7 +70,8 @@ class JobNameFilter(admin.SimpleListFilter):
             .filter(instance__isnull=True)
             .values_list("name", flat=True)
         )
-        chosen = [self.value()] if self.value() else []
+        value = self.value()
+        chosen = [value] if value else []
         names = sorted({*recorded, *registry.names(), *chosen})
         return [(name, name) for name in names]
 
