@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django_fencedjobs import manual
+from django_fencedjobs import instances, manual
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobRun
 from django_fencedjobs.registry import Job, registry
@@ -42,6 +42,10 @@ def _resolve(job: str | Job | Callable[..., Any]) -> Job:
     if isinstance(job, Job):
         return job
     if isinstance(job, str):
+        if job not in registry:
+            found = instances.resolve(job)  # an instance, by its name job[key]
+            if found is not None:
+                return found
         return registry.get(job)
     declared = getattr(job, "job", None)
     if not isinstance(declared, Job):

@@ -236,3 +236,13 @@ def test_an_instance_paused_by_an_operator_is_listed_and_not_counted_ok(jobs):
     assert {h.name: h.state for h in healths} == {"t.digest[a]": "paused"}
     (summary,) = health.instance_summaries(healths)
     assert (summary.total, summary.disabled, summary.ok) == (2, 0, 1)
+
+
+def test_an_instance_runs_now_from_a_test_by_its_name(jobs):
+    from django_fencedjobs.testing import run_job_now
+
+    digest = _declare_digest()
+    digest.instances.upsert("a", cron="0 12 * * *", kwargs={"tenant_id": 9})
+    record = run_job_now("t.digest[a]")
+    assert record.outcome == Outcome.SUCCEEDED
+    assert CALLS == [("t.digest[a]", {"tenant_id": 9, "greeting": "hi"})]

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from django.db import DatabaseError, connections, router, transaction
 from django.dispatch import receiver
 
-from django_fencedjobs import clock, db, lease
+from django_fencedjobs import clock, db, instances, lease
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import FenceLost, NotInRun
 from django_fencedjobs.fencing import (
@@ -435,7 +435,8 @@ class TaskFence:
 
     def check_fence(self, connection: BaseDatabaseWrapper) -> None:
         name, fence = self._resolve()
-        ttl = registry.get(name).lease_ttl if name in registry else DEFAULT_LEASE_TTL
+        declared = _declared(name)
+        ttl = declared.lease_ttl if declared is not None else DEFAULT_LEASE_TTL
         if not lease.lock_task_fence(connection, name, fence, ttl=ttl):
             raise FenceLost(
                 f"job {name!r}: a later run has been granted the lease since the run (fence "
@@ -519,8 +520,18 @@ def _after_task(task_result: TaskResult[Any, Any]) -> None:
     except (DatabaseError, RunTask.DoesNotExist):
         logger.warning("could not read the tasks of task %s's run", task_result.id, exc_info=True)
         return
-    job = registry.get(record.job) if record.job in registry else None
+    job = registry.get(record.job) if record.job in registry else instances.resolve(record.job)
     signals.send(signals.run_tasks_finished, job=job, record=record, failed=failed)
+
+
+def _declared(name: str) -> Job | None:
+    """The job declared as ``name``, or the one ``name`` is an instance of (its options,
+    ``lease_ttl`` among them, are its instances')."""
+    parsed = instances.parse_name(name)
+    for candidate in (name, parsed[0] if parsed else None):
+        if candidate is not None and candidate in registry:
+            return registry.get(candidate)
+    return None
 
 
 def _report(task_result: TaskResult[Any, Any], *, only: Iterable[str], **fields: Any) -> bool:
