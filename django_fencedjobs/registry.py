@@ -26,8 +26,9 @@ from django_fencedjobs.exceptions import JobDefinitionError, ScheduleError, Unkn
 from django_fencedjobs.schedule import Schedule
 
 #: A job's handler: called with the run's :class:`~django_fencedjobs.run.Run` (the run
-#: module depends on this one, not the other way round, so the type is not named here).
-Handler = Callable[[Any], Any]
+#: module depends on this one, not the other way round, so the type is not named here),
+#: and an instance's keyword arguments.
+Handler = Callable[..., Any]
 F = TypeVar("F", bound=Handler)
 Exclusion = Literal["lease", "advisory"]
 InstanceSeries = Literal["aggregated", "each"]
