@@ -10,6 +10,12 @@ per job and slot) and every slot of every job ran.
 
 Goal: p99 lateness <= 2 s.
 
+Then the same fleet over as many *instances* of one job (``@job(instances=True)``, each
+instance's own lease and fence), which the runners claim in batches (one transaction
+takes the leases and records the runs of as many due instances as they have free workers)
+and whose ends are one statement each: the fleet's CPU per run against the floor of (2)
+below, measured side by side in this run (goal: at most 1.5 times it).
+
 Side by side, the floor under it on this machine: the same number of runs' work done by
 as many processes and threads with no scheduler at all, (1) the handler's write alone, one
 transaction each, and (2) that write plus a start record committed before it and an end
@@ -66,7 +72,24 @@ def declare(jobs: int, every: timedelta) -> list[str]:
     return names
 
 
-def runner_process(smoke: bool, counts: Path) -> None:
+#: The job whose instances the second fleet runs (``bench.p7.instances[i000000]``, ...).
+INSTANCES = f"{PREFIX}instances"
+
+
+def declare_instances(every: timedelta) -> str:
+    """The job with instances of the second fleet: the same write as :func:`declare`'s."""
+    from bench.benchapp.models import Row
+    from django_fencedjobs import fenced_atomic, job
+
+    def handler(run: Any, *, tenant: int) -> None:
+        with fenced_atomic():
+            Row.objects.create(seq=int(run.scheduled_for.timestamp()), note=f"inst{tenant:06d}")
+
+    job(instances=True, name=INSTANCES, timeout=every / 2)(handler)
+    return INSTANCES
+
+
+def runner_process(smoke: bool, counts: Path, instances: bool) -> None:
     """One runner: the loop until SIGTERM; then the number of statements it sent."""
     from django.db import connections
 
@@ -74,7 +97,7 @@ def runner_process(smoke: bool, counts: Path) -> None:
     from django_fencedjobs.declared import runnable_jobs
 
     jobs, every, _ = sizes(smoke)
-    names = declare(jobs, every)
+    names = [declare_instances(every)] if instances else declare(jobs, every)
     statements = 0
 
     def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -185,19 +208,193 @@ def measure(smoke: bool) -> common.Report:
 
 
 def _measure(smoke: bool, cpu: common.CpuSampler) -> common.Report:
-    from django.db import connection
-
     from bench.benchapp.models import Row
     from django_fencedjobs import clock, declared
-    from django_fencedjobs.models import JobRun
     from django_fencedjobs.registry import registry
 
     jobs, every, seconds = sizes(smoke)
     common.clear_jobs(PREFIX)
+    common.drop_instances(INSTANCES)
     Row.objects.filter(note__startswith="job").delete()
+    Row.objects.filter(note__startswith="inst").delete()
     with registry.isolated():
         declare(jobs, every)
         declared.sync(declared.runnable_jobs(), clock.now())
+        declare_instances(every)
+        # Every instance at second 0 of the minute, no jitter: the same stampede.
+        common.make_instances(INSTANCES, jobs, cron="* * * * *")
+        if smoke:
+            # The smoke's slots are 5 s apart: an interval (each save moves its lease row).
+            from django_fencedjobs.models import JobInstance
+
+            for instance in JobInstance.objects.filter(job=INSTANCES):
+                instance.cron, instance.every = "", every
+                instance.save()
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(common.REPO), env.get("PYTHONPATH", "")) if p
+    )
+    floors, floor_cpu = floor(jobs, env, 1 if smoke else 3, cpu)
+    Row.objects.filter(note__startswith="floor").delete()
+    code = _fleet(False, smoke, env, cpu)
+    batched = _fleet(True, smoke, env, cpu)
+
+    report = common.Report("P7", "a fleet of 4 runners, every job due at the same instant")
+    report.add(
+        f"4 `runjobs` loops (default workers) over {jobs:,} jobs every "
+        f"{every.total_seconds():g} s, no jitter, one fenced insert per run, for "
+        f"{seconds:g} s; then the same over {jobs:,} instances of one job (claimed in "
+        "batches). Whole slots only."
+    )
+    report.add("")
+    header = [
+        "fleet over",
+        "runs",
+        "lateness p50",
+        "p99",
+        "max",
+        "runs/s while a slot drains",
+        "commits/run",
+        "statements/run",
+    ]
+    rows = [
+        [
+            label,
+            f"{f['runs']:,}",
+            f"{f['p50']:.2f} s",
+            f"{f['p99']:.2f} s",
+            f"{f['max']:.2f} s",
+            f"{f['runs_per_second']:.0f}",
+            f"{f['commits_per_run']:.2f}",
+            f"{f['statements_per_run']:.1f}",
+        ]
+        for label, f in (("jobs", code), ("instances", batched))
+    ]
+    for line in common.table(header, rows):
+        report.add(line)
+    report.add("")
+    for label, f in (("jobs", code), ("instances", batched)):
+        report.add(
+            f"Over {label}: runners taking part: {f['owners']}; runs missing from whole "
+            f"slots: {f['missing']}; slots coalesced: {f['coalesced']}; slots run twice: "
+            f"{f['doubled']}."
+        )
+    write_floor = common.summarize(floors["write"])
+    recorded_floor = common.summarize(floors["recorded"])
+    # CPU-milliseconds per run, the whole machine's (median of the samples).
+    write_cpu = 1000 * statistics.median(floor_cpu["write"])
+    recorded_cpu = 1000 * statistics.median(floor_cpu["recorded"])
+    report.add("")
+    report.add(
+        f"The floor on this machine: {jobs:,} runs' work by 4 processes of default workers "
+        "each, no scheduler, alternating samples (seconds from the first start to the last "
+        "end):"
+    )
+    report.add("")
+    table = [
+        [
+            "the handler's write alone (1 commit per run)",
+            write_floor.fmt(".2f"),
+            "1",
+            f"{write_cpu:.2f}",
+            "-",
+        ],
+        [
+            "with a start and an end record (3 commits per run)",
+            recorded_floor.fmt(".2f"),
+            f"{recorded_floor.median / write_floor.median:.2f}",
+            f"{recorded_cpu:.2f}",
+            "1",
+        ],
+    ]
+    for label, f in (("jobs", code), ("instances", batched)):
+        table.append(
+            [
+                f"the fleet over {label}: a slot drained (median, start of the last run)",
+                f"{f['slot_drain']:.2f}",
+                f"{f['slot_drain'] / write_floor.median:.2f}",
+                f"{f['cpu_ms_per_run']:.2f}",
+                f"{f['cpu_ms_per_run'] / recorded_cpu:.2f}",
+            ]
+        )
+    for line in common.table(
+        ["the work of a slot", "seconds", "vs the write alone", "CPU ms per run", "vs (2)"],
+        table,
+    ):
+        report.add(line)
+    cores = cpu.cores
+    report.add("")
+    report.add(
+        f"*CPU ms per run* is the whole machine's busy CPU time (every process: the "
+        f"runners, PostgreSQL, the rest; from `/proc/stat`) while the slot's work was "
+        f"done, per run. This machine has {cores} core(s): a slot of {jobs:,} runs "
+        f"cannot drain in less than its runs' CPU time shared among {cores} core(s): "
+        f"{jobs * write_cpu / 1000 / cores:.2f} s for the write alone, "
+        f"{jobs * recorded_cpu / 1000 / cores:.2f} s with each run's start and end "
+        f"committed, {jobs * code['cpu_ms_per_run'] / 1000 / cores:.2f} s at the cost of "
+        f"the fleet over jobs, {jobs * batched['cpu_ms_per_run'] / 1000 / cores:.2f} s over "
+        "instances. The runner processes' own share, per run (their CPU time from the first "
+        f"tick to the stop, idle ticks included): {code['runner_cpu_ms_per_run']:.2f} ms "
+        f"over jobs, {batched['runner_cpu_ms_per_run']:.2f} ms over instances."
+    )
+    report.figures.update(
+        floor_write=write_floor.median,
+        floor_recorded=recorded_floor.median,
+        cpu_ms_per_run_write=write_cpu,
+        cpu_ms_per_run_recorded=recorded_cpu,
+        cpu_ms_per_run_fleet=code["cpu_ms_per_run"],
+        cpu_ms_per_run_instances=batched["cpu_ms_per_run"],
+        runner_cpu_ms_per_run=code["runner_cpu_ms_per_run"],
+        runner_cpu_ms_per_run_instances=batched["runner_cpu_ms_per_run"],
+        slot_drain=code["slot_drain"],
+        slot_drain_instances=batched["slot_drain"],
+        p50=code["p50"],
+        p99=code["p99"],
+        p99_instances=batched["p99"],
+        commits_per_run=code["commits_per_run"],
+        commits_per_run_instances=batched["commits_per_run"],
+        statements_per_run=code["statements_per_run"],
+        statements_per_run_instances=batched["statements_per_run"],
+        runs_per_second=code["runs_per_second"],
+        runs_per_second_instances=batched["runs_per_second"],
+    )
+    for label, f in (("jobs", code), ("instances", batched)):
+        report.goal(f"slots run twice, over {label}", "0", str(f["doubled"]), f["doubled"] == 0)
+        lost = f["missing"] + f["coalesced"]
+        report.goal(f"every slot run, over {label}", "0 missing", str(lost), lost == 0)
+    report.goal("p99 lateness, over jobs", "≤ 2 s", f"{code['p99']:.2f} s", code["p99"] <= 2.0)
+    report.goal(
+        "p99 lateness, over instances",
+        "≤ 2 s",
+        f"{batched['p99']:.2f} s",
+        batched["p99"] <= 2.0,
+    )
+    for label, f in (("jobs", code), ("instances", batched)):
+        ratio = f["cpu_ms_per_run"] / recorded_cpu
+        report.goal(
+            f"CPU per run over {label}, against the floor with start and end recorded",
+            "≤ 1.5",
+            f"{ratio:.2f} ({f['cpu_ms_per_run']:.2f} ms against {recorded_cpu:.2f} ms)",
+            ratio <= 1.5,
+        )
+    return report
+
+
+def _fleet(
+    instances: bool, smoke: bool, env: dict[str, str], cpu: common.CpuSampler
+) -> dict[str, Any]:
+    """Run the fleet (4 runner processes) over the jobs, or over the instances, for the
+    benchmark's duration; what it did, from the run records and the runners' counts."""
+    from django.db import connection
+
+    from bench.benchapp.models import Row
+    from django_fencedjobs import clock
+    from django_fencedjobs.models import JobRun
+
+    jobs, _, seconds = sizes(smoke)
+    prefix = f"{INSTANCES}[" if instances else f"{PREFIX}job"
+    note = "inst" if instances else "job"
 
     def commits() -> int:
         with connection.cursor() as cursor:
@@ -206,12 +403,6 @@ def _measure(smoke: bool, cpu: common.CpuSampler) -> common.Report:
             )
             return int(cursor.fetchone()[0])
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(common.REPO), env.get("PYTHONPATH", "")) if p
-    )
-    floors, floor_cpu = floor(jobs, env, 1 if smoke else 3, cpu)
-    Row.objects.filter(note__startswith="floor").delete()
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     count_files = [tmp / f"p7-statements-{os.getpid()}-{n}.json" for n in range(4)]
     argv = [sys.executable, "-m", "bench.p7_fleet", "--runner", "--counts"]
@@ -219,7 +410,14 @@ def _measure(smoke: bool, cpu: common.CpuSampler) -> common.Report:
     before = commits()
     procs = [
         subprocess.Popen(
-            [*argv, str(path), *(["--smoke"] if smoke else [])], cwd=common.REPO, env=env
+            [
+                *argv,
+                str(path),
+                *(["--smoke"] if smoke else []),
+                *(["--instances"] if instances else []),
+            ],
+            cwd=common.REPO,
+            env=env,
         )
         for path in count_files
     ]
@@ -238,7 +436,7 @@ def _measure(smoke: bool, cpu: common.CpuSampler) -> common.Report:
         path.unlink(missing_ok=True)
 
     runs = list(
-        JobRun.objects.filter(job__startswith=PREFIX, scheduled_for__gt=started).values_list(
+        JobRun.objects.filter(job__startswith=prefix, scheduled_for__gt=started).values_list(
             "job", "scheduled_for", "started_at", "outcome", "missed_slots", "owner"
         )
     )
@@ -247,7 +445,7 @@ def _measure(smoke: bool, cpu: common.CpuSampler) -> common.Report:
     whole = slots[1:-1] if len(slots) > 2 else slots
     measured = [r for r in runs if r[1] in whole]
     late = [(r[2] - r[1]).total_seconds() for r in measured if r[2] is not None]
-    per_slot = {}
+    per_slot: dict[Any, list[Any]] = {}
     for _, slot, started_at, *_ in measured:
         if started_at is not None:
             per_slot.setdefault(slot, []).append(started_at)
@@ -263,124 +461,34 @@ def _measure(smoke: bool, cpu: common.CpuSampler) -> common.Report:
         cpu.busy(slot.timestamp(), max(starts).timestamp()) / len(starts)
         for slot, starts in per_slot.items()
     ]
-    missing = len(whole) * jobs - len(measured)
-    coalesced = sum(r[4] for r in measured)
-    rows = list(Row.objects.filter(note__startswith="job").values_list("note", "seq").order_by())
-    doubled = len(rows) - len(set(rows))
-    owners = {r[5].rsplit(":", 1)[-1] for r in measured}
+    rows = list(Row.objects.filter(note__startswith=note).values_list("note", "seq").order_by())
     total_runs = len(runs)
-
-    p50 = common.percentile(late, 50) if late else float("nan")
-    p99 = common.percentile(late, 99) if late else float("nan")
-    report = common.Report("P7", "a fleet of 4 runners, every job due at the same instant")
-    report.add(
-        f"4 `runjobs` loops (default workers) over {jobs:,} jobs every "
-        f"{every.total_seconds():g} s, no jitter, one fenced insert per run, for "
-        f"{seconds:g} s: {total_runs:,} runs; {len(whole)} whole slot(s) measured."
-    )
-    report.add("")
-    for line in common.table(
-        [
-            "lateness p50",
-            "p99",
-            "max",
-            "runs/s while a slot drains",
-            "commits/run",
-            "statements/run",
-        ],
-        [
-            [
-                f"{p50:.2f} s",
-                f"{p99:.2f} s",
-                f"{max(late, default=0):.2f} s",
-                f"{common.percentile(drain, 50):.0f}" if drain else "-",
-                f"{(after - before) / max(total_runs, 1):.2f}",
-                f"{statements / max(total_runs, 1):.1f}",
-            ]
-        ],
-    ):
-        report.add(line)
-    report.add("")
-    report.add(
-        f"Runners taking part: {len(owners)}. Runs missing from whole slots: {missing}; "
-        f"slots coalesced: {coalesced}; slots run twice: {doubled}."
-    )
-    write_floor = common.summarize(floors["write"])
-    recorded_floor = common.summarize(floors["recorded"])
-    fleet = common.percentile(drain_seconds, 50) if drain_seconds else float("nan")
-    # CPU-milliseconds per run, the whole machine's (median of the samples).
-    write_cpu = 1000 * statistics.median(floor_cpu["write"])
-    recorded_cpu = 1000 * statistics.median(floor_cpu["recorded"])
-    fleet_cpu = 1000 * statistics.median(drain_cpu) if drain_cpu else float("nan")
-    report.add("")
-    report.add(
-        f"The floor on this machine: {jobs:,} runs' work by 4 processes of default workers "
-        "each, no scheduler, alternating samples (seconds from the first start to the last "
-        "end):"
-    )
-    report.add("")
-    for line in common.table(
-        ["the work of a slot", "seconds", "vs the write alone", "CPU ms per run"],
-        [
-            [
-                "the handler's write alone (1 commit per run)",
-                write_floor.fmt(".2f"),
-                "1",
-                f"{write_cpu:.2f}",
-            ],
-            [
-                "with a start and an end record (3 commits per run)",
-                recorded_floor.fmt(".2f"),
-                f"{recorded_floor.median / write_floor.median:.2f}",
-                f"{recorded_cpu:.2f}",
-            ],
-            [
-                "the fleet: a slot drained (median, start of the last run)",
-                f"{fleet:.2f}",
-                f"{fleet / write_floor.median:.2f}",
-                f"{fleet_cpu:.2f}",
-            ],
-        ],
-    ):
-        report.add(line)
-    cores = cpu.cores
-    report.add("")
-    report.add(
-        f"*CPU ms per run* is the whole machine's busy CPU time (every process: the "
-        f"runners, PostgreSQL, the rest; from `/proc/stat`) while the slot's work was "
-        f"done, per run. This machine has {cores} core(s): a slot of {jobs:,} runs "
-        f"cannot drain in less than its runs' CPU time shared among {cores} core(s): "
-        f"{jobs * write_cpu / 1000 / cores:.2f} s for the write alone, "
-        f"{jobs * recorded_cpu / 1000 / cores:.2f} s with each run's start and end "
-        f"committed, {jobs * fleet_cpu / 1000 / cores:.2f} s at the fleet's cost. "
-        f"The runner processes' own share: {1000 * runner_cpu / max(total_runs, 1):.2f} "
-        "CPU ms per run (their CPU time from the first tick to the stop, idle ticks "
-        "included, over every run they made)."
-    )
-    report.figures.update(
-        floor_write=write_floor.median,
-        floor_recorded=recorded_floor.median,
-        cpu_ms_per_run_write=write_cpu,
-        cpu_ms_per_run_recorded=recorded_cpu,
-        cpu_ms_per_run_fleet=fleet_cpu,
-        runner_cpu_ms_per_run=1000 * runner_cpu / max(total_runs, 1),
-        slot_drain=fleet,
-        p50=p50,
-        p99=p99,
-        commits_per_run=(after - before) / max(total_runs, 1),
-        statements_per_run=statements / max(total_runs, 1),
-        runs_per_second=common.percentile(drain, 50) if drain else 0.0,
-    )
-    report.goal("slots run twice", "0", str(doubled), doubled == 0)
-    report.goal("every slot run", "0 missing", str(missing + coalesced), missing + coalesced == 0)
-    report.goal("p99 lateness", "≤ 2 s", f"{p99:.2f} s", p99 <= 2.0)
-    return report
+    return {
+        "runs": total_runs,
+        "p50": common.percentile(late, 50) if late else float("nan"),
+        "p99": common.percentile(late, 99) if late else float("nan"),
+        "max": max(late, default=0.0),
+        "runs_per_second": common.percentile(drain, 50) if drain else 0.0,
+        "slot_drain": common.percentile(drain_seconds, 50) if drain_seconds else float("nan"),
+        "cpu_ms_per_run": 1000 * statistics.median(drain_cpu) if drain_cpu else float("nan"),
+        "runner_cpu_ms_per_run": 1000 * runner_cpu / max(total_runs, 1),
+        "commits_per_run": (after - before) / max(total_runs, 1),
+        "statements_per_run": statements / max(total_runs, 1),
+        "missing": len(whole) * jobs - len(measured),
+        "coalesced": sum(r[4] for r in measured),
+        "doubled": len(rows) - len(set(rows)),
+        "owners": len({r[5].rsplit(":", 1)[-1] for r in measured}),
+    }
 
 
 if __name__ == "__main__":
     if "--runner" in sys.argv:
         common.setup_django()
-        runner_process("--smoke" in sys.argv, Path(sys.argv[sys.argv.index("--counts") + 1]))
+        runner_process(
+            "--smoke" in sys.argv,
+            Path(sys.argv[sys.argv.index("--counts") + 1]),
+            instances="--instances" in sys.argv,
+        )
     elif "--floor" in sys.argv:
         common.setup_django()
         mode, count, go, out = sys.argv[sys.argv.index("--floor") + 1 :]
