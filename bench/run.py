@@ -5,11 +5,12 @@ all of them.
         [--smoke] [--only P1,P3] [--output HISTORY] [--summary PAGE]
 
 Creates a database of its own on the ``DATABASE_URL`` server (dropped at the end), runs
-the ceiling, P1 ... P9 (see each module's docstring), prints every figure as it comes,
-then adds the run's section (machine, versions, the command, a table of the goals, each
-benchmark's figures) at the top of ``docs/benchmarks-history.md`` and rewrites the current
-figures of ``docs/benchmarks.md`` from that history (``bench/results.py``). ``--smoke``
-runs every benchmark at tiny sizes to show that it works (the test suite does that); its
+the ceiling, P1 ... P13 (see each module's docstring; P11, about 20 minutes, only when
+``--only`` names it), prints every figure as it comes, then adds the run's section
+(machine, versions, the command, a table of the goals, each benchmark's figures) at the top
+of ``docs/benchmarks-history.md`` and rewrites the current figures of
+``docs/benchmarks.md`` from that history (``bench/results.py``). ``--smoke`` runs every
+benchmark at tiny sizes to show that it works (the test suite does that); its
 figures mean nothing, and it writes nothing unless ``--output`` is given. Exits non-zero
 if a benchmark failed to run (a missed goal is reported, not an error).
 """
@@ -43,8 +44,16 @@ MODULES = [
     ("P7", "bench.p7_fleet"),
     ("P8", "bench.p8_tasks"),
     ("P9", "bench.p9_run_cost"),
+    ("P10", "bench.p10_idle_instances"),
+    ("P13", "bench.p13_edit"),
+    ("P11", "bench.p11_population"),
+    ("P12", "bench.p12_admin_instances"),
     ("P5", "bench.p5_admin"),
 ]
+
+#: Run only when named by ``--only`` (or at smoke sizes): P11's two populations take about
+#: 20 minutes.
+NAMED_ONLY = {"P11"}
 
 
 def run_module(module: str, *, smoke: bool) -> common.Report:
@@ -103,11 +112,18 @@ def against_ceiling(reports: dict[str, common.Report]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs")
-    parser.add_argument("--only", help="comma-separated: Ceiling,P1,...,P9")
+    parser.add_argument(
+        "--only",
+        help="comma-separated: Ceiling,P1,...,P13 (P11 runs only when named here)",
+    )
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     wanted = {k.strip().lower() for k in args.only.split(",")} if args.only else None
-    selected = [(k, m) for k, m in MODULES if wanted is None or k.lower() in wanted]
+    selected = [
+        (k, m)
+        for k, m in MODULES
+        if (k.lower() in wanted if wanted is not None else k not in NAMED_ONLY or args.smoke)
+    ]
     if not selected:
         parser.error(f"--only {args.only!r} names none of {', '.join(k for k, _ in MODULES)}")
 

@@ -12,7 +12,23 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-KEYS = ["Ceiling", "P1", "P2", "P3", "P4", "P4L", "P5", "P6", "P7", "P8", "P9"]
+KEYS = [
+    "Ceiling",
+    "P1",
+    "P2",
+    "P3",
+    "P4",
+    "P4L",
+    "P5",
+    "P6",
+    "P7",
+    "P8",
+    "P9",
+    "P10",
+    "P11",
+    "P12",
+    "P13",
+]
 
 
 @pytest.mark.postgres_only
@@ -31,7 +47,7 @@ def test_every_benchmark_runs_at_smoke_sizes(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=420,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
@@ -41,4 +57,7 @@ def test_every_benchmark_runs_at_smoke_sizes(tmp_path):
     assert "FAILED TO RUN" not in text
     # P2 asserts exactly-once processing itself; the count it prints must be zero.
     assert "items processed twice | 0 | 0 | met |" in text
+    # P11's runner processes over instances: no slot run twice, no two runs overlapping.
+    assert "hourly: slots run twice, overlapping runs | 0 | 0, 0 | met |" in text
+    assert "every 5 minutes: slots run twice, overlapping runs | 0 | 0, 0 | met |" in text
     assert "- command: `" in text and "- PostgreSQL 1" in text

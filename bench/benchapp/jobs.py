@@ -14,9 +14,7 @@ from .models import Row
 DIGEST = "bench.digest"
 
 
-# An instance's handler takes its arguments by keyword: not a one-argument callable for
-# mypy, which the decorator's type asks for.
-@job(instances=True, name=DIGEST, timeout=timedelta(minutes=1))  # type: ignore[type-var]
+@job(instances=True, name=DIGEST, timeout=timedelta(minutes=1))
 def digest(run: Any, *, tenant: int) -> None:
     with fenced_atomic():
         Row.objects.create(seq=int(run.scheduled_for.timestamp()), note=run.job.key)
