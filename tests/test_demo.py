@@ -1,9 +1,11 @@
 """``make demo``, end to end: the real demo command (``manage.py demo``, what the Makefile
 runs once the virtualenv exists) on a fresh SQLite file and a free port.
 
-It must record a succeeded run of every demo job, have its ``db_worker`` process run the
-task a run of the scheduled task ``demo.write_digest`` enqueued, serve the admin's login
-page, and on Ctrl-C (SIGINT to its process group, as a terminal sends it) stop the
+It must record a succeeded run of every demo job and of each instance of
+``demo.tenant_digest`` it creates (each a job of its own, ``demo.tenant_digest[key]``, with
+its own lease row and its own write), have its ``db_worker`` process run the task a run of
+the scheduled task ``demo.write_digest`` enqueued, serve the admin's login page, and on
+Ctrl-C (SIGINT to its process group, as a terminal sends it) stop the
 scheduler, the worker and the web server, release the leases, and leave no process
 behind.
 
@@ -24,6 +26,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +37,14 @@ DEMO_JOBS = {
     "demo.weekday_report_berlin",
     "demo.write_digest",
     "demo.flaky_upstream",
+}
+#: The job declared with instances, and the instances ``manage.py demo`` creates: the
+#: tenant each one's handler is called with (its kwargs), by instance name.
+INSTANCES_JOB = "demo.tenant_digest"
+DEMO_INSTANCES = {
+    f"{INSTANCES_JOB}[paris]": "Paris bakery",
+    f"{INSTANCES_JOB}[new-york]": "New York deli",
+    f"{INSTANCES_JOB}[tokyo]": "Tokyo noodle bar",
 }
 #: The console mail backend prints the runner's notification of the flaky job's first
 #: failure (its third run, a minute after the first), and the runners page is in the box.
@@ -144,11 +155,49 @@ def test_the_demo_runs_every_job_and_a_scheduled_task_on_its_worker_and_stops_on
                 )
             }
             task = _first_task_run_by_the_worker(db)
-            if succeeded >= DEMO_JOBS and child_pids and task is not None:
+            if succeeded >= DEMO_JOBS | DEMO_INSTANCES.keys() and child_pids and task is not None:
                 break
             time.sleep(0.5)
-        assert succeeded >= DEMO_JOBS, f"succeeded runs only of {sorted(succeeded)}:\n{log()}"
-        assert {name for (name,) in _query(db, "SELECT name FROM fencedjobs_joblease")} == DEMO_JOBS
+        assert succeeded >= DEMO_JOBS | DEMO_INSTANCES.keys(), (
+            f"succeeded runs only of {sorted(succeeded)}:\n{log()}"
+        )
+        # A lease row per job declared with a schedule and per instance; none for the job
+        # declared with instances, which has no schedule of its own (and no run).
+        assert {
+            name for (name,) in _query(db, "SELECT name FROM fencedjobs_joblease")
+        } == DEMO_JOBS | DEMO_INSTANCES.keys()
+        assert INSTANCES_JOB not in succeeded
+        assert _query(
+            db, "SELECT job, key, enabled, kwargs FROM fencedjobs_jobinstance ORDER BY key"
+        ) == sorted(
+            (INSTANCES_JOB, name[len(INSTANCES_JOB) + 1 : -1], 1, json.dumps({"tenant": tenant}))
+            for name, tenant in DEMO_INSTANCES.items()
+        )
+
+        # Each instance's run wrote its row, with its own argument and under its own fence:
+        # every row a succeeded run of an instance wrote is that run's (instance, slot, fence).
+        instance_runs = _query(
+            db,
+            "SELECT job, scheduled_for, fence FROM fencedjobs_jobrun "
+            f"WHERE job LIKE '{INSTANCES_JOB}[%' AND outcome = 'succeeded'",
+        )
+        written = _query(db, "SELECT instance, tenant, slot, fence FROM demo_tenantdigest")
+        rows = {(instance, slot, fence): tenant for instance, tenant, slot, fence in written}
+        for job, slot, fence in instance_runs:
+            assert rows.get((job, slot, fence)) == DEMO_INSTANCES[job], (job, slot, fence, written)
+        # checkjobs, on the demo's database: every job healthy (exit 0), the instances
+        # counted under their job, none listed (each is ok or running).
+        checked = subprocess.run(
+            [sys.executable, str(REPO_ROOT / "manage.py"), "checkjobs"],
+            cwd=REPO_ROOT,
+            env=_demo_env(db),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert f"{INSTANCES_JOB}: 3 instance(s): 3 ok" in checked.stdout, checked.stdout
+        assert f"{INSTANCES_JOB}[" not in checked.stdout, checked.stdout
 
         # The scheduled task: enqueued by a run of its job (recorded with the run, under the
         # run's fence), run to success by the db_worker process (not runjobs), its write
@@ -242,27 +291,40 @@ from django.test import override_settings
 
 from django_fencedjobs import lease
 from django_fencedjobs.clock import fake_clock
+from example_project.demo.jobs import tenant_digest
 from example_project.demo.management.commands.demo import _run_every_job_now
+from example_project.demo.management.commands.demo_seed import seed_instances
 
 fenced = {**getattr(settings, "FENCEDJOBS", {}), "CLOCK": "django_fencedjobs.clock.fake_clock"}
 with override_settings(FENCEDJOBS=fenced):
     now = datetime(2026, 12, 2, 12, 3, 28, tzinfo=UTC)  # 2 s before a 30-s slot
     fake_clock.set(now)
     call_command("migrate", verbosity=0)  # which records the jobs' first sighting, now
-    _run_every_job_now()
+    added = seed_instances()
+    tenant_digest.instances.set_enabled(%(disable)r, False)
+    names, soon, paused, _ = _run_every_job_now()
     rows = lease.read(%(names)r)
-    print(json.dumps({name: (row.next_run_at - now).total_seconds() for name, row in rows.items()}))
+    print(json.dumps({
+        "added": added,
+        "asked": sorted(names),
+        "left_to_slot": sorted(soon),
+        "paused": paused,
+        "again": seed_instances(),
+        "next_slot_in": {
+            name: (row.next_run_at - now).total_seconds() for name, row in rows.items()
+        },
+    }))
 """
 
 
-def test_the_demo_asks_no_job_to_run_now_whose_next_slot_is_seconds_away(tmp_path):
-    """A run made due just before its job's slot is superseded by the slot's run at once;
-    the task ``demo.write_digest``'s first run enqueued then ended in ``FenceLost`` when the
-    worker, still starting, had not run it before the slot. Two seconds before a 30-s slot,
-    the demo leaves the three 30-s jobs to that slot and makes the others due now."""
+def _run_now_near_a_slot(tmp_path: Path, disable: list[str]) -> dict[str, Any]:
+    """The demo's setup (migrate, its instances, "run now") on a fake clock at 12:03:28 UTC,
+    with the instances ``disable`` disabled first: what it did, and each lease row's next
+    slot, in seconds from then."""
     env = _demo_env(tmp_path / "demo.sqlite3", DJANGO_SETTINGS_MODULE="example_project.settings")
+    names = sorted(DEMO_JOBS | DEMO_INSTANCES.keys() | {INSTANCES_JOB})
     out = subprocess.run(
-        [sys.executable, "-c", RUN_NOW_NEAR_A_SLOT % {"names": sorted(DEMO_JOBS)}],
+        [sys.executable, "-c", RUN_NOW_NEAR_A_SLOT % {"names": names, "disable": disable}],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -270,11 +332,44 @@ def test_the_demo_asks_no_job_to_run_now_whose_next_slot_is_seconds_away(tmp_pat
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    next_slot_in = json.loads(out.stdout.strip().splitlines()[-1])
-    assert next_slot_in == {
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_demo_asks_no_job_to_run_now_whose_next_slot_is_seconds_away(tmp_path):
+    """A run made due just before its job's slot is superseded by the slot's run at once;
+    the task ``demo.write_digest``'s first run enqueued then ended in ``FenceLost`` when the
+    worker, still starting, had not run it before the slot. Two seconds before a 30-s slot,
+    the demo leaves the 30-s jobs and the 30-s instance to that slot and makes the others
+    due now: an instance is asked by its name, as ``runjobs --now`` takes it, and the job
+    declared with instances, which has no lease row, is not asked at all."""
+    done = _run_now_near_a_slot(tmp_path, disable=[])
+    assert done["added"] == ["paris", "new-york", "tokyo"]
+    assert done["again"] == []  # created once: a second start adds nothing
+    assert done["paused"] == []
+    assert done["asked"] == sorted(DEMO_JOBS | DEMO_INSTANCES.keys())
+    assert done["next_slot_in"] == {
         "demo.send_due_reminders": 2.0,  # left to its slot
         "demo.write_digest": 2.0,  # left to its slot
         "demo.flaky_upstream": 2.0,  # left to its slot
+        "demo.tenant_digest[new-york]": 2.0,  # every 30 s: left to its slot
         "demo.minutely_rollup": 0.0,  # made due now
         "demo.weekday_report_berlin": 0.0,  # made due now
+        "demo.tenant_digest[paris]": 0.0,  # made due now (its slot is 12:04)
+        "demo.tenant_digest[tokyo]": 0.0,  # made due now (its slot is 12:04 plus jitter)
     }
+    assert sorted(done["left_to_slot"]) == sorted(
+        name for name, seconds in done["next_slot_in"].items() if seconds == 2.0
+    )
+
+
+def test_the_demo_asks_no_disabled_instance_to_run(tmp_path):
+    """An instance disabled in the admin stays as it is across a restart of the demo: it
+    is not made due, and the demo does not wait for a run of it."""
+    done = _run_now_near_a_slot(tmp_path, disable=["tokyo"])
+    assert "demo.tenant_digest[tokyo]" not in done["asked"]
+    assert done["asked"] == sorted(
+        DEMO_JOBS | {"demo.tenant_digest[paris]", "demo.tenant_digest[new-york]"}
+    )
+    # Its next slot: 12:04:00 plus its stable jitter (40 s at most), not now.
+    assert 32.0 <= done["next_slot_in"]["demo.tenant_digest[tokyo]"] < 72.0
+    assert done["next_slot_in"]["demo.tenant_digest[paris]"] == 0.0

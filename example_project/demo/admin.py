@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from example_project.demo.models import Digest, Event, Reminder, Report, Rollup
+from example_project.demo.models import Digest, Event, Reminder, Report, Rollup, TenantDigest
 
 
 @admin.register(Reminder)
@@ -32,3 +32,10 @@ class ReportAdmin(admin.ModelAdmin):
 class DigestAdmin(admin.ModelAdmin):
     list_display = ["written_at", "reminders_sent", "reminders_pending", "worker_pid", "fence"]
     date_hierarchy = "written_at"
+
+
+@admin.register(TenantDigest)
+class TenantDigestAdmin(admin.ModelAdmin):
+    list_display = ["slot", "instance", "tenant", "local_time", "events_last_hour", "fence"]
+    list_filter = ["instance"]
+    date_hierarchy = "slot"

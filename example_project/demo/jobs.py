@@ -15,10 +15,15 @@
 * ``demo.write_digest``: a scheduled ``django.tasks`` task, in one line. Every 30 seconds
   a run enqueues the task ``write_digest`` (``tasks.py``) once, in its fenced transaction;
   the demo's ``db_worker`` process runs it and writes a ``Digest`` row.
+* ``demo.tenant_digest``: schedules as data. Declared once with ``instances=True`` and no
+  schedule; its *instances* (rows, one per tenant, created by ``manage.py demo`` and edited
+  in the admin's Instances page) each have a schedule, a zone and the handler's keyword
+  argument ``tenant``. Each instance is a job of its own, ``demo.tenant_digest[key]``:
+  its lease and fence, its runs, its health.
 
-``manage.py demo`` asks for one run of each right away ("run now"; a job whose slot is
-seconds away just runs at that slot), so every job has a recorded run within the demo's
-first seconds; after that each runs on its schedule.
+``manage.py demo`` asks for one run of each right away ("run now", and of each enabled
+instance; a job whose slot is seconds away just runs at that slot), so every job has a
+recorded run within the demo's first seconds; after that each runs on its schedule.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from zoneinfo import ZoneInfo
 from django_fencedjobs import Run, fenced_atomic, job
 from django_fencedjobs.integrations.tasks import schedule_task
 from django_fencedjobs.models import JobRun, Outcome
-from example_project.demo.models import Event, Reminder, Report, Rollup
+from example_project.demo.models import Event, Reminder, Report, Rollup, TenantDigest
 from example_project.demo.tasks import write_digest
 
 logger = logging.getLogger("example_project.demo")
@@ -125,6 +130,29 @@ schedule_task(
     timeout=timedelta(seconds=20),
     grace=timedelta(seconds=30),
 )
+
+
+@job(instances=True, name="demo.tenant_digest", timeout=timedelta(seconds=20))
+def tenant_digest(run: Run, *, tenant: str) -> None:
+    # run.job is the instance's job, demo.tenant_digest[key]: its schedule is the
+    # instance's, in the instance's zone; ``tenant`` is the instance's argument.
+    zone = run.job.valid_schedule.tz
+    with fenced_atomic():
+        # One row per instance and slot, whichever run writes it (a retry rewrites it).
+        TenantDigest.objects.update_or_create(
+            instance=run.job.name,
+            slot=run.scheduled_for,
+            defaults={
+                "tenant": tenant,
+                "local_time": f"{run.scheduled_for.astimezone(zone):%Y-%m-%d %H:%M:%S %Z}",
+                "events_last_hour": Event.objects.filter(
+                    occurred_at__gte=run.now - timedelta(hours=1), occurred_at__lt=run.now
+                ).count(),
+                "written_at": run.now,
+                "fence": run.fence,
+            },
+        )
+        run.add_items(1)
 
 
 def _floor_minute(value: datetime) -> datetime:

@@ -83,3 +83,30 @@ class Digest(models.Model):
 
     def __str__(self) -> str:
         return f"digest at {self.written_at:%Y-%m-%d %H:%M:%S}"
+
+
+class TenantDigest(models.Model):
+    """Written by the instances of ``demo.tenant_digest``: one job declared in code, one
+    instance per tenant (a row of ``JobInstance``), each with its own schedule, zone and
+    arguments. One row per instance and slot."""
+
+    instance = models.CharField(
+        max_length=200, help_text="The instance that wrote it: demo.tenant_digest[key]."
+    )
+    tenant = models.CharField(max_length=100, help_text="The instance's argument tenant=.")
+    slot = models.DateTimeField(help_text="The slot of the run that wrote it.")
+    local_time = models.CharField(
+        max_length=60, help_text="The slot in the instance's zone, as the tenant reads it."
+    )
+    events_last_hour = models.PositiveIntegerField()
+    written_at = models.DateTimeField()
+    fence = models.BigIntegerField(help_text="Fence of the instance's run that wrote it.")
+
+    class Meta:
+        ordering = ["-slot", "instance"]
+        constraints = [
+            models.UniqueConstraint(fields=["instance", "slot"], name="demo_tenantdigest_slot")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}'s digest at {self.local_time}"

@@ -1,10 +1,12 @@
 """``manage.py demo`` (what ``make demo`` runs): set up the example project and run the
 scheduler and the admin together in the foreground until Ctrl-C.
 
-1. apply migrations; create or reset the ``admin`` login; seed reminders and events;
-2. ask for one run of every job now ("run now", through the lease as any run), so each
-   job has a recorded run in the first seconds, unless its next slot is that close anyway;
-   then they run on their own schedules;
+1. apply migrations; create or reset the ``admin`` login; seed reminders and events, and
+   the instances of ``demo.tenant_digest`` that are missing;
+2. ask for one run of every job now ("run now", through the lease as any run), and of
+   every enabled instance (a job of its own, ``job[key]``), so each has a recorded run in
+   the first seconds, unless its next slot is that close anyway; then they run on their
+   own schedules;
 3. start ``manage.py runjobs`` (with notifications on: each change of a job's state is a
    mail, printed by the console backend), ``manage.py db_worker`` (django-tasks-db's worker, which
    runs the tasks the scheduled job ``demo.write_digest`` enqueues) and ``manage.py
@@ -18,6 +20,7 @@ scheduler and the admin together in the foreground until Ctrl-C.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -33,9 +36,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from django_fencedjobs import clock, declared, lease, operations
-from django_fencedjobs.models import JobRun, Outcome, RunTask, TaskStatus
-from example_project.demo.management.commands.demo_seed import seed
-from example_project.demo.models import Digest, Reminder, Rollup
+from django_fencedjobs.instances import instance_job
+from django_fencedjobs.models import JobInstance, JobRun, Outcome, RunTask, TaskStatus
+from django_fencedjobs.registry import Job
+from example_project.demo.management.commands.demo_seed import seed, seed_instances
+from example_project.demo.models import Digest, Reminder, Rollup, TenantDigest
 from example_project.demo.supervise import Supervisor
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
@@ -52,6 +57,8 @@ TASK_JOB = "demo.write_digest"
 #: in ``FenceLost`` (its writes are fenced by the run that enqueued it) whenever the
 #: worker, still starting, had not run it before the slot.
 RUN_NOW_MARGIN = timedelta(seconds=10)
+#: The job declared with instances: its instances (rows) are edited in the admin.
+INSTANCES_JOB = "demo.tenant_digest"
 
 
 class Command(BaseCommand):
@@ -81,7 +88,12 @@ class Command(BaseCommand):
             password = _ensure_admin()
             reminders, events = seed()
             say(f"seeded {reminders} reminders (3 due now, then one a minute) and {events} events")
-            names, soon, kicked_at = _run_every_job_now()
+            added = seed_instances()
+            for line in _describe_instances(added):
+                say(line)
+            names, soon, paused, kicked_at = _run_every_job_now()
+            for name in paused:
+                say(f"{name} is paused: not asked to run")
             for name in names:
                 if name in soon:
                     seconds = max((soon[name] - kicked_at).total_seconds(), 0)
@@ -228,9 +240,11 @@ def _admin_pages() -> list[tuple[str, str]]:
 
     pages = [
         ("jobs", JobLease),
+        ("instances", JobInstance),
         ("runs", JobRun),
         ("runners", Runner),
         ("digests", Digest),
+        ("tenants", TenantDigest),
         ("rollups", Rollup),
         ("reminders", Reminder),
     ]
@@ -276,25 +290,70 @@ def _ensure_admin() -> str:
     return password
 
 
-def _run_every_job_now() -> tuple[list[str], dict[str, datetime], datetime]:
+def _run_every_job_now() -> tuple[list[str], dict[str, datetime], list[str], datetime]:
     """Create the jobs' lease rows if needed and make every job due now: "run now", which
     still goes through the lease (``operations.make_due``, then ``acquire`` in runjobs), but for
-    the jobs whose next slot is within :data:`RUN_NOW_MARGIN`. Returns the jobs' names,
-    the next slots of those left to their schedule, and the instant the others were made
+    the jobs whose next slot is within :data:`RUN_NOW_MARGIN`.
+
+    A job declared with instances has no schedule and no lease row of its own: each of its
+    enabled, valid instances is a job here, by its name ``job[key]`` (what ``runjobs
+    --now`` takes too). A disabled instance, or a job an operator paused, is left alone.
+
+    Returns the names of the jobs asked to run (now or at their slot), the next slots of
+    those left to their schedule, the paused ones, and the instant the others were made
     due."""
     jobs = declared.runnable_jobs()
-    names = [job.name for job in jobs]
     now = clock.now()
     declared.sync(jobs, now)
+    candidates = [job.name for job in jobs if not job.instances] + _instance_names(jobs)
+    rows = lease.read(candidates)
+    paused = [name for name in candidates if name in rows and rows[name].paused]
+    names = [name for name in candidates if name in rows and not rows[name].paused]
     soon = {
-        name: row.next_run_at
-        for name, row in lease.read(names).items()
-        if row.next_run_at - now <= RUN_NOW_MARGIN
+        name: rows[name].next_run_at
+        for name in names
+        if rows[name].next_run_at - now <= RUN_NOW_MARGIN
     }
     for name in names:
         if name not in soon:
             operations.make_due(name, now)
-    return names, soon, now
+    return names, soon, paused, now
+
+
+def _instance_names(jobs: list[Job]) -> list[str]:
+    """The names ``job[key]`` of the enabled and valid instances of the jobs declared with
+    instances among ``jobs`` (an invalid one never runs)."""
+    names = []
+    for base in jobs:
+        if base.instances:
+            for instance in JobInstance.objects.filter(job=base.name, enabled=True):
+                if instance_job(base, instance).valid:
+                    names.append(instance.name)
+    return names
+
+
+def _describe_instances(added: list[str]) -> list[str]:
+    """Lines on the instances of :data:`INSTANCES_JOB`: which the demo added now, each one's
+    schedule, and where to change them."""
+    instances = list(JobInstance.objects.filter(job=INSTANCES_JOB))
+    lines = [
+        f"{INSTANCES_JOB} has {len(instances)} instance(s), each a job of its own "
+        f"(added now: {', '.join(added) or 'none, they were there'}):"
+    ]
+    for instance in instances:
+        every = instance.every.total_seconds() if instance.every is not None else 0
+        schedule = instance.cron or f"every {every:g}s"
+        jitter = f", jitter {instance.jitter.total_seconds():g}s" if instance.jitter else ""
+        state = "" if instance.enabled else ", disabled"
+        lines.append(
+            f"  {instance.name}: {schedule} in {instance.timezone}{jitter}{state}, "
+            f"arguments {json.dumps(instance.kwargs)}"
+        )
+    lines.append(
+        "  change a schedule or a zone, disable one or add one on the admin's instances page "
+        "(below): the scheduler follows within a second, no restart"
+    )
+    return lines
 
 
 def _succeeded(names: set[str], since: datetime) -> set[str]:

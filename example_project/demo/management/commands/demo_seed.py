@@ -3,7 +3,9 @@
 Each call adds reminders: a few already due, and one falling due every minute for the
 next ``--minutes`` minutes. Events spread over the last hours are added once, when there
 are none yet, and only after the rollup's watermark: a window the rollup has already
-counted is never changed behind its back.
+counted is never changed behind its back. The instances of ``demo.tenant_digest`` in
+:data:`DEMO_INSTANCES` are added when missing (:func:`seed_instances`): one changed in
+the admin keeps its changes.
 """
 
 from __future__ import annotations
@@ -17,9 +19,31 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_fencedjobs.models import Watermark
+from example_project.demo.jobs import tenant_digest
 from example_project.demo.models import Event, Reminder
 
 EVENT_KINDS = ["signup", "login", "order", "payment", "refund"]
+
+#: The instances of ``demo.tenant_digest`` the demo starts with, by key: the arguments of
+#: ``tenant_digest.instances.upsert``. A schedule in each zone, all firing within a minute.
+DEMO_INSTANCES: dict[str, dict[str, Any]] = {
+    "paris": {
+        "cron": "* * * * *",
+        "timezone": "Europe/Paris",
+        "kwargs": {"tenant": "Paris bakery"},
+    },
+    "new-york": {
+        "every": timedelta(seconds=30),
+        "timezone": "America/New_York",
+        "kwargs": {"tenant": "New York deli"},
+    },
+    "tokyo": {
+        "cron": "* * * * *",
+        "timezone": "Asia/Tokyo",
+        "jitter": timedelta(seconds=40),
+        "kwargs": {"tenant": "Tokyo noodle bar"},
+    },
+}
 
 
 class Command(BaseCommand):
@@ -34,7 +58,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, due_now: int, minutes: int, hours: int, **options: Any) -> None:
         reminders, events = seed(due_now=due_now, minutes=minutes, hours=hours)
-        self.stdout.write(f"seeded {reminders} reminders and {events} events")
+        added = seed_instances()
+        self.stdout.write(
+            f"seeded {reminders} reminders, {events} events and {len(added)} instances"
+        )
 
 
 def seed(*, due_now: int = 3, minutes: int = 10, hours: int = 3) -> tuple[int, int]:
@@ -75,3 +102,18 @@ def seed(*, due_now: int = 3, minutes: int = 10, hours: int = 3) -> tuple[int, i
                 ]
                 Event.objects.bulk_create(events, batch_size=500)
     return len(reminders), len(events)
+
+
+def seed_instances() -> list[str]:
+    """Add the instances of :data:`DEMO_INSTANCES` that do not exist, each in one transaction
+    with its lease row (``upsert``: checked as the system checks check code). Returns the
+    keys added: none on a second call, and an instance the user changed in the admin (its
+    schedule, zone, arguments, enabled) is left as it is."""
+    instances = tenant_digest.instances  # type: ignore[attr-defined]
+    existing = set(instances.all().values_list("key", flat=True))
+    added = []
+    for key, fields in DEMO_INSTANCES.items():
+        if key not in existing:
+            instances.upsert(key, **fields)
+            added.append(key)
+    return added
