@@ -376,9 +376,10 @@ def make_instances(
     Saving instances one by one (``JobInstance.save()``, each in its own transaction with
     its lease row) would take minutes at 100,000: both tables are filled by
     ``bulk_create`` in batches instead, each lease row as that save writes it (named
-    ``job[key]``, the next fire time after now by the instance's schedule, the schedule's
-    fingerprint, not paused). The schedule is built as the instance's job builds it
-    (``Schedule(..., key=job[key])``); for a sample of the rows, the next fire time and
+    ``job[key]``, its job as ``parent``, the next fire time after now by the instance's
+    schedule and that slot's deadline, the schedule's fingerprint, not paused). The
+    schedule is built as the instance's job builds it (``Schedule(..., key=job[key])``);
+    for a sample of the rows, the next fire time and
     the fingerprint are checked against ``instances.instance_job(...).valid_schedule``,
     which also checks that the instance is valid.
     """
@@ -400,11 +401,14 @@ def make_instances(
         leases = []
         for row in rows:
             schedule = Schedule(cron=cron, jitter=jitter, key=row.name)
+            next_run_at = schedule.next_after(now)
             leases.append(
                 JobLease(
                     name=row.name,
                     instance=row,
-                    next_run_at=schedule.next_after(now),
+                    parent=job_name,
+                    next_run_at=next_run_at,
+                    late_after=base.late_after(next_run_at) if base.timeout else None,
                     schedule_fingerprint=schedule.fingerprint(),
                     created_at=now,
                 )

@@ -209,6 +209,7 @@ def _write_lease(instance: JobInstance, now: datetime) -> None:
         JobLease.objects.using(alias).create(
             name=instance.name,
             instance=instance,
+            parent=instance.job,
             next_run_at=schedule.next_after(now) if schedule is not None else now,
             late_after=job.late_after(schedule.next_after(now)) if job and schedule else None,
             schedule_fingerprint=fingerprint,
@@ -216,7 +217,11 @@ def _write_lease(instance: JobInstance, now: datetime) -> None:
             created_at=now,
         )
         return
-    changes: dict[str, Any] = {"paused": not runnable, "name": instance.name}
+    changes: dict[str, Any] = {
+        "paused": not runnable,
+        "name": instance.name,
+        "parent": instance.job,
+    }
     if job is not None and schedule is not None and fingerprint != row.schedule_fingerprint:
         # A new schedule: its next fire time, and the deadline it awaits, from now (no
         # slot of the old schedule is awaited any more).

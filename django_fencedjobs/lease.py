@@ -247,22 +247,34 @@ class DueInstance:
 
 
 def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueInstance]:
-    """Lock up to ``limit`` due instances of the jobs ``parents``, the earliest next fire
-    time first, for :func:`take` in the same transaction.
+    """Lock up to ``limit`` due instances of the jobs ``parents``, for :func:`take` in the
+    same transaction: the earliest next fire time first within each job, the jobs in the
+    order given (the dispatcher gives the job whose instance is due earliest first).
 
-    The tick's read of instances, by the partial index on ``next_run_at`` of unpaused
-    instance rows: the earliest due rows are the first entries of the index, so the cost
-    is that of ``limit`` rows however many instances exist (bench P10). ``FOR UPDATE SKIP
-    LOCKED`` (PostgreSQL): rows another runner is claiming right now, or that a run holds
-    inside a fenced transaction, are passed over, not waited for, and two runners claiming
-    at once get disjoint batches. Elsewhere the rows are read unlocked and :func:`take`'s
-    compare-and-set decides, row by row, as :func:`acquire` does.
+    The tick's read of instances, by the partial index on ``(parent, next_run_at)`` of
+    unpaused instance rows: a job's earliest due rows are the first entries of its part of
+    the index, so the cost is that of ``limit`` rows however many instances it and the
+    other jobs have (bench P10). ``FOR UPDATE SKIP LOCKED`` (PostgreSQL): rows another
+    runner is claiming right now, or that a run holds inside a fenced transaction, are
+    passed over, not waited for, and two runners claiming at once get disjoint batches.
+    Elsewhere the rows are read unlocked and :func:`take`'s compare-and-set decides, row
+    by row, as :func:`acquire` does.
 
-    On PostgreSQL one statement reads the rows, their instances and their watermarks.
+    On PostgreSQL one statement per job reads the rows, their instances and their
+    watermarks (one statement in all for a runner of one job with instances).
     """
+    claimed: list[DueInstance] = []
+    for parent in parents:
+        if len(claimed) >= limit:
+            break
+        claimed += _claim_of(parent, now, limit - len(claimed))
+    return claimed
+
+
+def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
-        return _claim_instances_elsewhere(parents, now, limit)
+        return _claim_instances_elsewhere(parent, now, limit)
     instance_table = connection.ops.quote_name(JobInstance._meta.db_table)
     watermark_table = connection.ops.quote_name(Watermark._meta.db_table)
     with connection.cursor() as cursor:
@@ -276,11 +288,11 @@ def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueIn
             f"  FROM {watermark_table} AS mark WHERE mark.job = lease.name)::text"
             f" FROM {_table(connection)} AS lease"
             f" JOIN {instance_table} AS instance ON instance.id = lease.instance_id"
-            " WHERE lease.instance_id IS NOT NULL AND NOT lease.paused"
-            "  AND lease.next_run_at <= %s AND lease.lease_until < %s AND instance.job = ANY(%s)"
+            " WHERE lease.parent = %s AND lease.instance_id IS NOT NULL AND NOT lease.paused"
+            "  AND lease.next_run_at <= %s AND lease.lease_until < %s"
             " ORDER BY lease.next_run_at LIMIT %s"
             " FOR UPDATE OF lease SKIP LOCKED",
-            [now, now, list(parents), limit],
+            [parent, now, now, limit],
         )
         rows = cursor.fetchall()
     return [
@@ -329,16 +341,16 @@ def _watermarks_from_json(text: str | None) -> dict[str, datetime | int]:
     return found
 
 
-def _claim_instances_elsewhere(parents: list[str], now: datetime, limit: int) -> list[DueInstance]:
+def _claim_instances_elsewhere(parent: str, now: datetime, limit: int) -> list[DueInstance]:
     alias = lease_db()
     rows = list(
         JobLease.objects.using(alias)
         .filter(
+            parent=parent,
             instance__isnull=False,
             paused=False,
             next_run_at__lte=now,
             lease_until__lt=now,
-            instance__job__in=parents,
         )
         .select_related("instance")
         .order_by("next_run_at")[:limit]
@@ -369,17 +381,35 @@ def _claim_instances_elsewhere(parents: list[str], now: datetime, limit: int) ->
     ]
 
 
-def instances_wakeup(parents: list[str]) -> datetime | None:
-    """The earliest next fire time of the unpaused instances of the jobs ``parents`` (by
-    the index :func:`claim_instances` reads): when the next of them is due. Decides
-    nothing."""
-    return (
-        JobLease.objects.using(lease_db())
-        .filter(instance__isnull=False, paused=False, instance__job__in=parents)
-        .order_by("next_run_at")
-        .values_list("next_run_at", flat=True)
-        .first()
-    )
+def instances_wakeups(parents: list[str]) -> dict[str, datetime]:
+    """The earliest next fire time of each job's unpaused instances (a job without any is
+    left out), by the index :func:`claim_instances` reads: one index entry per job. One
+    statement on PostgreSQL. Decides nothing."""
+    connection = connections[lease_db()]
+    if connection.vendor != "postgresql":
+        found = {}
+        for parent in parents:
+            earliest = (
+                JobLease.objects.using(lease_db())
+                .filter(parent=parent, instance__isnull=False, paused=False)
+                .order_by("next_run_at")
+                .values_list("next_run_at", flat=True)
+                .first()
+            )
+            if earliest is not None:
+                found[parent] = earliest
+        return found
+    with connection.cursor() as cursor:
+        _load_instants_in_c(connection, cursor)
+        cursor.execute(
+            "SELECT job.parent, earliest.next_run_at FROM unnest(%s::text[]) AS job(parent)"
+            " CROSS JOIN LATERAL (SELECT next_run_at"
+            f"  FROM {_table(connection)} AS lease WHERE lease.parent = job.parent"
+            "  AND lease.instance_id IS NOT NULL AND NOT lease.paused"
+            "  ORDER BY lease.next_run_at LIMIT 1) AS earliest",
+            [list(parents)],
+        )
+        return dict(cursor.fetchall())
 
 
 @dataclass(frozen=True)

@@ -341,8 +341,10 @@ class Dispatcher:
         self._by_name = {job.name: job for job in self.jobs if not job.instances}
         #: The jobs whose instances have the schedules: claimed by an index (claim).
         self._bases = {job.name: job for job in self.jobs if job.instances}
-        #: Instances were due at the last look and no claim has come up short since.
+        #: Instances were due at the last look and no claim has come up short since; the
+        #: jobs they belong to, the earliest due first.
         self._instances_due = False
+        self._due_parents: list[str] = []
         self._tiebreaks: dict[str, float] = {}
         #: Due rows of the latest scan not handed out yet, and when the next job not due
         #: then can be acquired.
@@ -389,10 +391,15 @@ class Dispatcher:
         return list(self._backlog)
 
     def _scan_instances(self, now: datetime) -> None:
-        """When the next instance is due (one read of the index): due now, or a wakeup."""
-        earliest = lease.instances_wakeup(list(self._bases))
-        self._instances_due = earliest is not None and earliest <= now
-        if earliest is not None and not self._instances_due:
+        """When each job's next instance is due (one read of the index): the jobs with due
+        instances, earliest first, for :meth:`hand_out` to claim from; else a wakeup."""
+        wakeups = lease.instances_wakeups(list(self._bases))
+        due = sorted((at, name) for name, at in wakeups.items() if at <= now)
+        self._due_parents = [name for _, name in due]
+        self._instances_due = bool(due)
+        later = [at for at in wakeups.values() if at > now]
+        if later:
+            earliest = min(later)
             self._wakeup = earliest if self._wakeup is None else min(self._wakeup, earliest)
 
     def hand_out(self, pool: Pool) -> None:
@@ -409,7 +416,8 @@ class Dispatcher:
         free = pool.free()
         if self._instances_due and free and not self.stop.is_set():
             # Due instances, the earliest first, for every free worker: one claim.
-            claimed = claim(self._bases, free)
+            due = {name: self._bases[name] for name in self._due_parents}
+            claimed = claim(due, free)
             for acquired in claimed:
                 pool.submit(acquired.job, acquired)
             # Fewer than asked for: none due is left that could be claimed now (the rest,

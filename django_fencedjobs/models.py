@@ -124,6 +124,10 @@ class JobLease(models.Model):
         related_name="lease",
         verbose_name=_("instance"),
     )
+    #: The job an instance's row belongs to (its ``JobInstance.job``), kept on the row so
+    #: that the tick reads one job's due instances by one index; "" for a job declared with
+    #: a schedule.
+    parent = models.CharField(_("instance of"), max_length=200, blank=True, default="")
     #: An instance's dead man's switch, stored so that health finds the late ones by an
     #: index among any number of instances: the deadline of the first slot after its last
     #: success (never succeeded: after it was created), :meth:`Job.late_after
@@ -139,10 +143,11 @@ class JobLease(models.Model):
         ordering = ["name"]
         indexes = [
             models.Index(fields=["next_run_at"], name="fencedjobs_lease_next_run"),
-            # The tick's claim of due instances: the earliest first, by this index alone,
-            # however many instances there are (paused rows, disabled ones, are not in it).
+            # The tick's claim of a job's due instances: the earliest first, by this index
+            # alone, however many instances it and other jobs have (paused rows, disabled
+            # ones, are not in it).
             models.Index(
-                fields=["next_run_at"],
+                fields=["parent", "next_run_at"],
                 condition=models.Q(instance__isnull=False, paused=False),
                 name="fencedjobs_instance_due",
             ),

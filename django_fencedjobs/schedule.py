@@ -591,6 +591,22 @@ def _wall_offset(instant: datetime, tz: tzinfo) -> timedelta:
 # --------------------------------------------------------------------------- the two kinds
 
 
+#: Shortest gaps found, by rule and zone (at most this many kept).
+_MIN_INTERVALS: dict[tuple[str, str], timedelta] = {}
+_MIN_INTERVALS_KEPT = 1024
+
+
+def _min_interval_of(canonical: str, timezone: str, rule: _CronRule | _IntervalRule) -> timedelta:
+    """``rule.min_interval()``, computed once per rule (``canonical``) and zone."""
+    key = (canonical, timezone)
+    found = _MIN_INTERVALS.get(key)
+    if found is None:
+        if len(_MIN_INTERVALS) >= _MIN_INTERVALS_KEPT:
+            _MIN_INTERVALS.clear()
+        found = _MIN_INTERVALS[key] = rule.min_interval()
+    return found
+
+
 class _CronRule:
     """Fire instants of a 5-field expression on the wall clock of a zone."""
 
@@ -978,8 +994,10 @@ class Schedule:
 
     @functools.cached_property
     def _min_interval(self) -> timedelta:
-        # Jitter shifts every fire time by the same offset: gaps are unchanged.
-        return self._rule.min_interval()
+        # Jitter shifts every fire time by the same offset: gaps are unchanged. Shared by
+        # every schedule of the same rule and zone (a year of fire times is read for it,
+        # and a job's instances often share a few schedules among thousands of keys).
+        return _min_interval_of(self._rule.canonical, self.timezone, self._rule)
 
     def min_interval(self) -> timedelta:
         """The shortest gap between consecutive fire times (for configuration checks).
