@@ -246,3 +246,23 @@ def test_an_instance_runs_now_from_a_test_by_its_name(jobs):
     record = run_job_now("t.digest[a]")
     assert record.outcome == Outcome.SUCCEEDED
     assert CALLS == [("t.digest[a]", {"tenant_id": 9, "greeting": "hi"})]
+
+
+def test_a_runner_of_one_job_claims_its_own_instances_past_anothers_earlier_ones(jobs):
+    from django_fencedjobs import lease
+    from django_fencedjobs.loop import Dispatcher
+
+    digest = _declare_digest()
+
+    @job(instances=True, timeout=timedelta(seconds=30), name="t.other")
+    def other(run, *, n: int):
+        pass
+
+    for n in range(30):  # due first, every minute
+        other.instances.upsert(f"o{n}", every=timedelta(minutes=1), kwargs={"n": n})
+    digest.instances.upsert("a", every=timedelta(minutes=2), kwargs={"tenant_id": 1})
+    fake_clock.advance(timedelta(minutes=2))
+    assert set(lease.instances_wakeups(["t.digest", "t.other"])) == {"t.digest", "t.other"}
+    runs = Dispatcher([digest.job], workers=2).tick().runs
+    assert [r.job for r in runs] == ["t.digest[a]"]
+    assert not JobRun.objects.filter(job__startswith="t.other").exists()
