@@ -13,8 +13,14 @@ would take minutes), each lease row as ``JobInstance.save()`` writes it; then ``
 ANALYZE``. The two sizes are measured one after the other (the table cannot hold both),
 each as alternating samples of a few ticks.
 
+Beside it, a runner of another job with instances (``bench.other``: 100 instances, each
+due on 1 December, after every one of ``bench.digest``'s), at both sizes of
+``bench.digest``: its idle tick must not read the other job's rows (they come first in
+next fire time), so its time must not grow either.
+
 Goals: the same statements at both sizes (the list, parameters cut); time(100,000) /
-time(100) <= 1.2. Shown with them: each statement's plan at 100,000 (``EXPLAIN ANALYZE``:
+time(100) <= 1.2, for the runner of ``bench.digest`` and for the runner of the other
+job. Shown with them: each statement's plan at 100,000 (``EXPLAIN ANALYZE``:
 the index it reads and how many rows), and the plan of the claim statement
 (``lease.claim_instances``, four free workers) at 100,000, both with nothing due and with
 every instance due (its ``now`` a year and a half later, in a transaction rolled back):
@@ -97,7 +103,7 @@ def measure(smoke: bool) -> common.Report:
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
-    from bench.benchapp.jobs import DIGEST
+    from bench.benchapp.jobs import DIGEST, OTHER
     from django_fencedjobs import clock, lease, loop
     from django_fencedjobs.declared import runnable_jobs
 
@@ -105,10 +111,16 @@ def measure(smoke: bool) -> common.Report:
     jobs = runnable_jobs([DIGEST])
     dispatcher = loop.Dispatcher(jobs)
 
+    other_dispatcher = loop.Dispatcher(runnable_jobs([OTHER]))
+
     def idle() -> None:
         result = dispatcher.tick()
         if result.runs:
             raise RuntimeError("P10: an instance was due")
+
+    def other_idle() -> None:
+        if other_dispatcher.tick().runs:
+            raise RuntimeError("P10: an instance of the other job was due")
 
     def statements() -> list[str]:
         with CaptureQueriesContext(connection) as queries:
@@ -116,8 +128,11 @@ def measure(smoke: bool) -> common.Report:
         return [q["sql"] for q in queries.captured_queries]
 
     common.drop_instances(DIGEST)
+    common.drop_instances(OTHER)
     made = {SMALL: common.make_instances(DIGEST, SMALL, cron=YEARLY, jitter=SPREAD)}
+    common.make_instances(OTHER, SMALL, cron="0 0 1 12 *")
     samples: dict[int, list[float]] = {}
+    other_samples: dict[int, list[float]] = {}
     captured: dict[int, list[str]] = {}
 
     def measure_size(size: str | int) -> None:
@@ -128,6 +143,7 @@ def measure(smoke: bool) -> common.Report:
         captured[n] = statements()
         for _ in range(repeats):
             samples.setdefault(n, []).append(common.timed(idle, ticks))
+            other_samples.setdefault(n, []).append(common.timed(other_idle, ticks))
 
     measure_size(SMALL)
     made[big] = common.make_instances(DIGEST, big - SMALL, cron=YEARLY, jitter=SPREAD, start=SMALL)
@@ -186,8 +202,21 @@ def measure(smoke: bool) -> common.Report:
         report.add(describe(claim["plan"]))
         report.add("```")
         report.add("")
+    other_ms = {n: common.summarize([s * 1000 for s in v]) for n, v in other_samples.items()}
+    report.add(
+        f"A runner of `{OTHER}` ({SMALL} instances, due after all of `{DIGEST}`'s) beside "
+        f"{SMALL:,} and {big:,} of `{DIGEST}`: {other_ms[SMALL].fmt('.3f')} ms and "
+        f"{other_ms[big].fmt('.3f')} ms per idle tick."
+    )
+    report.add("")
     ratio = ms[big].median / ms[SMALL].median
-    report.figures.update(ms_small=ms[SMALL].median, ms_big=ms[big].median, ratio=ratio)
+    other_ratio = other_ms[big].median / other_ms[SMALL].median
+    report.figures.update(
+        ms_small=ms[SMALL].median,
+        ms_big=ms[big].median,
+        ratio=ratio,
+        other_ratio=other_ratio,
+    )
     report.goal(
         f"statements of an idle tick, {SMALL:,} and {big:,} instances",
         "the same list",
@@ -200,6 +229,13 @@ def measure(smoke: bool) -> common.Report:
         f"{ratio:.2f} ({ms[big].median:.3f} ms against {ms[SMALL].median:.3f} ms)",
         ratio <= 1.2,
     )
+    report.goal(
+        f"time of another job's runner's idle tick, beside {big:,} / {SMALL:,} instances",
+        "≤ 1.2",
+        f"{other_ratio:.2f} ({other_ms[big].median:.3f} ms against "
+        f"{other_ms[SMALL].median:.3f} ms)",
+        other_ratio <= 1.2,
+    )
     for label, claim in claims.items():
         used = INDEX in indexes(claim["plan"])
         scanned = seq_scans(claim["plan"])
@@ -211,6 +247,7 @@ def measure(smoke: bool) -> common.Report:
             used and not scanned,
         )
     common.drop_instances(DIGEST)
+    common.drop_instances(OTHER)
     return report
 
 

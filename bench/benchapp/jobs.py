@@ -12,9 +12,17 @@ from .models import Row
 
 #: The job's name; its instances are named ``bench.digest[key]``.
 DIGEST = "bench.digest"
+#: Another job with instances (P10: a runner of it beside 100,000 of ``bench.digest``).
+OTHER = "bench.other"
 
 
 @job(instances=True, name=DIGEST, timeout=timedelta(minutes=1))
 def digest(run: Any, *, tenant: int) -> None:
+    with fenced_atomic():
+        Row.objects.create(seq=int(run.scheduled_for.timestamp()), note=run.job.key)
+
+
+@job(instances=True, name=OTHER, timeout=timedelta(minutes=1))
+def other(run: Any, *, tenant: int) -> None:
     with fenced_atomic():
         Row.objects.create(seq=int(run.scheduled_for.timestamp()), note=run.job.key)
