@@ -391,21 +391,39 @@ class InstanceSummary:
     disabled: int
     #: The listed instances' states (the ones that may not be ok), counted.
     listed: dict[str, int]
+    #: Why no live runner serves the job (then every enabled instance is ``no_runner``,
+    #: critical); None when one does, or none was ever seen.
+    no_runner: str | None = None
 
     @property
     def ok(self) -> int:
+        if self.no_runner is not None:
+            return 0
         unhealthy = sum(
             count for state, count in self.listed.items() if state not in _HEALTHY_STATES
         )
         return self.total - self.disabled - unhealthy
 
+    @property
+    def severity(self) -> Severity:
+        """Critical when no runner serves the job's enabled instances; else what the listed
+        ones are judged (they are in :func:`all_health`'s list too)."""
+        if self.no_runner is not None and self.total > self.disabled:
+            return Severity.CRITICAL
+        return Severity.HEALTHY
+
 
 _HEALTHY_STATES = {State.OK, State.RUNNING, State.NEVER_RUN, State.REMOVED}
 
 
-def instance_summaries(healths: Iterable[JobHealth]) -> list[InstanceSummary]:
+def instance_summaries(
+    healths: Iterable[JobHealth], *, coverage: runners.Coverage | None = None
+) -> list[InstanceSummary]:
     """Per job declared with ``instances=True``: its instances counted (one query), with
-    the states of those in ``healths`` (:func:`all_health`'s list)."""
+    the states of those in ``healths`` (:func:`all_health`'s list), and whether a live
+    runner serves the job (``coverage``, read here when not given): without one, every
+    enabled instance is ``no_runner``, whatever the list says (a runner that died is
+    noticed within ``RUNNER_TIMEOUT``, not at each instance's deadline)."""
     listed: dict[str, dict[str, int]] = {}
     for h in healths:
         if h.job is not None and h.job.parent is not None:
@@ -416,16 +434,30 @@ def instance_summaries(healths: Iterable[JobHealth]) -> list[InstanceSummary]:
         .filter(instance__isnull=False)
         .order_by()
         .values("instance__job")
-        .annotate(total=Count("pk"), disabled=Count("pk", filter=Q(instance__enabled=False)))
+        .annotate(
+            total=Count("pk"),
+            disabled=Count("pk", filter=Q(instance__enabled=False)),
+            first_seen=Min("created_at"),
+        )
     )
     found: dict[str, dict[str, Any]] = {row["instance__job"]: dict(row) for row in rows}
     parents = [job.name for job in registry.all() if job.instances] + sorted(found)
+    if coverage is None:
+        coverage = runners.read(clock.now())
+
+    def no_runner(parent: str) -> str | None:
+        row = found.get(parent)
+        if row is None or parent not in registry:
+            return None
+        return coverage.problem(parent, row["first_seen"], lambda at: format_instant(at, UTC))
+
     return [
         InstanceSummary(
             job=parent,
             total=found.get(parent, {}).get("total", 0),
             disabled=found.get(parent, {}).get("disabled", 0),
             listed=listed.get(parent, {}),
+            no_runner=no_runner(parent),
         )
         for parent in dict.fromkeys(parents)
     ]

@@ -346,7 +346,7 @@ def _handler_problem(
         else:
             signature.bind(object(), **(kwargs or {}))
     except TypeError as exc:
-        if kwargs:
+        if kwargs is not None:  # an instance: its arguments (perhaps none) are the problem
             return CheckId.HANDLER_SIGNATURE, JobDefinitionError(
                 f"job {job_name!r}: the handler {_where(func)}{signature} cannot be called "
                 f"with the Run and the instance's arguments {sorted(kwargs)}: {exc}."

@@ -266,3 +266,50 @@ def test_a_runner_of_one_job_claims_its_own_instances_past_anothers_earlier_ones
     runs = Dispatcher([digest.job], workers=2).tick().runs
     assert [r.job for r in runs] == ["t.digest[a]"]
     assert not JobRun.objects.filter(job__startswith="t.other").exists()
+
+
+def test_an_instance_without_a_required_argument_is_refused_naming_it(jobs):
+    digest = _declare_digest()
+    with pytest.raises(ValidationError) as raised:
+        digest.instances.upsert("a", cron="0 8 * * *", kwargs={})
+    (error,) = raised.value.error_dict["kwargs"]
+    assert error.code == CheckId.HANDLER_SIGNATURE
+    assert "tenant_id" in error.message
+
+
+def test_with_no_live_runner_every_enabled_instance_is_no_runner_and_checkjobs_exits_2(jobs):
+    from django.core.management import CommandError, call_command
+
+    from django_fencedjobs import health, runners
+    from django_fencedjobs.models import Runner
+
+    digest = _declare_digest()
+    digest.instances.upsert("a", every=timedelta(minutes=1), kwargs={"tenant_id": 1})
+    digest.instances.upsert("b", every=timedelta(minutes=1), kwargs={"tenant_id": 2})
+    digest.instances.set_enabled(["b"], False)
+    fake_clock.advance(timedelta(minutes=1))
+    loop.tick()
+    # A runjobs loop that runs t.digest, and beat just now.
+    Runner.objects.create(
+        key="loop-1",
+        mode="loop",
+        owner="host:1",
+        host="host",
+        pid=1,
+        workers=1,
+        jobs="t.digest",
+        started_at=fake_clock(),
+        last_beat_at=fake_clock(),
+    )
+    (summary,) = health.instance_summaries(health.all_health())
+    assert summary.no_runner is None and summary.ok == 1
+    # Its beats stopped long ago: no runner serves the job any more.
+    fake_clock.advance(timedelta(hours=2))
+    seen = runners.read(fake_clock())
+    (summary,) = health.instance_summaries(health.all_health(), coverage=seen)
+    assert summary.no_runner is not None
+    assert (summary.ok, summary.severity) == (0, health.Severity.CRITICAL)
+    with pytest.raises(CommandError) as raised:
+        call_command("checkjobs")
+    assert raised.value.returncode == 2
+    assert "t.digest[*] (no_runner)" in str(raised.value)

@@ -315,6 +315,11 @@ def _instance_counts(
             critical[parent] = critical.get(parent, 0) + 1
     for summary in summaries:
         counts = {"ok": summary.ok, "disabled": summary.disabled, **summary.listed}
+        if summary.severity is health.Severity.CRITICAL:
+            # No live runner serves the job: every enabled instance is no_runner.
+            enabled = summary.total - summary.disabled
+            counts = {"disabled": summary.disabled, "no_runner": enabled}
+            critical[summary.job] = enabled
         for state in INSTANCE_STATES:
             add("fencedjobs_instances", [summary.job, state], counts.get(state, 0))
         add("fencedjobs_instances_critical", [summary.job], critical.get(summary.job, 0))

@@ -70,8 +70,8 @@ class Command(BaseCommand):
             now = clock.now()
             baseline.record_first_sightings(now)  # a job seen for the first time: its baseline
             healths = health.all_health(jobs, now=now)
-            summaries = [] if jobs else health.instance_summaries(healths)
             seen = runners.read(now)
+            summaries = [] if jobs else health.instance_summaries(healths, coverage=seen)
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
         except ImproperlyConfigured as exc:
@@ -93,7 +93,7 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"could not record the jobs' changes of state (NOTIFY): {one_line(exc)}"
             )
-        status = _exit_code(healths, strict=strict)
+        status = _exit_code([*healths, *summaries], strict=strict)
         if as_json:
             self.stdout.write(_json(healths, status, seen, summaries))
         else:
@@ -107,14 +107,26 @@ class Command(BaseCommand):
                 h for h in healths if h.severity is health.Severity.WARNING
             ]
             listed = ", ".join(f"{h.name} ({h.state})" for h in bad)
+            without = [s for s in summaries if s.severity is health.Severity.CRITICAL]
+            if without:
+                listed = ", ".join(
+                    [*([listed] if listed else []), *(f"{s.job}[*] (no_runner)" for s in without)]
+                )
+            count = len(bad) + len(without)
             raise CommandError(
-                f"{len(bad)} of {len(healths)} job(s) need attention: {listed}", returncode=status
+                f"{count} of {len(healths) + len(summaries)} job(s) need attention: {listed}",
+                returncode=status,
             )
 
 
 def _summary_line(summary: health.InstanceSummary) -> str:
     """One line per job with instances: the instances are listed above only when they may
     not be ok; this counts them all."""
+    if summary.no_runner is not None and summary.total > summary.disabled:
+        enabled = summary.total - summary.disabled
+        return (
+            f"{summary.job}: {summary.total} instance(s): {enabled} NO_RUNNER: {summary.no_runner}"
+        )
     counts = [f"{summary.ok} ok"]
     if summary.disabled:
         counts.append(f"{summary.disabled} disabled")
@@ -147,6 +159,7 @@ def _json(
                     "ok": s.ok,
                     "disabled": s.disabled,
                     "listed": s.listed,
+                    "no_runner": s.no_runner,
                 }
                 for s in summaries
             ],
@@ -218,7 +231,9 @@ def _at(h: health.JobHealth, value: datetime | None) -> str:
     return "" if value is None else format_instant(value, h.tz)
 
 
-def _exit_code(healths: Iterable[health.JobHealth], *, strict: bool = False) -> int:
+def _exit_code(
+    healths: Iterable[health.JobHealth | health.InstanceSummary], *, strict: bool = False
+) -> int:
     """2 if any job is critical (late, failing, invalid); with ``strict``, 1 if any is a
     warning (paused, capped, failed before its first success, not recorded yet); else 0."""
     severities = {h.severity for h in healths}
