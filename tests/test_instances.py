@@ -313,3 +313,24 @@ def test_with_no_live_runner_every_enabled_instance_is_no_runner_and_checkjobs_e
         call_command("checkjobs")
     assert raised.value.returncode == 2
     assert "t.digest[*] (no_runner)" in str(raised.value)
+
+
+@pytest.mark.postgres_only
+def test_a_batch_claim_costs_four_round_trips_whatever_its_size_and_an_end_three(jobs):
+    from django_fencedjobs import runner
+    from django_fencedjobs.runstate import RunState
+    from tests.conftest import round_trips_of
+
+    digest = _declare_digest()
+    for n in range(12):
+        digest.instances.upsert(f"k{n}", every=timedelta(minutes=1), kwargs={"tenant_id": n})
+    fake_clock.advance(timedelta(minutes=1))
+    bases = {"t.digest": digest.job}
+    batch: list = []
+    assert round_trips_of(lambda: batch.extend(runner.claim(bases, 10))) == 4
+    assert len(batch) == 10
+    assert round_trips_of(lambda: batch.extend(runner.claim(bases, 1))) == 4
+    acquired = batch[0]
+    state = RunState(acquired.job, acquired.record, watermarks=acquired.watermarks)
+    assert round_trips_of(lambda: runner.record_end(state, Outcome.SUCCEEDED, "")) == 3
+    assert JobRun.objects.get(pk=acquired.record.pk).outcome == Outcome.SUCCEEDED
