@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
 from django_fencedjobs import db
 from django_fencedjobs.instances import Instances
@@ -109,7 +110,10 @@ def test_changes_made_while_a_loop_runs_take_effect_at_its_next_look(spawn):
 
 
 def test_two_runners_share_a_thousand_due_instances_and_run_each_slot_once(spawn):
-    count = 1000
+    # SQLite takes one writer at a time: 200 of them there keep the test within its
+    # time on a busy machine; the thousand are for PostgreSQL, where runners claim side
+    # by side.
+    count = 1000 if connection.vendor == "postgresql" else 200
     holding = Instances(jobs.HOLDING_INSTANCES)
     for n in range(count):
         holding.upsert(f"tenant-{n:04d}", every=timedelta(hours=1), kwargs={"n": n})
