@@ -15,11 +15,11 @@ as: the declared job's options with the instance's schedule, checked by the very
 ``@job`` is checked by, so an instance is refused (:func:`validate`) or shown invalid with
 the system check's id and message.
 
-Saving an instance (:func:`save`, which ``JobInstance.save()`` calls) writes its lease row
-in the same transaction: a new instance gets one, a changed schedule a new next fire time,
-a disabled (or invalid) instance is paused. So a change takes effect at the next tick of
-every runner, and nothing ever re-reads the whole table: the tick claims due instances by
-an index (:func:`django_fencedjobs.lease.claim_instances`).
+Saving an instance (``JobInstance.save()``, whose ``post_save`` calls :func:`write_lease`)
+writes its lease row in the same transaction: a new instance gets one, a changed schedule a
+new next fire time, a disabled (or invalid) instance is paused. So a change takes effect at
+the next tick of every runner, and nothing ever re-reads the whole table: the tick claims
+due instances by an index (:func:`django_fencedjobs.lease.claim_instances`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import IntegrityError
 from django.db.models import QuerySet
 from django.db.models.signals import post_save
 from django.dispatch import receiver
@@ -293,11 +294,26 @@ class Instances:
     ) -> JobInstance:
         """Create the instance ``key``, or change it to exactly these values: one
         transaction with its lease row. An invalid instance raises ``ValidationError``
-        with the system check's message, and nothing is written."""
+        with the system check's message, and nothing is written. Two processes creating
+        the same new key at once both succeed: the second changes what the first made."""
+        values = {
+            "cron": cron or "",
+            "every": every,
+            "timezone": timezone,
+            "jitter": jitter,
+            "enabled": enabled,
+            "kwargs": kwargs if kwargs is not None else {},
+        }
+        try:
+            return self._write(key, values)
+        except IntegrityError:
+            # Created by another process since it was looked for: change that one.
+            return self._write(key, values)
+
+    def _write(self, key: str, values: dict[str, Any]) -> JobInstance:
         instance = self.all().filter(key=key).first() or JobInstance(job=self.job_name, key=key)
-        instance.cron, instance.every = cron or "", every
-        instance.timezone, instance.jitter = timezone, jitter
-        instance.enabled, instance.kwargs = enabled, kwargs if kwargs is not None else {}
+        for field, value in values.items():
+            setattr(instance, field, value)
         instance.full_clean(validate_unique=False, validate_constraints=False)
         instance.save()
         return instance

@@ -334,3 +334,24 @@ def test_a_batch_claim_costs_four_round_trips_whatever_its_size_and_an_end_three
     state = RunState(acquired.job, acquired.record, watermarks=acquired.watermarks)
     assert round_trips_of(lambda: runner.record_end(state, Outcome.SUCCEEDED, "")) == 3
     assert JobRun.objects.get(pk=acquired.record.pk).outcome == Outcome.SUCCEEDED
+
+
+def test_an_upsert_racing_another_for_a_new_key_changes_what_the_other_made(jobs, monkeypatch):
+    from django_fencedjobs.instances import Instances
+
+    digest = _declare_digest()
+    digest.instances.upsert("a", cron="0 8 * * *", kwargs={"tenant_id": 1})
+    real = Instances._write
+    raced: list[bool] = []
+
+    def looked_before_the_other_created_it(self, key, values):
+        if not raced:  # this process's look missed the row the other has just made
+            raced.append(True)
+            JobInstance(job=self.job_name, key=key, **values).save()  # the unique key
+        return real(self, key, values)
+
+    monkeypatch.setattr(Instances, "_write", looked_before_the_other_created_it)
+    digest.instances.upsert("a", cron="30 9 * * *", kwargs={"tenant_id": 2})
+    assert raced
+    (instance,) = JobInstance.objects.all()
+    assert (instance.cron, instance.kwargs) == ("30 9 * * *", {"tenant_id": 2})
