@@ -141,8 +141,10 @@ class JobLease(models.Model):
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
         ordering = ["name"]
+        # No index on next_run_at alone: jobs declared with a schedule are read by name,
+        # and every acquisition moves next_run_at (an index on it is one more entry to
+        # write per run, for no read).
         indexes = [
-            models.Index(fields=["next_run_at"], name="fencedjobs_lease_next_run"),
             # The tick's claim of a job's due instances: the earliest first, by this index
             # alone, however many instances it and other jobs have (paused rows, disabled
             # ones, are not in it).
