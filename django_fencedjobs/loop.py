@@ -63,6 +63,11 @@ RETRY_LOCKED = timedelta(seconds=1)
 #: of an index, whatever the number of instances: bench P10).
 INSTANCES_POLL = timedelta(seconds=1)
 
+#: Due instances and a worker free while the others are busy: wait this long at most for
+#: more of them to free up, so that one claim serves several (in a stampede the workers
+#: free up one after another, and a claim per worker costs a transaction per run).
+CLAIM_GATHER = timedelta(milliseconds=10)
+
 #: While other processes drain the same due jobs (a fleet), the loop reads the due rows
 #: again after a job was passed over, at most this often: what it read is going stale.
 RESCAN_AFTER = timedelta(seconds=0.2)
@@ -345,6 +350,8 @@ class Dispatcher:
         #: jobs they belong to, the earliest due first.
         self._instances_due = False
         self._due_parents: list[str] = []
+        #: When a claim was put off to gather free workers (monotonic), if it was.
+        self._gathering: float | None = None
         self._tiebreaks: dict[str, float] = {}
         #: Due rows of the latest scan not handed out yet, and when the next job not due
         #: then can be acquired.
@@ -415,6 +422,8 @@ class Dispatcher:
             pool.submit(self._by_name[row.name], row)
         free = pool.free()
         if self._instances_due and free and not self.stop.is_set():
+            if self._gather(pool, free):
+                return
             # Due instances, the earliest first, for every free worker: one claim.
             due = {name: self._bases[name] for name in self._due_parents}
             claimed = claim(due, free)
@@ -424,6 +433,27 @@ class Dispatcher:
             # if any, are locked or held: looked at again in a moment).
             self._instances_due = len(claimed) == free
             self._retry_soon = self._retry_soon or len(claimed) < free
+
+    def _gather(self, pool: Pool, free: int) -> bool:
+        """Whether to put the claim off for a moment (:data:`CLAIM_GATHER`): fewer than
+        half the workers are free, the others busy, and it was not put off that long
+        already."""
+        if free * 2 >= pool.size:
+            self._gathering = None
+            return False
+        now = time.monotonic()
+        if self._gathering is None:
+            self._gathering = now
+        if now - self._gathering < CLAIM_GATHER.total_seconds():
+            return True
+        self._gathering = None
+        return False
+
+    def _gather_left(self) -> float | None:
+        """Seconds until a claim put off to gather workers is made anyway; None if none is."""
+        if self._gathering is None:
+            return None
+        return max(CLAIM_GATHER.total_seconds() - (time.monotonic() - self._gathering), 0.0)
 
     @property
     def has_work(self) -> bool:
@@ -436,7 +466,8 @@ class Dispatcher:
         else until the next job not due at the last scan, however busy the others, and a
         moment when a due job was held back."""
         if self.has_work:
-            return max_sleep
+            gathering = self._gather_left()
+            return max_sleep if gathering is None else gathering
         sleep = max_sleep
         if self._wakeup is not None:
             sleep = min(sleep, max((self._wakeup - clock.now()).total_seconds(), 0))
@@ -471,7 +502,7 @@ class Dispatcher:
                 while self.has_work and not self.stop.is_set():
                     self.hand_out(pool)
                     if self.has_work:
-                        self.wake.wait()
+                        self.wake.wait(self._gather_left())
                         self.wake.clear()
             finally:
                 pool.shutdown()

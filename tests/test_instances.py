@@ -355,3 +355,48 @@ def test_an_upsert_racing_another_for_a_new_key_changes_what_the_other_made(jobs
     assert raced
     (instance,) = JobInstance.objects.all()
     assert (instance.cron, instance.kwargs) == ("30 9 * * *", {"tenant_id": 2})
+
+
+def test_a_claim_waits_a_moment_for_more_free_workers_while_most_are_busy(jobs, monkeypatch):
+    """Three of four workers busy and instances due: the one free worker's claim is put off
+    for CLAIM_GATHER (so that one claim may serve several workers), then made anyway."""
+    import threading
+
+    from django_fencedjobs.loop import Dispatcher
+
+    release = threading.Event()
+    started: list[int] = []
+    lock = threading.Lock()
+
+    @job(instances=True, timeout=timedelta(seconds=30), name="t.busy")
+    def busy(run, *, n: int):
+        with lock:
+            started.append(n)
+            first = len(started) == 1
+        if not first:  # the first run to start returns; every other holds its worker
+            release.wait(30)
+
+    for n in range(5):
+        busy.instances.upsert(f"b{n}", every=timedelta(minutes=1), kwargs={"n": n})
+    fake_clock.advance(timedelta(minutes=1))
+    monkeypatch.setattr(loop, "CLAIM_GATHER", timedelta(seconds=0.3))
+    dispatcher = Dispatcher([busy.job], workers=4)
+    dispatcher.scan()
+    pool = dispatcher._pool()
+    try:
+        # Four free: four claimed at once (three of them will hold their worker).
+        dispatcher.hand_out(pool)
+        assert JobRun.objects.count() == 4
+        for _ in range(200):  # the first run to start returns and frees its worker
+            if pool.free() == 1:
+                break
+            threading.Event().wait(0.05)
+        assert pool.free() == 1
+        dispatcher.hand_out(pool)
+        assert JobRun.objects.count() == 4  # put off: one worker of four free
+        threading.Event().wait(0.4)
+        dispatcher.hand_out(pool)
+        assert JobRun.objects.count() == 5  # made anyway once the moment passed
+    finally:
+        release.set()
+        pool.shutdown()
