@@ -307,7 +307,9 @@ def all_health(
         now = clock.now()
     leases = _read_leases(names, now)
     if names:
-        unknown = [name for name in names if _declared(name) is None and name not in leases]
+        unknown = [
+            name for name in names if instances.declaring(name) is None and name not in leases
+        ]
         if unknown:
             known = ", ".join(sorted(set(registry.names()) | set(leases))) or "none"
             raise UnknownJob(
@@ -358,21 +360,11 @@ def all_health(
     return result
 
 
-def _declared(name: str) -> Job | None:
-    """The job declared in code as ``name``, or the job whose instance ``name`` would be."""
-    if name in registry:
-        return registry.get(name)
-    parsed = instances.parse_name(name)
-    if parsed is not None and parsed[0] in registry and registry.get(parsed[0]).instances:
-        return registry.get(parsed[0])
-    return None
-
-
 def _job_of(name: str, row: JobLease | None) -> Job | None:
     """What ``name`` runs as: a job declared in code, or an instance's job (built from its
     row, read with the lease row); None when neither is declared any more."""
     if row is not None and row.instance is not None:
-        base = _declared(row.instance.job)
+        base = instances.declaring(row.instance.job)
         return instances.instance_job(base, row.instance) if base is not None else None
     return registry.get(name) if name in registry else None
 

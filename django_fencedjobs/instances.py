@@ -46,6 +46,8 @@ from django_fencedjobs.registry import Job, JobOptions, build, registry
 __all__ = [
     "Instances",
     "attach",
+    "declaring",
+    "get_job",
     "instance_job",
     "parse_name",
     "problem",
@@ -73,6 +75,27 @@ def parse_name(name: str) -> tuple[str, str] | None:
         return None
     job, _, key = name[:-1].rpartition("[")
     return (job, key) if job and key else None
+
+
+def declaring(name: str) -> Job | None:
+    """The job declared as ``name``, or the job declared with ``instances=True`` whose
+    instance ``name`` (``job[key]``) would be; None when there is neither. No query."""
+    if name in registry:
+        return registry.get(name)
+    parsed = parse_name(name)
+    if parsed is not None and parsed[0] in registry and registry.get(parsed[0]).instances:
+        return registry.get(parsed[0])
+    return None
+
+
+def get_job(name: str) -> Job:
+    """The job declared as ``name``, or the instance named so (``job[key]``, read from the
+    database); :class:`UnknownJob` when there is neither."""
+    if name not in registry:
+        found = resolve(name)
+        if found is not None:
+            return found
+    return registry.get(name)
 
 
 def declared(job_name: str) -> Job:
@@ -239,10 +262,8 @@ def resolve(name: str) -> Job | None:
     """The job an instance's name ``job[key]`` runs as; None when ``name`` is not an
     instance's, or no such instance exists."""
     parsed = parse_name(name)
-    if parsed is None or parsed[0] not in registry:
-        return None
-    base = registry.get(parsed[0])
-    if not base.instances:
+    base = declaring(name) if parsed is not None and name not in registry else None
+    if parsed is None or base is None:
         return None
     instance = JobInstance.objects.using(db.lease_db()).filter(job=parsed[0], key=parsed[1]).first()
     return instance_job(base, instance) if instance is not None else None

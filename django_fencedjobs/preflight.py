@@ -31,20 +31,10 @@ def check_settings() -> None:
 def select_jobs(names: Sequence[str] | None = None) -> tuple[list[Job], list[Job]]:
     """The named jobs (an unknown name raises :class:`UnknownJob`), or every declared job,
     split into the valid ones and the invalid ones."""
-    selected = [_named(name) for name in names] if names else registry.all()
+    selected = [instances.get_job(name) for name in names] if names else registry.all()
     valid = [job for job in selected if job.valid]
     invalid = [job for job in selected if not job.valid]
     return valid, invalid
-
-
-def _named(name: str) -> Job:
-    """The job declared as ``name``, or the instance named so (``job[key]``, read from the
-    database); :class:`UnknownJob` when there is neither."""
-    if name not in registry:
-        found = instances.resolve(name)
-        if found is not None:
-            return found
-    return registry.get(name)
 
 
 def invalid_job_line(job: Job) -> str:

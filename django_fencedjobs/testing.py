@@ -24,7 +24,7 @@ from typing import Any
 from django_fencedjobs import instances, manual
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobRun
-from django_fencedjobs.registry import Job, registry
+from django_fencedjobs.registry import Job
 
 
 def run_job_now(job: str | Job | Callable[..., Any]) -> JobRun:
@@ -42,11 +42,7 @@ def _resolve(job: str | Job | Callable[..., Any]) -> Job:
     if isinstance(job, Job):
         return job
     if isinstance(job, str):
-        if job not in registry:
-            found = instances.resolve(job)  # an instance, by its name job[key]
-            if found is not None:
-                return found
-        return registry.get(job)
+        return instances.get_job(job)  # declared, or an instance by its name job[key]
     declared = getattr(job, "job", None)
     if not isinstance(declared, Job):
         raise FencedJobsError(

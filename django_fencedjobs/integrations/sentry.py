@@ -74,7 +74,7 @@ from django_fencedjobs import instances, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import UNFINISHED_TASK, JobRun, Outcome, RunTask, TaskStatus
-from django_fencedjobs.registry import Job, registry
+from django_fencedjobs.registry import Job
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -120,11 +120,8 @@ def has_monitor(name: str, job: Job | None) -> bool:
     otherwise the check-in is sent without a config, which creates no monitor."""
     if job is not None:
         return job.parent is None or job.instance_series == "each"
-    parsed = instances.parse_name(name)
-    if parsed is None or parsed[0] not in registry:
-        return True
-    base = registry.get(parsed[0])
-    return not base.instances or base.instance_series == "each"
+    base = instances.declaring(name)
+    return base is None or not base.instances or base.instance_series == "each"
 
 
 def check_in_id(record: JobRun) -> str:

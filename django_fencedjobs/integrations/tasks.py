@@ -435,7 +435,7 @@ class TaskFence:
 
     def check_fence(self, connection: BaseDatabaseWrapper) -> None:
         name, fence = self._resolve()
-        declared = _declared(name)
+        declared = instances.declaring(name)
         ttl = declared.lease_ttl if declared is not None else DEFAULT_LEASE_TTL
         if not lease.lock_task_fence(connection, name, fence, ttl=ttl):
             raise FenceLost(
@@ -522,16 +522,6 @@ def _after_task(task_result: TaskResult[Any, Any]) -> None:
         return
     job = registry.get(record.job) if record.job in registry else instances.resolve(record.job)
     signals.send(signals.run_tasks_finished, job=job, record=record, failed=failed)
-
-
-def _declared(name: str) -> Job | None:
-    """The job declared as ``name``, or the one ``name`` is an instance of (its options,
-    ``lease_ttl`` among them, are its instances')."""
-    parsed = instances.parse_name(name)
-    for candidate in (name, parsed[0] if parsed else None):
-        if candidate is not None and candidate in registry:
-            return registry.get(candidate)
-    return None
 
 
 def _report(task_result: TaskResult[Any, Any], *, only: Iterable[str], **fields: Any) -> bool:
