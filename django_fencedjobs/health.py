@@ -289,7 +289,10 @@ _FACT_NAMES = tuple(fact.name for fact in fields(JobFacts))
 
 
 def all_health(
-    names: Sequence[str] | None = None, *, now: datetime | None = None
+    names: Sequence[str] | None = None,
+    *,
+    now: datetime | None = None,
+    coverage: runners.Coverage | None = None,
 ) -> list[JobHealth]:
     """The health of every job (declared in code or present in the database), or of the named
     ones (:class:`UnknownJob` for a name that is neither), worst first, then by name.
@@ -332,7 +335,8 @@ def all_health(
         else {}
     )
     tasks = _read_tasks(leases.values())
-    coverage = runners.read(now)
+    if coverage is None:  # the runners seen, unless the caller has read them at ``now``
+        coverage = runners.read(now)
     result = []
     for name in wanted:
         row = leases.get(name)

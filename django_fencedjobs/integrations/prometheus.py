@@ -204,14 +204,15 @@ class FencedJobsCollector:
 
         now = clock.now()
         # Every job declared in code, and only the instances that may not be ok.
-        listed = health.all_health(now=now)
-        summaries = health.instance_summaries(listed)
+        seen = runners.read(now)
+        listed = health.all_health(now=now, coverage=seen)
+        summaries = health.instance_summaries(listed, coverage=seen)
         parents = {summary.job: _instance_series(summary.job) for summary in summaries}
         each = sorted(parent for parent, series in parents.items() if series == "each")
         # A series per job: the jobs declared in code, and every instance of a job that
         # asked for a series each (judged by name: the listing holds only some of them).
         jobs = [h for h in listed if _parent_of(h, parents) is None] + _health_of_instances(
-            each, now
+            each, now, seen
         )
         jobs.sort(key=lambda h: h.name)
         for job_health in jobs:
@@ -226,7 +227,7 @@ class FencedJobsCollector:
         for job_name, outcome in sorted(keys):
             add("fencedjobs_runs", [job_name, outcome], counts.get((job_name, outcome), 0))
 
-        add("fencedjobs_runners_live", [], len(runners.read(now).live()))
+        add("fencedjobs_runners_live", [], len(seen.live()))
 
         # This process's own figure: none in a process that runs no job (a web process).
         abandoned = loop.abandoned_handlers()
@@ -283,19 +284,21 @@ def _parent_of(job_health: health.JobHealth, parents: dict[str, str]) -> str | N
     return parsed[0] if parsed is not None and parsed[0] in parents else None
 
 
-def _health_of_instances(parents: list[str], now: datetime) -> list[health.JobHealth]:
+def _health_of_instances(
+    parents: list[str], now: datetime, seen: runners.Coverage
+) -> list[health.JobHealth]:
     """The health of every instance of ``parents``, judged by name, in chunks."""
     if not parents:
         return []
     names = list(
         JobLease.objects.using(lease_db())
-        .filter(instance__job__in=parents)
+        .filter(parent__in=parents, instance__isnull=False)
         .order_by("name")
         .values_list("name", flat=True)
     )
     found: list[health.JobHealth] = []
     for start in range(0, len(names), EACH_CHUNK):
-        found += health.all_health(names[start : start + EACH_CHUNK], now=now)
+        found += health.all_health(names[start : start + EACH_CHUNK], now=now, coverage=seen)
     return found
 
 

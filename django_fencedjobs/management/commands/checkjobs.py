@@ -69,8 +69,8 @@ class Command(BaseCommand):
             preflight.check_tables()
             now = clock.now()
             baseline.record_first_sightings(now)  # a job seen for the first time: its baseline
-            healths = health.all_health(jobs, now=now)
             seen = runners.read(now)
+            healths = health.all_health(jobs, now=now, coverage=seen)
             summaries = [] if jobs else health.instance_summaries(healths, coverage=seen)
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
