@@ -161,7 +161,8 @@ def _acquire(job: Job, row: lease.LeaseRow) -> Acquired | None:
                 # transaction that records it): runs of it may still read running.
                 lease.mark_abandoned(job.name, fence, now)
             watermarks = _watermarks(job, alias)
-            record = _create_record(job, fence, owner, now, scheduled_for, missed, watermarks)
+            record = _new_record(job, fence, owner, now, scheduled_for, missed, watermarks)
+            record.save(using=alias, force_insert=True)
             if record.outcome == Outcome.MISSED:
                 lease.end(job.name, fence, succeeded_at=None, failed=False)
     except IntegrityError:
@@ -254,21 +255,6 @@ def _watermarks(job: Job, alias: str) -> dict[str, WatermarkValue]:
     }
 
 
-def _create_record(
-    job: Job,
-    fence: int,
-    owner: str,
-    now: datetime,
-    scheduled_for: datetime,
-    missed: int,
-    watermarks: dict[str, WatermarkValue],
-) -> JobRun:
-    """The run's row: running, or missed when it starts past the job's starting deadline."""
-    record = _new_record(job, fence, owner, now, scheduled_for, missed, watermarks)
-    record.save(using=db.lease_db(), force_insert=True)
-    return record
-
-
 def _new_record(
     job: Job,
     fence: int,
@@ -278,7 +264,8 @@ def _new_record(
     missed: int,
     watermarks: dict[str, WatermarkValue],
 ) -> JobRun:
-    """:func:`_create_record`'s row, not saved yet."""
+    """The run's row, not saved yet: running, or missed when it starts past the job's
+    starting deadline."""
     too_late = job.starting_deadline is not None and now - scheduled_for > job.starting_deadline
     return JobRun(
         job=job.name,
