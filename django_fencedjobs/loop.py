@@ -346,9 +346,8 @@ class Dispatcher:
         self._by_name = {job.name: job for job in self.jobs if not job.instances}
         #: The jobs whose instances have the schedules: claimed by an index (claim).
         self._bases = {job.name: job for job in self.jobs if job.instances}
-        #: Instances were due at the last look and no claim has come up short since; the
-        #: jobs they belong to, the earliest due first.
-        self._instances_due = False
+        #: The jobs with instances due at the last look, the earliest due first; emptied
+        #: when a claim comes up short (none left that could be claimed now).
         self._due_parents: list[str] = []
         #: When a claim was put off to gather free workers (monotonic), if it was.
         self._gathering: float | None = None
@@ -403,7 +402,6 @@ class Dispatcher:
         wakeups = lease.instances_wakeups(list(self._bases))
         due = sorted((at, name) for name, at in wakeups.items() if at <= now)
         self._due_parents = [name for _, name in due]
-        self._instances_due = bool(due)
         later = [at for at in wakeups.values() if at > now]
         if later:
             earliest = min(later)
@@ -421,7 +419,7 @@ class Dispatcher:
             row = self._backlog.pop(0)
             pool.submit(self._by_name[row.name], row)
         free = pool.free()
-        if self._instances_due and free and not self.stop.is_set():
+        if self._due_parents and free and not self.stop.is_set():
             if self._gather(pool, free):
                 return
             # Due instances, the earliest first, for every free worker: one claim.
@@ -431,8 +429,9 @@ class Dispatcher:
                 pool.submit(acquired.job, acquired)
             # Fewer than asked for: none due is left that could be claimed now (the rest,
             # if any, are locked or held: looked at again in a moment).
-            self._instances_due = len(claimed) == free
-            self._retry_soon = self._retry_soon or len(claimed) < free
+            if len(claimed) < free:
+                self._due_parents = []
+                self._retry_soon = True
 
     def _gather(self, pool: Pool, free: int) -> bool:
         """Whether to put the claim off for a moment (:data:`CLAIM_GATHER`): fewer than
@@ -459,7 +458,7 @@ class Dispatcher:
     def has_work(self) -> bool:
         """Due work from the last scan is waiting for a free worker: due jobs, or due
         instances not claimed yet."""
-        return bool(self._backlog) or self._instances_due
+        return bool(self._backlog or self._due_parents)
 
     def sleep_time(self, max_sleep: float) -> float:
         """How long to sleep: until a worker is free while due jobs wait (it wakes us),
@@ -559,7 +558,7 @@ class Dispatcher:
                         extra={"event": "database_unavailable"},
                     )
                     connections.close_all()
-                    self._backlog, self._instances_due = [], False
+                    self._backlog, self._due_parents = [], []
                     sleep, backoff = backoff, min(backoff * 2, max_sleep)
                 pool.finished()  # the loop keeps no history of its runs: drop them
                 presence.beat()
