@@ -274,7 +274,8 @@ def test_an_instance_without_a_required_argument_is_refused_naming_it(jobs):
         digest.instances.upsert("a", cron="0 8 * * *", kwargs={})
     (error,) = raised.value.error_dict["kwargs"]
     assert error.code == CheckId.HANDLER_SIGNATURE
-    assert "tenant_id" in error.message
+    # Named as the missing argument, not only as part of the handler's signature.
+    assert "missing a required argument: 'tenant_id'" in error.message
 
 
 def test_with_no_live_runner_every_enabled_instance_is_no_runner_and_checkjobs_exits_2(jobs):
