@@ -29,7 +29,7 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import F
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Greatest
 
 from django_fencedjobs import outcomes
@@ -40,6 +40,7 @@ from django_fencedjobs.models import (
     JobLease,
     JobRun,
     Outcome,
+    RunKind,
     Watermark,
 )
 
@@ -54,6 +55,11 @@ class LeaseRow:
     lease_until: datetime
     paused: bool
     schedule_fingerprint: str
+    #: A retry's, backfill slot's or one-off's slot, its attempt, and the row's kind
+    #: (:mod:`django_fencedjobs.slots`).
+    run_slot: datetime | None = None
+    attempt: int = 1
+    kind: str = RunKind.SCHEDULED
 
     def is_due(self, now: datetime) -> bool:
         return not self.paused and self.next_run_at <= now and self.lease_until < now
@@ -71,14 +77,22 @@ def read(names: list[str]) -> dict[str, LeaseRow]:
     Reading is not deciding: two processes may both see a job as due here. Only
     :func:`acquire` decides, and only one of them wins it.
     """
-    rows = (
-        JobLease.objects.using(lease_db())
-        .filter(name__in=names)
-        .values_list(
-            "name", "fence", "next_run_at", "lease_until", "paused", "schedule_fingerprint"
-        )
-    )
+    rows = JobLease.objects.using(lease_db()).filter(name__in=names).values_list(*_ROW_FIELDS)
     return {row[0]: LeaseRow(*row) for row in rows}
+
+
+#: The columns of a :class:`LeaseRow`, in its order.
+_ROW_FIELDS = (
+    "name",
+    "fence",
+    "next_run_at",
+    "lease_until",
+    "paused",
+    "schedule_fingerprint",
+    "run_slot",
+    "attempt",
+    "kind",
+)
 
 
 @dataclass(frozen=True)
@@ -125,7 +139,8 @@ def scan(names: list[str], now: datetime) -> Scan:
             " CASE WHEN due THEN next_run_at END,"
             " CASE WHEN due THEN lease_until END,"
             " CASE WHEN row_number() OVER () = 1 THEN min(CASE WHEN NOT paused AND NOT due"
-            "  THEN GREATEST(next_run_at, lease_until) END) OVER () END"
+            "  THEN GREATEST(next_run_at, lease_until) END) OVER () END,"
+            " CASE WHEN due THEN run_slot END, attempt"
             " FROM (SELECT lease.*,"
             "  (NOT lease.paused AND lease.next_run_at <= %s AND lease.lease_until < %s) AS due"
             f" FROM {_table(connection)} AS lease"
@@ -136,8 +151,8 @@ def scan(names: list[str], now: datetime) -> Scan:
     return Scan(
         {row[0]: row[1] for row in result},
         [
-            LeaseRow(name, fence, nxt, until, False, fp)
-            for name, fp, due, fence, nxt, until, _ in result
+            LeaseRow(name, fence, nxt, until, False, fp, run_slot, attempt)
+            for name, fp, due, fence, nxt, until, _, run_slot, attempt in result
             if due
         ],
         result[0][6] if result else None,
@@ -182,7 +197,14 @@ def reschedule(name: str, old_fingerprint: str, fingerprint: str, next_run_at: d
 
 
 def acquire(
-    seen: LeaseRow, *, owner: str, now: datetime, ttl: timedelta, next_run_at: datetime
+    seen: LeaseRow,
+    *,
+    owner: str,
+    now: datetime,
+    ttl: timedelta,
+    next_run_at: datetime,
+    run_slot: datetime | None = None,
+    attempt: int = 1,
 ) -> int | None:
     """Take the lease; return the new fence, or None when another process took it first or
     holds the row right now.
@@ -193,7 +215,9 @@ def acquire(
     them on the row, the second re-evaluates the WHERE against the first's committed
     row (fence already incremented, ``next_run_at`` already moved past ``now``) and
     updates nothing. The same statement moves ``next_run_at`` to the first slot after
-    ``now``, so the job is not due again for this slot even if this run dies.
+    ``now``, so the job is not due again for this slot even if this run dies (a backfill
+    slot's or one-off's row stays due instead, for its next attempt: ``run_slot`` and
+    ``attempt`` are what :func:`django_fencedjobs.slots.plan` says the row keeps).
 
     On PostgreSQL the row is locked first with ``FOR UPDATE SKIP LOCKED``: a row locked by
     anyone else (a holder inside its fenced transaction, paused or not; another acquirer)
@@ -209,11 +233,21 @@ def acquire(
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {table} SET fence = fence + 1, owner = %s, lease_until = %s,"
-                " next_run_at = %s"
+                " next_run_at = %s, run_slot = %s, attempt = %s"
                 f" WHERE name = (SELECT name FROM {table} WHERE name = %s AND fence = %s"
                 "  AND next_run_at = %s AND lease_until < %s AND NOT paused"
                 "  FOR UPDATE SKIP LOCKED)",
-                [owner, now + ttl, next_run_at, seen.name, seen.fence, seen.next_run_at, now],
+                [
+                    owner,
+                    now + ttl,
+                    next_run_at,
+                    run_slot,
+                    attempt,
+                    seen.name,
+                    seen.fence,
+                    seen.next_run_at,
+                    now,
+                ],
             )
             updated = cursor.rowcount
     else:
@@ -231,6 +265,8 @@ def acquire(
                 owner=owner,
                 lease_until=now + ttl,
                 next_run_at=next_run_at,
+                run_slot=run_slot,
+                attempt=attempt,
             )
         )
     return seen.fence + 1 if updated == 1 else None
@@ -281,7 +317,8 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
         _load_instants_in_c(connection, cursor)
         cursor.execute(
             "SELECT lease.name, lease.fence, lease.next_run_at, lease.lease_until,"
-            " lease.schedule_fingerprint, instance.id, instance.job, instance.key,"
+            " lease.schedule_fingerprint, lease.run_slot, lease.attempt,"
+            " instance.id, instance.job, instance.key,"
             " instance.cron, instance.every, instance.timezone, instance.jitter,"
             " instance.enabled, instance.kwargs::text,"
             " (SELECT json_agg(json_build_array(mark.key, mark.position, mark.cursor))"
@@ -297,7 +334,7 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
         rows = cursor.fetchall()
     return [
         DueInstance(
-            LeaseRow(name, fence, next_run_at, lease_until, False, fingerprint),
+            LeaseRow(name, fence, next_run_at, lease_until, False, fingerprint, run_slot, attempt),
             JobInstance(
                 id=pk,
                 job=job,
@@ -317,6 +354,8 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
             next_run_at,
             lease_until,
             fingerprint,
+            run_slot,
+            attempt,
             pk,
             job,
             key,
@@ -366,14 +405,7 @@ def _claim_instances_elsewhere(parent: str, now: datetime, limit: int) -> list[D
             marks.setdefault(job, {})[key] = value
     return [
         DueInstance(
-            LeaseRow(
-                row.name,
-                row.fence,
-                row.next_run_at,
-                row.lease_until,
-                row.paused,
-                row.schedule_fingerprint,
-            ),
+            LeaseRow(*(getattr(row, field) for field in _ROW_FIELDS)),
             row.instance,  # type: ignore[arg-type]
             marks.get(row.name, {}),
         )
@@ -422,6 +454,9 @@ class Take:
     next_run_at: datetime
     lease_until: datetime
     record: JobRun
+    #: What the row keeps for its next acquisition (:class:`django_fencedjobs.slots.Slot`).
+    run_slot: datetime | None = None
+    attempt: int = 1
 
 
 def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
@@ -448,19 +483,22 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
         cursor.execute(
             "WITH claimed AS (SELECT * FROM unnest("
             "  %s::text[], %s::bigint[], %s::timestamptz[], %s::timestamptz[],"
-            "  %s::timestamptz[]) AS claimed(name, fence, slot, next_run_at, lease_until)),"
+            "  %s::timestamptz[], %s::timestamptz[], %s::integer[])"
+            "  AS claimed(name, fence, slot, next_run_at, lease_until, run_slot, attempt)),"
             " granted AS ("
             f" UPDATE {_table(connection)} AS lease SET fence = lease.fence + 1,"
             "  owner = %s, lease_until = claimed.lease_until,"
-            "  next_run_at = claimed.next_run_at"
+            "  next_run_at = claimed.next_run_at, run_slot = claimed.run_slot,"
+            "  attempt = claimed.attempt"
             "  FROM claimed WHERE lease.name = claimed.name AND lease.fence = claimed.fence"
             "  AND lease.next_run_at = claimed.slot AND lease.lease_until < %s"
             "  AND NOT lease.paused RETURNING lease.name),"
             " abandoned AS ("
             # Every run of these jobs still marked running has an older fence: this
-            # statement's own inserts are not visible to it.
+            # statement's own inserts are not visible to it. (Rows of kind "scheduled"
+            # only: a backfill slot's runs are recorded under their job's name.)
             f" UPDATE {run_table} SET outcome = %s, finished_at = %s, error = %s"
-            "  WHERE outcome = %s AND job IN (SELECT name FROM granted)),"
+            "  WHERE outcome = %s AND kind = %s AND job IN (SELECT name FROM granted)),"
             " inserted AS ("
             f" INSERT INTO {run_table} ({', '.join(columns)})"
             f"  SELECT {', '.join('run.' + c for c in columns)} FROM unnest("
@@ -476,12 +514,15 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
                 [item.row.next_run_at for item in batch],
                 [item.next_run_at for item in batch],
                 [item.lease_until for item in batch],
+                [item.run_slot for item in batch],
+                [item.attempt for item in batch],
                 records[0].owner,
                 now,
                 Outcome.ABANDONED,
                 now,
                 outcomes.ABANDONED,
                 Outcome.RUNNING,
+                RunKind.SCHEDULED,
                 *([getattr(record, column) for record in records] for column in columns),
             ],
         )
@@ -517,6 +558,9 @@ _RECORD_COLUMNS = (
     "watermark_before",
     "watermark_after",
     "error",
+    "attempt",
+    "kind",
+    "interval_start",
 )
 _RECORD_TYPES = (
     "text",
@@ -533,6 +577,9 @@ _RECORD_TYPES = (
     "text",
     "text",
     "text",
+    "integer",
+    "text",
+    "timestamptz",
 )
 
 
@@ -546,6 +593,8 @@ def _take_elsewhere(batch: list[Take], now: datetime) -> tuple[list[Take], list[
             now=now,
             ttl=item.lease_until - now,
             next_run_at=item.next_run_at,
+            run_slot=item.run_slot,
+            attempt=item.attempt,
         )
         if fence is None:
             continue
@@ -582,7 +631,7 @@ def mark_abandoned(name: str, fence: int, now: datetime) -> None:
     lease expired (dead, or paused and since superseded): record them as abandoned.
     Called in the acquiring transaction, so only the new fence holder does it."""
     JobRun.objects.using(lease_db()).filter(
-        job=name, outcome=Outcome.RUNNING, fence__lt=fence
+        job=name, kind=RunKind.SCHEDULED, outcome=Outcome.RUNNING, fence__lt=fence
     ).update(
         outcome=Outcome.ABANDONED,
         finished_at=now,
@@ -739,6 +788,22 @@ def renew(name: str, fence: int, until: datetime) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Retry:
+    """A failed run's next attempt, for :func:`end` and :func:`end_run` to schedule: the
+    slot again, as attempt ``attempt``, ``backoff`` after the run's end."""
+
+    backoff: timedelta
+    slot: datetime
+    attempt: int
+
+
+#: Whether the retry an end asks for is scheduled, in SQL over the lease row and a
+#: ``retry(at)`` relation: a scheduled row's retry only if it comes before the row's next
+#: slot (never at or past it); a backfill slot's or one-off's always.
+_RETRYING = "(retry.at IS NOT NULL AND (lease.kind <> %s OR retry.at < lease.next_run_at))"
+
+
 def end(
     name: str,
     fence: int,
@@ -746,6 +811,9 @@ def end(
     succeeded_at: datetime | None,
     failed: bool,
     late_after: datetime | None = None,
+    retry: Retry | None = None,
+    final: bool = True,
+    now: datetime | None = None,
 ) -> bool:
     """End the run's lease and record its result on the job; False when the fence was lost.
 
@@ -754,20 +822,43 @@ def end(
     every fenced block of it fails, in whichever thread kept its context, and so does any
     statement of it still on its way. ``lease_until`` goes back to the past so the next
     slot is not held up. A timed-out run ends with ``failed=True``: the revocation.
+
+    ``retry``: the failed run's next attempt, scheduled ``retry.backoff`` after ``now``
+    unless that is at or past the row's next slot (:data:`_RETRYING`); a failure counts
+    towards ``consecutive_failures`` only when no retry follows it (a slot is judged by
+    its last attempt). ``final``: the run's outcome ends a backfill slot's or one-off's
+    row (it is paused: done) unless a retry follows.
     """
+    rows = JobLease.objects.using(lease_db()).filter(name=name, fence=fence)
     changes: dict[str, object] = {
         "fence": F("fence") + 1,
         "lease_until": LEASE_FREE,
         "owner": "",
     }
+    one_shot = ~Q(kind=RunKind.SCHEDULED)
+    done = one_shot
+    if retry is not None:
+        if now is None:
+            raise ValueError("end(retry=...) needs now, the run's end")
+        at = now + retry.backoff
+        retrying = one_shot | Q(next_run_at__gt=at)
+        changes["next_run_at"] = Case(When(retrying, then=Value(at)), default=F("next_run_at"))
+        changes["run_slot"] = Case(When(retrying, then=Value(retry.slot)), default=F("run_slot"))
+        changes["attempt"] = Case(When(retrying, then=Value(retry.attempt)), default=F("attempt"))
+        done = one_shot & ~retrying
+    if final:
+        changes["paused"] = Case(When(done, then=Value(True)), default=F("paused"))
     if succeeded_at is not None:
         changes["last_success_at"] = succeeded_at
         changes["consecutive_failures"] = 0
         if late_after is not None:  # an instance's stored deadline moves on
             changes["late_after"] = late_after
     elif failed:
-        changes["consecutive_failures"] = F("consecutive_failures") + 1
-    return JobLease.objects.using(lease_db()).filter(name=name, fence=fence).update(**changes) == 1
+        counted: Any = F("consecutive_failures") + 1
+        if retry is not None:  # a slot is judged by its last attempt
+            counted = Case(When(retrying, then=F("consecutive_failures")), default=counted)
+        changes["consecutive_failures"] = counted
+    return rows.update(**changes) == 1
 
 
 @dataclass(frozen=True)
@@ -782,6 +873,8 @@ class Ended:
     items: int
     batches: int
     watermark_after: str
+    #: When the failed run's retry is due (None: no retry follows).
+    retry_at: datetime | None = None
 
 
 def end_run(
@@ -796,6 +889,8 @@ def end_run(
     succeeded_at: datetime | None,
     late_after: datetime | None,
     finished_at: datetime | None,
+    retry: Retry | None = None,
+    final: bool = True,
 ) -> Ended | None:
     """PostgreSQL: :func:`end` and the run's row in one statement (None when the run was
     recorded already, by its supervisor or a successor's takeover).
@@ -806,7 +901,8 @@ def end_run(
     successor had taken its lease over (the lease was not released) is recorded
     ``fence_lost``: being paused or slow past its lease is what ended it. ``finished_at``
     None: the database's clock. Returns what the row says, items, batches and watermark
-    included, as the run's own transactions committed them.
+    included, as the run's own transactions committed them. ``retry`` and ``final``: as
+    :func:`end`'s.
     """
     connection = connections[lease_db()]
     run_table = connection.ops.quote_name(JobRun._meta.db_table)
@@ -819,14 +915,22 @@ def end_run(
             # (its UPDATE done, waiting for the lease row if need be) before the run's row
             # can be updated, and so locked; a data-modifying CTE nobody reads would run
             # after the main statement instead.
-            "WITH released AS ("
-            f" UPDATE {_table(connection)} SET fence = fence + 1, lease_until = %s, owner = '',"
-            "  last_success_at = COALESCE(%s, last_success_at),"
+            "WITH retry AS (SELECT COALESCE(%s, clock_timestamp()) + %s::interval AS at),"
+            " released AS ("
+            f" UPDATE {_table(connection)} AS lease SET fence = fence + 1, lease_until = %s,"
+            "  owner = '', last_success_at = COALESCE(%s, last_success_at),"
             "  consecutive_failures = CASE WHEN %s::timestamptz IS NOT NULL THEN 0"
-            "   WHEN %s THEN consecutive_failures + 1 ELSE consecutive_failures END,"
-            "  late_after = COALESCE(%s, late_after)"
-            "  WHERE name = %s AND fence = %s RETURNING 1),"
-            " lease AS (SELECT count(*) = 1 AS released FROM released)"
+            f"   WHEN %s AND NOT {_RETRYING} THEN consecutive_failures + 1"
+            "   ELSE consecutive_failures END,"
+            "  late_after = COALESCE(%s, late_after),"
+            f"  next_run_at = CASE WHEN {_RETRYING} THEN retry.at ELSE next_run_at END,"
+            f"  run_slot = CASE WHEN {_RETRYING} THEN %s ELSE run_slot END,"
+            f"  attempt = CASE WHEN {_RETRYING} THEN %s ELSE attempt END,"
+            f"  paused = paused OR (%s AND lease.kind <> %s AND NOT {_RETRYING})"
+            "  FROM retry WHERE name = %s AND fence = %s"
+            f"  RETURNING CASE WHEN {_RETRYING} THEN retry.at END AS retry_at),"
+            " lease AS (SELECT count(*) = 1 AS released, max(retry_at) AS retry_at"
+            "  FROM released)"
             f" UPDATE {run_table} AS run SET"
             "  outcome = CASE WHEN %s AND NOT lease.released THEN %s ELSE %s END,"
             "  error = CASE WHEN %s AND NOT lease.released THEN %s ELSE %s END,"
@@ -834,15 +938,27 @@ def end_run(
             "  items = run.items + %s"
             " FROM lease WHERE run.id = %s AND run.outcome IN (%s, %s)"
             " RETURNING lease.released, run.outcome, run.error, run.finished_at, run.items,"
-            "  run.batches, run.watermark_after",
+            "  run.batches, run.watermark_after, lease.retry_at",
             [
+                finished_at,
+                retry.backoff if retry is not None else None,  # type: ignore[list-item]
                 LEASE_FREE,
                 succeeded_at,
                 succeeded_at,
                 failed,
+                RunKind.SCHEDULED,
                 late_after,
+                RunKind.SCHEDULED,
+                RunKind.SCHEDULED,
+                retry.slot if retry is not None else None,
+                RunKind.SCHEDULED,
+                retry.attempt if retry is not None else None,
+                final,
+                RunKind.SCHEDULED,
+                RunKind.SCHEDULED,
                 name,
                 fence,
+                RunKind.SCHEDULED,
                 timed_out,
                 Outcome.FENCE_LOST,
                 outcome,

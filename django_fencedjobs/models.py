@@ -42,6 +42,15 @@ INSTANCE_KEY = RegexValidator(
 )
 
 
+class RunKind(models.TextChoices):
+    """Why a run exists: its job's schedule (a retry of a scheduled slot included), an
+    operator's backfill of a past slot, or a one-off at an instant."""
+
+    SCHEDULED = "scheduled", _("scheduled")
+    BACKFILL = "backfill", _("backfill")
+    ONCE = "once", _("one-off")
+
+
 #: Sent by :meth:`JobInstance.clean`; :mod:`django_fencedjobs.instances` receives it and
 #: raises ``ValidationError`` for an invalid instance.
 validate_instance = Signal()
@@ -134,6 +143,27 @@ class JobLease(models.Model):
     #: <django_fencedjobs.registry.Job.late_after>`. Written when the instance is saved and
     #: at each success; None for a job declared with a schedule (health computes its own).
     late_after = models.DateTimeField(_("late after"), null=True, blank=True)
+    #: When set, the next acquisition runs for this slot, as attempt ``attempt``, instead
+    #: of the schedule's: a retry of a failed run (:mod:`django_fencedjobs.retries`; a
+    #: later slot due by then supersedes it), a backfill's slot or a one-off's instant
+    #: (``kind``; :mod:`django_fencedjobs.oneshots`).
+    run_slot = models.DateTimeField(_("run slot"), null=True, blank=True)
+    attempt = models.PositiveIntegerField(_("attempt"), default=1)
+    #: ``scheduled`` for a job's or an instance's row; ``backfill`` or ``once`` for a row
+    #: that runs one slot of job ``parent`` (``run_slot``) and is then done (paused).
+    kind = models.CharField(
+        _("kind"), max_length=16, choices=RunKind.choices, default=RunKind.SCHEDULED
+    )
+    #: A one-off's keyword arguments for the handler (None: the job's or instance's own).
+    kwargs = models.JSONField(_("arguments"), null=True, blank=True)
+    backfill = models.ForeignKey(
+        "Backfill",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="rows",
+        verbose_name=_("backfill"),
+    )
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -152,6 +182,12 @@ class JobLease(models.Model):
                 fields=["parent", "next_run_at"],
                 condition=models.Q(instance__isnull=False, paused=False),
                 name="fencedjobs_instance_due",
+            ),
+            # The tick's claim of a job's due backfill slots and one-offs, as above.
+            models.Index(
+                fields=["parent", "next_run_at"],
+                condition=models.Q(paused=False) & ~models.Q(kind=RunKind.SCHEDULED),
+                name="fencedjobs_oneshot_due",
             ),
             # Health's read of the instances that may be late, by their stored deadline.
             models.Index(
@@ -203,8 +239,19 @@ class JobRun(models.Model):
     fence = models.BigIntegerField(_("fence"), default=0)
     owner = models.CharField(_("owner"), max_length=200, blank=True)
     missed_slots = models.IntegerField(
-        _("missed slots"), default=0, help_text=_("Earlier due slots coalesced into this run.")
+        _("missed slots"),
+        default=0,
+        help_text=_("Earlier due slots coalesced into this run, or skipped by its catch-up."),
     )
+    #: 1 for a slot's first run; each retry, and each backfill run of a slot that has
+    #: runs, is the next attempt. A slot is judged by its last attempt.
+    attempt = models.PositiveIntegerField(_("attempt"), default=1)
+    kind = models.CharField(
+        _("kind"), max_length=16, choices=RunKind.choices, default=RunKind.SCHEDULED
+    )
+    #: The start of the run's data interval, which ends at ``scheduled_for``: the slot
+    #: before (before the first coalesced one, for a run covering missed slots).
+    interval_start = models.DateTimeField(_("interval start"), null=True, blank=True)
     watermark_before = models.CharField(_("watermark before"), max_length=64, blank=True)
     watermark_after = models.CharField(_("watermark after"), max_length=64, blank=True)
     error = models.TextField(_("error"), blank=True)
@@ -214,8 +261,11 @@ class JobRun(models.Model):
         verbose_name_plural = _("runs")
         ordering = ["-scheduled_for", "-id"]
         constraints = [
-            # Each firing is recorded once: a second run for the same slot cannot exist.
-            models.UniqueConstraint(fields=["job", "scheduled_for"], name="fencedjobs_run_once"),
+            # Each attempt at a slot is recorded once: a second run of the same attempt
+            # (two runners, a run now landing on a recorded slot) cannot exist.
+            models.UniqueConstraint(
+                fields=["job", "scheduled_for", "attempt"], name="fencedjobs_run_once"
+            ),
         ]
         indexes = [
             models.Index(fields=["-scheduled_for", "-id"], name="fencedjobs_run_recent"),
@@ -237,6 +287,36 @@ class JobRun(models.Model):
         if self.outcome == Outcome.ABANDONED:
             return None
         return (self.finished_at - self.started_at).total_seconds()
+
+
+class BackfillSelection(models.TextChoices):
+    MISSING = "missing", _("missing: slots with no run")
+    FAILED = "failed", _("failed: slots whose last attempt did not succeed")
+    ALL = "all", _("all slots")
+
+
+class Backfill(models.Model):
+    """An operator's request to run every selected slot of a job in ``[start, end)``: each
+    slot is a lease row of kind ``backfill`` (:mod:`django_fencedjobs.backfills`), run by
+    the runners at most ``concurrency`` at once, in ``order``."""
+
+    job = models.CharField(_("job"), max_length=200)
+    start = models.DateTimeField(_("from"))
+    end = models.DateTimeField(_("to"), help_text=_("Exclusive."))
+    selection = models.CharField(_("slots"), max_length=16, choices=BackfillSelection.choices)
+    newest_first = models.BooleanField(_("newest first"), default=False)
+    concurrency = models.PositiveIntegerField(_("at once"), default=1)
+    slots = models.PositiveIntegerField(_("slots"), default=0)
+    requested_by = models.CharField(_("requested by"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("backfill")
+        verbose_name_plural = _("backfills")
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.job} {self.start:%Y-%m-%d %H:%M} to {self.end:%Y-%m-%d %H:%M} UTC"
 
 
 class Watermark(models.Model):

@@ -32,6 +32,8 @@ Handler = Callable[..., Any]
 F = TypeVar("F", bound=Handler)
 Exclusion = Literal["lease", "advisory"]
 InstanceSeries = Literal["aggregated", "each"]
+#: How slots missed while nothing ran are caught up (docs/time.md).
+Catchup = Literal["coalesce", "each", "latest"]
 #: Why a job is invalid.
 JobError = ScheduleError | JobDefinitionError
 
@@ -39,6 +41,9 @@ DEFAULT_LEASE_TTL = timedelta(minutes=2)
 DEFAULT_GRACE = timedelta(minutes=5)
 DEFAULT_MAX_BATCHES = 100
 DEFAULT_FAILURE_THRESHOLD = 3
+#: With ``catchup="each"``, at most this many missed slots run, the latest ones.
+DEFAULT_CATCHUP_LIMIT = 24
+DEFAULT_RETRY_BACKOFF = timedelta(seconds=30)
 #: A job without an explicit timeout gets half its shortest interval, at most this.
 MAX_DEFAULT_TIMEOUT = timedelta(hours=1)
 
@@ -67,6 +72,16 @@ class JobOptions:
     #: one per job (``"aggregated"``: a Prometheus series per job and state, no Sentry
     #: monitor per instance) or one per instance (``"each"``).
     instance_series: InstanceSeries = "aggregated"
+    #: Slots missed while nothing ran (an outage, a resume that catches up): one run for
+    #: the latest covering them all (``"coalesce"``), a run for each in order, at most
+    #: ``catchup_limit`` of the latest (``"each"``), or one run for the latest slot alone
+    #: (``"latest"``).
+    catchup: Catchup = "coalesce"
+    catchup_limit: int = DEFAULT_CATCHUP_LIMIT
+    #: A failed or timed-out run is tried again this many times, through the lease, each
+    #: attempt ``retry_backoff`` after the last (doubling), never at or past the next slot.
+    retries: int = 0
+    retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -91,6 +106,14 @@ class Job(JobOptions):
     parent: str | None = None
     key: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: For the run of a backfill slot or a one-off (:mod:`django_fencedjobs.oneshots`),
+    #: whose lease row is its own: the job (or instance) its runs are recorded as.
+    occurrence_of: str | None = None
+
+    @property
+    def records_as(self) -> str:
+        """The job name its runs are recorded under (``JobRun.job``)."""
+        return self.occurrence_of or self.name
 
     @functools.cached_property
     def _problem(self) -> tuple[CheckId, JobError] | None:
@@ -402,6 +425,10 @@ def job(
     failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
     instances: bool = False,
     instance_series: InstanceSeries = "aggregated",
+    catchup: Catchup = "coalesce",
+    catchup_limit: int = DEFAULT_CATCHUP_LIMIT,
+    retries: int = 0,
+    retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF,
 ) -> Callable[[F], F]: ...
 def job(
     cron: str | F | None = None, /, *, name: str | None = None, **options: Any
@@ -538,18 +565,37 @@ def build(
     )
 
 
+def _time_problems(fields: dict[str, Any]) -> list[str | None]:
+    """What is wrong with the catch-up and retry options."""
+    retries = fields["retries"]
+    return [
+        None
+        if isinstance(retries, int) and not isinstance(retries, bool) and retries >= 0
+        else f"retries must be an int of 0 or more, got {retries!r}",
+        None
+        if fields["catchup"] in ("coalesce", "each", "latest")
+        else f"catchup must be 'coalesce', 'each' or 'latest', got {fields['catchup']!r}",
+    ]
+
+
 def _argument_problem(
     job_name: str, fields: dict[str, Any], wrong: list[str | None]
 ) -> tuple[CheckId, JobError] | None:
     """Every argument of the wrong type or range (E013), else a lease_ttl that is not
     positive (E006), else None."""
-    for field_name, allow_zero in (("jitter", True), ("lease_ttl", True), ("grace", True)):
+    for field_name, allow_zero in (
+        ("jitter", True),
+        ("lease_ttl", True),
+        ("grace", True),
+        ("retry_backoff", False),
+    ):
         wrong.append(_duration(field_name, fields[field_name], allow_zero=allow_zero))
     for field_name in ("timeout", "starting_deadline"):
         if fields[field_name] is not None:
             wrong.append(_duration(field_name, fields[field_name]))
-    for field_name in ("max_batches", "failure_threshold"):
+    for field_name in ("max_batches", "failure_threshold", "catchup_limit"):
         wrong.append(_positive_int(field_name, fields[field_name]))
+    wrong += _time_problems(fields)
     if not isinstance(fields.get("instances", False), bool):
         wrong.append(f"instances must be True or False, got {fields['instances']!r}")
     if fields.get("instance_series", "aggregated") not in ("aggregated", "each"):

@@ -10,6 +10,7 @@ which the runner (:mod:`django_fencedjobs.runner`) creates, supervises and recor
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,7 +24,7 @@ from django_fencedjobs import clock, db, lease
 from django_fencedjobs.exceptions import NotInRun, WatermarkError
 from django_fencedjobs.fencing import FencedAtomic, current_holder, in_fenced_block
 from django_fencedjobs.instants import iso_utc
-from django_fencedjobs.models import Watermark
+from django_fencedjobs.models import RunKind, Watermark
 from django_fencedjobs.runstate import Progress, RunState, WatermarkValue
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ class Run:
         self.fence: int = state.fence
         #: The slot this run is for (aware, UTC).
         self.scheduled_for: datetime = state.record.scheduled_for
+        #: 1 for the slot's first run, then 2, 3... for its retries and backfill runs.
+        self.attempt: int = state.record.attempt
+        #: ``"scheduled"``, ``"backfill"`` or ``"once"`` (:class:`.models.RunKind`).
+        self.kind: str = state.record.kind
         #: The clock's reading when the run acquired its lease (aware, UTC): the upper
         #: bound of "everything due up to now".
         self.now: datetime = now
@@ -63,6 +68,22 @@ class Run:
     def __repr__(self) -> str:
         slot = f"{self.scheduled_for:%Y-%m-%dT%H:%M:%SZ}"
         return f"<Run {self.job.name} fence={self.fence} scheduled_for={slot}>"
+
+    @functools.cached_property
+    def interval(self) -> Window:
+        """The run's data interval, ``[previous slot, slot)``: the slot before this one up
+        to this one. A run covering coalesced missed slots starts where the first of them
+        did; a one-off's starts at its instant (an empty interval). See docs/time.md."""
+        start = self.record.interval_start
+        if start is None and self.kind != RunKind.ONCE and self.job.schedule is not None:
+            start = self.job.schedule.previous_before(self.scheduled_for)
+        return Window(start or self.scheduled_for, self.scheduled_for)
+
+    @property
+    def upto(self) -> datetime:
+        """How far the run's windows go: :attr:`now`, or for a backfill run the end of
+        its :attr:`interval` (a backfill works on its own range, never past it)."""
+        return self.interval.end if self.kind == RunKind.BACKFILL else self.now
 
     # -- watermarks ----------------------------------------------------------------------
 
@@ -146,6 +167,10 @@ class Run:
         last whole multiple of ``step`` since the epoch that leaves one whole window before
         now. Advance the watermark to ``window.end`` inside the window's fenced block
         before asking for the next window.
+
+        A backfill run's windows tile its :attr:`interval` instead (from its start, up to
+        its end), with a watermark of its own: the job's live watermark is neither read
+        nor moved by it (docs/time.md).
         """
         if step <= timedelta(0):
             raise ValueError(
@@ -153,6 +178,8 @@ class Run:
                 "timedelta, e.g. timedelta(hours=1)"
             )
         position = self._state.watermarks.get(key)
+        if position is None and self.kind == RunKind.BACKFILL:
+            position = self.interval.start
         if position is None:
             position = start if start is not None else _floor(self.now, step) - step
         if not isinstance(position, datetime):
@@ -166,7 +193,7 @@ class Run:
     def _windows(
         self, position: datetime, step: timedelta, key: str
     ) -> Generator[Window, None, None]:
-        while position + step <= self.now:
+        while position + step <= self.upto:
             if self._state.batch_count >= self.job.max_batches:
                 self._state.capped = True
                 return

@@ -31,7 +31,7 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F
 
-from django_fencedjobs import clock, db, lease, operations, outcomes, signals
+from django_fencedjobs import clock, db, lease, operations, outcomes, retries, signals, slots
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.fencing import reset_current_holder, set_current_holder
@@ -42,6 +42,7 @@ from django_fencedjobs.models import (
     LEASE_FREE,
     JobRun,
     Outcome,
+    RunKind,
     Watermark,
 )
 from django_fencedjobs.registry import Job
@@ -52,26 +53,7 @@ from django_fencedjobs.text import bounded, error_excerpt
 
 logger = logging.getLogger("django_fencedjobs")
 
-#: Missed slots are counted up to this many; past it the count says "at least".
-MAX_COUNTED_SLOTS = 10_000
-
-
 # -- one run --------------------------------------------------------------------------------
-
-
-def _slot(job: Job, row: lease.LeaseRow, now: datetime) -> tuple[datetime, int]:
-    """The slot to run for (the latest due one) and how many earlier slots coalesce into it."""
-    schedule = job.valid_schedule
-    later = schedule.fire_times(row.next_run_at, now, limit=MAX_COUNTED_SLOTS)
-    if len(later) < MAX_COUNTED_SLOTS:
-        return (later[-1] if later else row.next_run_at), len(later)
-    # A very long outage: find the latest slot by widening a window back from now.
-    span = schedule.min_interval()
-    while True:
-        recent = schedule.fire_times(max(now - span, row.next_run_at), now)
-        if recent:
-            return recent[-1], MAX_COUNTED_SLOTS
-        span *= 2
 
 
 @dataclass
@@ -143,11 +125,17 @@ def _acquire(job: Job, row: lease.LeaseRow) -> Acquired | None:
             now = clock.now()
             if not row.is_due(now):
                 return None
-            scheduled_for, missed = _slot(job, row, now)
-            next_run_at = job.valid_schedule.next_after(now)
+            slot = slots.plan(job, row, now)
+            scheduled_for, next_run_at = slot.scheduled_for, slot.next_run_at
             owner = get_settings().owner
             fence = lease.acquire(
-                row, owner=owner, now=now, ttl=job.lease_ttl, next_run_at=next_run_at
+                row,
+                owner=owner,
+                now=now,
+                ttl=job.lease_ttl,
+                next_run_at=next_run_at,
+                run_slot=slot.run_slot,
+                attempt=slot.next_attempt,
             )
             if fence is None:
                 logger.debug(
@@ -161,14 +149,17 @@ def _acquire(job: Job, row: lease.LeaseRow) -> Acquired | None:
                 # transaction that records it): runs of it may still read running.
                 lease.mark_abandoned(job.name, fence, now)
             watermarks = _watermarks(job, alias)
-            record = _new_record(job, fence, owner, now, scheduled_for, missed, watermarks)
+            record = _new_record(job, fence, owner, now, slot, watermarks)
             record.save(using=alias, force_insert=True)
             if record.outcome == Outcome.MISSED:
                 lease.end(job.name, fence, succeeded_at=None, failed=False)
     except IntegrityError:
         # A run for this slot already exists (e.g. "run now" landed on a recorded slot):
-        # skip the slot rather than retry it forever.
-        operations.skip_slot(row, next_run_at=next_run_at)
+        # skip the slot rather than retry it forever (a backfill slot or one-off: done).
+        if row.kind == RunKind.SCHEDULED:
+            operations.skip_slot(row, next_run_at=next_run_at)
+        else:
+            lease.pause_invalid(row.name, row.fence)
         logger.warning(
             "slot %s of %s is already recorded; skipped",
             scheduled_for.isoformat(),
@@ -236,10 +227,16 @@ def _plan(
                 extra={"event": "instance_invalid", "job": job.name},
             )
             continue
-        slot, missed = _slot(job, item.row, now)
-        record = _new_record(job, item.row.fence + 1, owner, now, slot, missed, item.watermarks)
-        next_run_at = job.valid_schedule.next_after(now)
-        take = lease.Take(item.row, next_run_at, now + job.lease_ttl, record)
+        slot = slots.plan(job, item.row, now)
+        record = _new_record(job, item.row.fence + 1, owner, now, slot, item.watermarks)
+        take = lease.Take(
+            item.row,
+            slot.next_run_at,
+            now + job.lease_ttl,
+            record,
+            run_slot=slot.run_slot,
+            attempt=slot.next_attempt,
+        )
         planned.append((take, job, item.watermarks))
     return planned
 
@@ -260,22 +257,29 @@ def _new_record(
     fence: int,
     owner: str,
     now: datetime,
-    scheduled_for: datetime,
-    missed: int,
+    slot: slots.Slot,
     watermarks: dict[str, WatermarkValue],
 ) -> JobRun:
     """The run's row, not saved yet: running, or missed when it starts past the job's
-    starting deadline."""
-    too_late = job.starting_deadline is not None and now - scheduled_for > job.starting_deadline
+    starting deadline (a backfill's slot has none: it is in the past by design)."""
+    scheduled_for = slot.scheduled_for
+    too_late = (
+        job.starting_deadline is not None
+        and slot.kind != RunKind.BACKFILL
+        and now - scheduled_for > job.starting_deadline
+    )
     return JobRun(
-        job=job.name,
+        job=job.records_as,
         scheduled_for=scheduled_for,
+        attempt=slot.attempt,
+        kind=slot.kind,
+        interval_start=slot.interval_start,
         started_at=None if too_late else now,
         finished_at=now if too_late else None,
         outcome=Outcome.MISSED if too_late else Outcome.RUNNING,
         fence=fence,
         owner=owner,
-        missed_slots=missed,
+        missed_slots=slot.missed,
         watermark_before=watermark_text(watermarks.get("")),
         # Until a fenced block of the run moves it (RunState.save_progress).
         watermark_after=watermark_text(watermarks.get("")),
@@ -435,15 +439,21 @@ def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str,
     alias = db.lease_db()
     if connections[alias].vendor == "postgresql":
         return _end_rows_in_one(run, outcome, error, wait)
+    retry = retries.next_attempt(job, record, outcome)
     with db.bounded_wait(wait):
         succeeded_at = record.started_at if outcome == Outcome.SUCCEEDED else None
+        now = clock.now()
         released = lease.end(
             job.name,
             run.fence,
             succeeded_at=succeeded_at,
             failed=outcome in FAILURE_OUTCOMES,
             late_after=_late_after(job, succeeded_at),
+            retry=retry,
+            final=outcome in retries.FINAL_OUTCOMES,
+            now=now,
         )
+        retry_at = _retry_scheduled(job, retry, now) if released else None
         if not released and outcome == Outcome.TIMED_OUT:
             # Its timeout came after a successor had taken the lease over: the run was
             # paused (or stalled) past its lease, which is what ended it.
@@ -455,7 +465,7 @@ def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str,
         # any transaction are added here.
         ended: dict[str, Any] = {
             "outcome": outcome,
-            "finished_at": clock.now(),
+            "finished_at": now,
             "capped": run.capped,
             "error": error,
         }
@@ -482,7 +492,40 @@ def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str,
             run.fence,
             extra=_log_fields(record, event="run_superseded"),
         )
+    if released:
+        _log_retry(run, retry, retry_at)
     return ended
+
+
+def _retry_scheduled(job: Job, retry: lease.Retry | None, now: datetime) -> datetime | None:
+    """When the retry :func:`lease.end` was asked for is due, if it scheduled it."""
+    if retry is None:
+        return None
+    at = now + retry.backoff
+    row = lease.read([job.name]).get(job.name)
+    return at if row is not None and row.next_run_at == at else None
+
+
+def _log_retry(run: RunState, retry: lease.Retry | None, retry_at: datetime | None) -> None:
+    if retry is None:
+        return
+    if retry_at is not None:
+        logger.warning(
+            "%s: attempt %d of slot %s will be at %s",
+            run.job.name,
+            retry.attempt,
+            run.record.scheduled_for.isoformat(),
+            retry_at.isoformat(),
+            extra=_log_fields(run.record, event="retry_scheduled", retry_at=retry_at.isoformat()),
+        )
+    else:
+        logger.warning(
+            "%s: no retry of slot %s: attempt %d would not start before the next slot",
+            run.job.name,
+            run.record.scheduled_for.isoformat(),
+            retry.attempt,
+            extra=_log_fields(run.record, event="retry_skipped"),
+        )
 
 
 def _end_rows_in_one(run: RunState, outcome: str, error: str, wait: float) -> dict[str, Any] | None:
@@ -490,6 +533,7 @@ def _end_rows_in_one(run: RunState, outcome: str, error: str, wait: float) -> di
     ``BEGIN`` and ``COMMIT``, three round trips in all, the clock read by that statement."""
     job, record = run.job, run.record
     succeeded_at = record.started_at if outcome == Outcome.SUCCEEDED else None
+    retry = retries.next_attempt(job, record, outcome)
     with db.bounded_wait(wait):
         ended = lease.end_run(
             job.name,
@@ -502,9 +546,13 @@ def _end_rows_in_one(run: RunState, outcome: str, error: str, wait: float) -> di
             succeeded_at=succeeded_at,
             late_after=_late_after(job, succeeded_at),
             finished_at=None if clock.get_clock() is clock.database_now else clock.now(),
+            retry=retry,
+            final=outcome in retries.FINAL_OUTCOMES,
         )
     if ended is None:
         return None
+    if ended.released:
+        _log_retry(run, retry, ended.retry_at)
     if not ended.released and ended.outcome != Outcome.FENCE_LOST:
         logger.warning(
             "run of %s finished after its lease was taken over (fence %d)",

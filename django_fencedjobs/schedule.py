@@ -981,6 +981,23 @@ class Schedule:
                 break
         return result
 
+    def previous_before(self, instant: datetime) -> datetime | None:
+        """The last fire time strictly before ``instant``, aware UTC; None when there is
+        none in the :data:`SEARCH_HORIZON_YEARS` before it.
+
+        Fire times are only walked forwards: this looks back over a window of the
+        schedule's shortest interval, doubled until the window holds one.
+        """
+        _require_aware(instant, "instant")
+        instant = instant.astimezone(UTC)
+        span = max(self.min_interval(), timedelta(seconds=1))
+        while span <= _SEARCH_HORIZON * 2:
+            found = self.fire_times(instant - span, instant - timedelta(microseconds=1))
+            if found:
+                return found[-1]
+            span *= 2
+        return None
+
     def iter_after(self, after: datetime) -> Iterator[datetime]:
         """Fire times strictly after ``after``, ascending, aware UTC, without end."""
         _require_aware(after, "after")

@@ -1,0 +1,113 @@
+"""Which slot a due lease row runs for, and where the row moves when it is taken.
+
+One function, :func:`plan`, decides it for every way a row becomes due:
+
+* **the schedule**: one or more fire times passed since the row's ``next_run_at``. The
+  job's catch-up policy (``catchup``) says which run for them:
+
+  - ``"coalesce"`` (the default): one run, for the latest slot; its data interval starts
+    where the first missed slot's did, so it covers them all; ``missed_slots`` counts
+    the others.
+  - ``"each"``: a run for every missed slot, oldest first, each with its own interval;
+    only the latest ``catchup_limit`` run, the older ones are counted as skipped on the
+    first run. The row stays due until the last of them is taken.
+  - ``"latest"``: one run, for the latest slot, with that slot's interval only; the
+    others are counted as skipped.
+
+  Slots are the schedule's fire times (:meth:`Schedule.fire_times
+  <django_fencedjobs.schedule.Schedule.fire_times>`), so DST is what the schedule says it
+  is: a wall time that does not exist that day fires once, just after the gap, and one
+  that exists twice fires once, at its first occurrence. A run that starts later than
+  the job's ``starting_deadline`` after its slot is recorded missed whatever the policy.
+* **a retry** (``run_slot`` set on a scheduled row, by :mod:`django_fencedjobs.retries`):
+  the failed slot again, as the next attempt, unless a later slot is due by now; then
+  that slot runs instead and the retry is dropped (a retry never runs at or past the
+  next slot).
+* **a backfill slot or a one-off** (a row of kind ``backfill`` or ``once``,
+  :mod:`django_fencedjobs.oneshots`): its ``run_slot``, as its next attempt. The row
+  stays due while the run holds it, so that a run whose runner died is run again once its
+  lease expires; the run's end marks the row done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django_fencedjobs.lease import LeaseRow
+from django_fencedjobs.models import RunKind
+from django_fencedjobs.registry import Job
+from django_fencedjobs.schedule import Schedule
+
+#: Missed slots are counted up to this many; past it the count says "at least".
+MAX_COUNTED_SLOTS = 10_000
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A run's slot, and what taking its lease writes on the row."""
+
+    scheduled_for: datetime
+    #: Earlier due slots coalesced into this run (or skipped by its catch-up policy).
+    missed: int
+    #: The start of the run's data interval when it is not simply the slot before
+    #: (a coalesced run's), else None.
+    interval_start: datetime | None
+    attempt: int
+    kind: str
+    #: The row's ``next_run_at``, ``run_slot`` and ``attempt`` once taken.
+    next_run_at: datetime
+    run_slot: datetime | None
+    next_attempt: int
+
+
+def plan(job: Job, row: LeaseRow, now: datetime) -> Slot:
+    """The slot ``row`` (due at ``now``) runs for, by the job's catch-up policy."""
+    schedule = job.valid_schedule
+    if row.kind != RunKind.SCHEDULED:
+        assert row.run_slot is not None  # a backfill slot or one-off always has its slot
+        return Slot(
+            row.run_slot,
+            0,
+            None,
+            row.attempt,
+            row.kind,
+            next_run_at=row.next_run_at,
+            run_slot=row.run_slot,
+            next_attempt=row.attempt + 1,
+        )
+    after = schedule.next_after(now)
+    first = row.next_run_at
+    if row.run_slot is not None:
+        later = schedule.fire_times(row.run_slot, now, limit=1)
+        if not later:  # nothing later due yet: the retry runs
+            return Slot(row.run_slot, 0, None, row.attempt, RunKind.SCHEDULED, after, None, 1)
+        first = later[0]  # a later slot supersedes the retry
+    count, tail = _due(schedule, first, now, keep=job.catchup_limit if job.catchup == "each" else 1)
+    if job.catchup == "each":
+        nxt = tail[1] if len(tail) > 1 else after
+        return Slot(tail[0], count - len(tail), None, 1, RunKind.SCHEDULED, nxt, None, 1)
+    coalesced = count > 1 and job.catchup == "coalesce"
+    start = schedule.previous_before(first) if coalesced else None
+    return Slot(tail[-1], count - 1, start, 1, RunKind.SCHEDULED, after, None, 1)
+
+
+def _due(
+    schedule: Schedule, first: datetime, now: datetime, *, keep: int
+) -> tuple[int, list[datetime]]:
+    """How many slots are due from ``first`` (itself due) to ``now``, and the latest
+    ``keep`` of them, oldest first. Counted up to :data:`MAX_COUNTED_SLOTS`."""
+    later = schedule.fire_times(first, now, limit=MAX_COUNTED_SLOTS)
+    if len(later) < MAX_COUNTED_SLOTS:
+        due = [first, *later]
+        return len(due), due[-keep:]
+    # A very long outage: find the latest slots by widening a window back from now.
+    span = schedule.min_interval() * keep
+    while True:
+        recent = schedule.fire_times(max(now - span, first), now)
+        if len(recent) >= keep or now - span <= first:
+            return MAX_COUNTED_SLOTS, recent[-keep:]
+        span *= 2
+
+
+__all__ = ["MAX_COUNTED_SLOTS", "Slot", "plan"]
