@@ -27,15 +27,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, Count, F, Min, Q, Value, When
 from django.db.models.functions import Greatest
 
 from django_fencedjobs import outcomes
 from django_fencedjobs.db import first_statement, lease_db
 from django_fencedjobs.models import (
     LEASE_FREE,
+    Backfill,
     JobInstance,
     JobLease,
     JobRun,
@@ -445,6 +446,93 @@ def instances_wakeups(parents: list[str]) -> dict[str, datetime]:
 
 
 @dataclass(frozen=True)
+class DueOneShot:
+    """A due backfill slot's or one-off's lease row locked by :func:`claim_oneshots`, with
+    the one-off's arguments."""
+
+    row: LeaseRow
+    kwargs: dict[str, Any] | None
+
+
+def claim_oneshots(parents: list[str], now: datetime, limit: int) -> list[DueOneShot]:
+    """Lock up to ``limit`` due backfill slots and one-offs of the jobs ``parents``, the
+    earliest first, keeping each backfill to its ``concurrency``: for :func:`acquire` in
+    the same transaction.
+
+    By the partial index on ``(parent, next_run_at)`` of unpaused one-shot rows, ``FOR
+    UPDATE SKIP LOCKED`` as :func:`claim_instances`. A backfill's bound is decided under
+    a lock on its :class:`~django_fencedjobs.models.Backfill` row, taken after the
+    candidates are locked: two runners claiming slots of the same backfill count, one
+    after the other, the rows held (by a lease not expired) when it is their turn, so
+    together they never exceed it.
+    """
+    alias = lease_db()
+    features = connections[alias].features
+    rows = list(
+        JobLease.objects.using(alias)
+        .select_for_update(skip_locked=features.has_select_for_update_skip_locked)
+        .filter(parent__in=parents, paused=False, next_run_at__lte=now, lease_until__lt=now)
+        .exclude(kind=RunKind.SCHEDULED)
+        .order_by("next_run_at")
+        .values_list(*_ROW_FIELDS, "kwargs", "backfill_id")[:limit]
+    )
+    room = _backfill_room(sorted({row[-1] for row in rows if row[-1] is not None}), now)
+    claimed = []
+    for *fields, kwargs, backfill_id in rows:
+        if backfill_id is not None:
+            if room.get(backfill_id, 0) < 1:
+                continue
+            room[backfill_id] -= 1
+        claimed.append(DueOneShot(LeaseRow(*fields), kwargs))
+    return claimed
+
+
+def _backfill_room(ids: list[int], now: datetime) -> dict[int, int]:
+    """How many more slots each backfill may start now: its concurrency less its rows
+    held, under a lock on each backfill's row (in id order: no deadlock)."""
+    if not ids:
+        return {}
+    alias = lease_db()
+    bounds = dict(
+        Backfill.objects.using(alias)
+        .select_for_update()
+        .filter(id__in=ids)
+        .order_by("id")
+        .values_list("id", "concurrency")
+    )
+    held = dict(
+        JobLease.objects.using(alias)
+        .filter(backfill_id__in=ids, paused=False, lease_until__gte=now)
+        .values("backfill_id")
+        .annotate(n=Count("id"))
+        .values_list("backfill_id", "n")
+    )
+    return {pk: bound - held.get(pk, 0) for pk, bound in bounds.items()}
+
+
+def oneshot_wakeups(parents: list[str]) -> dict[str, datetime]:
+    """The earliest ``next_run_at`` of each job's unpaused backfill slots and one-offs (a
+    job without any is left out), by their partial index. Decides nothing."""
+    return dict(
+        JobLease.objects.using(lease_db())
+        .filter(parent__in=parents, paused=False)
+        .exclude(kind=RunKind.SCHEDULED)
+        .values("parent")
+        .annotate(earliest=Min("next_run_at"))
+        .values_list("parent", "earliest")
+    )
+
+
+def mark_oneshot_abandoned(job: str, kind: str, slot: datetime, fence: int, now: datetime) -> None:
+    """:func:`mark_abandoned` for a backfill slot or one-off: its earlier attempts still
+    marked running are recorded abandoned (they are recorded as the target ``job``, whose
+    own runs have fences of another row)."""
+    JobRun.objects.using(lease_db()).filter(
+        job=job, kind=kind, scheduled_for=slot, outcome=Outcome.RUNNING, fence__lt=fence
+    ).update(outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED)
+
+
+@dataclass(frozen=True)
 class Take:
     """One lease of a batch for :func:`take`: the row as :func:`claim_instances` locked it,
     the next fire time to move it to, and the run's record to insert (not saved yet; its
@@ -842,12 +930,21 @@ def end(
             raise ValueError("end(retry=...) needs now, the run's end")
         at = now + retry.backoff
         retrying = one_shot | Q(next_run_at__gt=at)
-        changes["next_run_at"] = Case(When(retrying, then=Value(at)), default=F("next_run_at"))
-        changes["run_slot"] = Case(When(retrying, then=Value(retry.slot)), default=F("run_slot"))
-        changes["attempt"] = Case(When(retrying, then=Value(retry.attempt)), default=F("attempt"))
+        instant, number = models.DateTimeField(), models.PositiveIntegerField()
+        changes["next_run_at"] = Case(
+            When(retrying, then=Value(at)), default=F("next_run_at"), output_field=instant
+        )
+        changes["run_slot"] = Case(
+            When(retrying, then=Value(retry.slot)), default=F("run_slot"), output_field=instant
+        )
+        changes["attempt"] = Case(
+            When(retrying, then=Value(retry.attempt)), default=F("attempt"), output_field=number
+        )
         done = one_shot & ~retrying
     if final:
-        changes["paused"] = Case(When(done, then=Value(True)), default=F("paused"))
+        changes["paused"] = Case(
+            When(done, then=Value(True)), default=F("paused"), output_field=models.BooleanField()
+        )
     if succeeded_at is not None:
         changes["last_success_at"] = succeeded_at
         changes["consecutive_failures"] = 0
@@ -856,7 +953,11 @@ def end(
     elif failed:
         counted: Any = F("consecutive_failures") + 1
         if retry is not None:  # a slot is judged by its last attempt
-            counted = Case(When(retrying, then=F("consecutive_failures")), default=counted)
+            counted = Case(
+                When(retrying, then=F("consecutive_failures")),
+                default=counted,
+                output_field=models.PositiveIntegerField(),
+            )
         changes["consecutive_failures"] = counted
     return rows.update(**changes) == 1
 

@@ -50,7 +50,14 @@ from django_fencedjobs.declared import runnable_jobs, sync
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobRun
 from django_fencedjobs.registry import Job
-from django_fencedjobs.runner import Acquired, Unrecorded, claim, run_acquired, run_job
+from django_fencedjobs.runner import (
+    Acquired,
+    Unrecorded,
+    claim,
+    claim_oneshots,
+    run_acquired,
+    run_job,
+)
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -349,6 +356,8 @@ class Dispatcher:
         #: The jobs with instances due at the last look, the earliest due first; emptied
         #: when a claim comes up short (none left that could be claimed now).
         self._due_parents: list[str] = []
+        #: The jobs with backfill slots or one-offs due at the last look (the same).
+        self._due_oneshots: list[str] = []
         #: When a claim was put off to gather free workers (monotonic), if it was.
         self._gathering: float | None = None
         self._tiebreaks: dict[str, float] = {}
@@ -393,6 +402,7 @@ class Dispatcher:
             self._wakeup = seen.wakeup
         if self._bases:
             self._scan_instances(now)
+        self._scan_oneshots(now)
         self._scanned = time.monotonic()
         return list(self._backlog)
 
@@ -402,6 +412,16 @@ class Dispatcher:
         wakeups = lease.instances_wakeups(list(self._bases))
         due = sorted((at, name) for name, at in wakeups.items() if at <= now)
         self._due_parents = [name for _, name in due]
+        later = [at for at in wakeups.values() if at > now]
+        if later:
+            earliest = min(later)
+            self._wakeup = earliest if self._wakeup is None else min(self._wakeup, earliest)
+
+    def _scan_oneshots(self, now: datetime) -> None:
+        """The jobs with due backfill slots or one-offs, and when the next one is due (one
+        read of their index)."""
+        wakeups = lease.oneshot_wakeups([job.name for job in self.jobs])
+        self._due_oneshots = sorted(name for name, at in wakeups.items() if at <= now)
         later = [at for at in wakeups.values() if at > now]
         if later:
             earliest = min(later)
@@ -432,6 +452,15 @@ class Dispatcher:
             if len(claimed) < free:
                 self._due_parents = []
                 self._retry_soon = True
+        free = pool.free()
+        if self._due_oneshots and free and not self.stop.is_set():
+            # Backfill slots and one-offs, claimed as instances are.
+            oneshots = claim_oneshots(self._due_oneshots, free)
+            for acquired in oneshots:
+                pool.submit(acquired.job, acquired)
+            if len(oneshots) < free:
+                self._due_oneshots = []
+                self._retry_soon = True
 
     def _gather(self, pool: Pool, free: int) -> bool:
         """Whether to put the claim off for a moment (:data:`CLAIM_GATHER`): fewer than
@@ -458,7 +487,7 @@ class Dispatcher:
     def has_work(self) -> bool:
         """Due work from the last scan is waiting for a free worker: due jobs, or due
         instances not claimed yet."""
-        return bool(self._backlog or self._due_parents)
+        return bool(self._backlog or self._due_parents or self._due_oneshots)
 
     def sleep_time(self, max_sleep: float) -> float:
         """How long to sleep: until a worker is free while due jobs wait (it wakes us),
@@ -558,7 +587,7 @@ class Dispatcher:
                         extra={"event": "database_unavailable"},
                     )
                     connections.close_all()
-                    self._backlog, self._due_parents = [], []
+                    self._backlog, self._due_parents, self._due_oneshots = [], [], []
                     sleep, backoff = backoff, min(backoff * 2, max_sleep)
                 pool.finished()  # the loop keeps no history of its runs: drop them
                 presence.beat()

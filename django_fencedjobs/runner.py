@@ -31,9 +31,20 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F
 
-from django_fencedjobs import clock, db, lease, operations, outcomes, retries, signals, slots
+from django_fencedjobs import (
+    clock,
+    db,
+    lease,
+    oneshots,
+    operations,
+    outcomes,
+    retries,
+    signals,
+    slots,
+)
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.conf import get_settings
+from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.fencing import reset_current_holder, set_current_holder
 from django_fencedjobs.instances import instance_job
 from django_fencedjobs.models import (
@@ -207,6 +218,62 @@ def claim(bases: dict[str, Job], limit: int) -> list[Acquired]:
                 lease.end(take.row.name, take.record.fence, succeeded_at=None, failed=False)
     found = {take.row.name: (job, marks) for take, job, marks in planned}
     return [Acquired(found[t.row.name][0], t.record, now, found[t.row.name][1]) for t in recorded]
+
+
+def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
+    """Acquire up to ``limit`` due backfill slots and one-offs of the jobs ``parents``
+    (:mod:`django_fencedjobs.oneshots`), the earliest first, each backfill kept to its
+    concurrency: one transaction for the batch, each row taken by :func:`lease.acquire`'s
+    compare-and-set and recorded as its target's run. A row whose target is gone (an
+    instance deleted) is paused, with one line in the log."""
+    if limit < 1 or not parents:
+        return []
+    alias = db.lease_db()
+    acquired = []
+    with transaction.atomic(using=alias):
+        now = clock.now()
+        owner = get_settings().owner
+        for item in lease.claim_oneshots(parents, now, limit):
+            row = item.row
+            try:
+                job = oneshots.job_for(row.name, item.kwargs)
+            except UnknownJob as exc:
+                lease.pause_invalid(row.name, row.fence)
+                logger.error(
+                    "%s does not run (paused): %s",
+                    row.name,
+                    exc,
+                    extra={"event": "oneshot_invalid", "job": row.name},
+                )
+                continue
+            slot = slots.plan(job, row, now)
+            fence = lease.acquire(
+                row,
+                owner=owner,
+                now=now,
+                ttl=job.lease_ttl,
+                next_run_at=slot.next_run_at,
+                run_slot=slot.run_slot,
+                attempt=slot.next_attempt,
+            )
+            if fence is None:
+                continue
+            if row.lease_until != LEASE_FREE:
+                lease.mark_oneshot_abandoned(
+                    job.records_as, row.kind, slot.scheduled_for, fence, now
+                )
+            watermarks = _watermarks(job, alias)
+            record = _new_record(job, fence, owner, now, slot, watermarks)
+            try:
+                with transaction.atomic(using=alias):
+                    record.save(using=alias, force_insert=True)
+            except IntegrityError:  # this attempt at the slot is recorded already: done
+                lease.end(row.name, fence, succeeded_at=None, failed=False)
+                continue
+            if record.outcome == Outcome.MISSED:
+                lease.end(row.name, fence, succeeded_at=None, failed=False)
+            acquired.append(Acquired(job, record, now, watermarks))
+    return acquired
 
 
 def _plan(
@@ -678,4 +745,12 @@ def _log_fields(record: JobRun, *, event: str, **more: Any) -> dict[str, Any]:
     return fields
 
 
-__all__ = ["Acquired", "Unrecorded", "claim", "record_end", "run_acquired", "run_job"]
+__all__ = [
+    "Acquired",
+    "Unrecorded",
+    "claim",
+    "claim_oneshots",
+    "record_end",
+    "run_acquired",
+    "run_job",
+]

@@ -1,0 +1,310 @@
+"""Backfills and one-offs: an operator's runs of chosen slots, from code, ``manage.py
+backfill`` / ``manage.py runonce`` and the admin.
+
+A **backfill** of ``[start, end)`` selects slots of the job's schedule in that range
+(missing: no run; failed: the last attempt did not succeed; all) and queues one lease row
+per slot (:mod:`django_fencedjobs.oneshots`); the runners run them, oldest or newest first,
+at most ``concurrency`` at once, each under its own lease and fence, recorded as the job's
+runs of kind ``backfill`` with the slot's next attempt number. :func:`plan_backfill` is the
+dry run: what :func:`backfill` would queue, and why it leaves the other slots.
+
+A **one-off** (:func:`run_once`) is one run of a job or instance at an instant, with
+arguments of its own if wanted: recorded as kind ``once``, and late like any slot when it
+has not run ``grace`` after its instant.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from django_fencedjobs import clock, instances, oneshots
+from django_fencedjobs.db import lease_db
+from django_fencedjobs.exceptions import FencedJobsError
+from django_fencedjobs.instants import iso_utc
+from django_fencedjobs.models import (
+    LEASE_FREE,
+    Backfill,
+    BackfillSelection,
+    JobLease,
+    JobRun,
+    Outcome,
+    RunKind,
+    Watermark,
+)
+from django_fencedjobs.registry import Job
+
+#: A backfill queues at most this many slots: a wider range is split by the operator.
+MAX_BACKFILL_SLOTS = 10_000
+
+
+class BackfillError(FencedJobsError, ValueError):
+    """A backfill or one-off that cannot be made as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class PlannedSlot:
+    slot: datetime
+    #: The attempt its backfill run will be (1 when the slot has no run yet).
+    attempt: int
+    #: The outcome of the slot's last attempt, "" when it has none.
+    last_outcome: str
+
+
+@dataclass
+class BackfillPlan:
+    """What a backfill would queue (:func:`plan_backfill`), and the slots it leaves."""
+
+    job: str
+    start: datetime
+    end: datetime
+    selection: str
+    slots: list[PlannedSlot] = field(default_factory=list)
+    #: Slots in the range it leaves, and why.
+    left: list[tuple[datetime, str]] = field(default_factory=list)
+
+
+def _target(name: str) -> Job:
+    job = instances.get_job(name)
+    if job.instances:
+        raise BackfillError(
+            f"job {name!r} runs as its instances: name one, {name}[key], to backfill or run it"
+        )
+    if job.schedule is None:
+        raise BackfillError(f"job {name!r} is invalid and does not run: {job.schedule_error}")
+    return job
+
+
+def _aware(value: datetime, what: str) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise BackfillError(f"{what} {value.isoformat()} is naive: give a zone or an offset")
+    return value
+
+
+def plan_backfill(
+    name: str, start: datetime, end: datetime, *, selection: str = BackfillSelection.MISSING
+) -> BackfillPlan:
+    """The dry run of :func:`backfill`: the slots of job (or instance) ``name`` in
+    ``[start, end)`` it would queue, oldest first, and those it would leave and why."""
+    job = _target(name)
+    _aware(start, "from")
+    _aware(end, "to")
+    if selection not in BackfillSelection.values:
+        raise BackfillError(
+            f"slots must be one of {', '.join(BackfillSelection.values)}, got {selection!r}"
+        )
+    if end <= start:
+        raise BackfillError(f"to ({iso_utc(end)}) must be after from ({iso_utc(start)})")
+    if end > clock.now():
+        raise BackfillError(
+            f"to ({iso_utc(end)}) is in the future: a backfill runs past slots only"
+        )
+    schedule = job.valid_schedule
+    # fire_times is (start, end]: one microsecond earlier makes it [start, end).
+    micro = start - start.resolution
+    slots = schedule.fire_times(micro, end - end.resolution, limit=MAX_BACKFILL_SLOTS + 1)
+    if len(slots) > MAX_BACKFILL_SLOTS:
+        raise BackfillError(
+            f"{iso_utc(start)} to {iso_utc(end)} holds more than {MAX_BACKFILL_SLOTS} slots "
+            f"of {name!r}: backfill a shorter range at a time"
+        )
+    plan = BackfillPlan(job.name, start, end, selection)
+    last = _last_attempts(job.name, slots)
+    queued = _queued(job.name, slots)
+    for slot in slots:
+        attempt, outcome = last.get(slot, (0, ""))
+        if slot in queued:
+            plan.left.append((slot, "queued already, by an earlier backfill"))
+        elif outcome == Outcome.RUNNING:
+            plan.left.append((slot, "running now"))
+        elif selection == BackfillSelection.MISSING and attempt:
+            plan.left.append((slot, f"has a run ({outcome})"))
+        elif selection == BackfillSelection.FAILED and outcome in ("", Outcome.SUCCEEDED):
+            plan.left.append((slot, "succeeded" if outcome else "has no run"))
+        else:
+            plan.slots.append(PlannedSlot(slot, attempt + 1, outcome))
+    return plan
+
+
+def _last_attempts(name: str, slots: list[datetime]) -> dict[datetime, tuple[int, str]]:
+    """Each slot's last attempt number and outcome (slots with no run are left out)."""
+    if not slots:
+        return {}
+    found: dict[datetime, tuple[int, str]] = {}
+    rows = (
+        JobRun.objects.using(lease_db())
+        .filter(job=name, scheduled_for__gte=slots[0], scheduled_for__lte=slots[-1])
+        .order_by("scheduled_for", "attempt")
+        .values_list("scheduled_for", "attempt", "outcome")
+    )
+    for slot, attempt, outcome in rows:
+        found[slot] = (attempt, outcome)
+    return found
+
+
+def _queued(name: str, slots: list[datetime]) -> set[datetime]:
+    """The slots with a backfill row not done yet."""
+    if not slots:
+        return set()
+    found = (
+        JobLease.objects.using(lease_db())
+        .filter(
+            name__startswith=f"{name}{oneshots.SEPARATOR}{RunKind.BACKFILL}:",
+            kind=RunKind.BACKFILL,
+            paused=False,
+            run_slot__gte=slots[0],
+            run_slot__lte=slots[-1],
+        )
+        .values_list("run_slot", flat=True)
+    )
+    return {slot for slot in found if slot is not None}
+
+
+def backfill(
+    name: str,
+    start: datetime,
+    end: datetime,
+    *,
+    selection: str = BackfillSelection.MISSING,
+    concurrency: int = 1,
+    newest_first: bool = False,
+    requested_by: str = "",
+) -> tuple[Backfill, BackfillPlan]:
+    """Queue a run of each slot :func:`plan_backfill` selects, for the runners: at most
+    ``concurrency`` at once, oldest (or newest) first. Returns the backfill and its plan.
+    One transaction: all of its slots are queued, or none."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise BackfillError(f"at once must be a positive int, got {concurrency!r}")
+    plan = plan_backfill(name, start, end, selection=selection)
+    job = _target(name)
+    parent = instances.declaring(job.name)
+    assert parent is not None
+    alias = lease_db()
+    now = clock.now()
+    ordered = list(reversed(plan.slots)) if newest_first else plan.slots
+    with transaction.atomic(using=alias):
+        request = Backfill.objects.using(alias).create(
+            job=job.name,
+            start=start,
+            end=end,
+            selection=selection,
+            newest_first=newest_first,
+            concurrency=concurrency,
+            slots=len(plan.slots),
+            requested_by=requested_by,
+        )
+        for position, planned in enumerate(ordered):
+            _queue(
+                oneshots.row_name(job.name, RunKind.BACKFILL, planned.slot),
+                parent=parent.name,
+                kind=RunKind.BACKFILL,
+                slot=planned.slot,
+                attempt=planned.attempt,
+                # All due now; the claim takes the earliest next_run_at first: the
+                # order asked for.
+                due=now - (len(ordered) - position) * now.resolution,
+                backfill=request,
+            )
+    return request, plan
+
+
+def _queue(
+    name: str,
+    *,
+    parent: str,
+    kind: str,
+    slot: datetime,
+    attempt: int,
+    due: datetime,
+    backfill: Backfill | None = None,
+    kwargs: dict[str, Any] | None = None,
+    late_after: datetime | None = None,
+) -> None:
+    """Create or re-arm the one-shot row ``name``. A row done before (a slot backfilled
+    again) is re-armed with its fence kept (fences never go down) and its own watermarks
+    cleared (the slot is worked again from its interval's start)."""
+    alias = lease_db()
+    fields = {
+        "parent": parent,
+        "kind": kind,
+        "run_slot": slot,
+        "attempt": attempt,
+        "next_run_at": due,
+        "lease_until": LEASE_FREE,
+        "paused": False,
+        "backfill": backfill,
+        "kwargs": kwargs,
+        "late_after": late_after,
+    }
+    rearmed = JobLease.objects.using(alias).filter(name=name, paused=True).update(**fields)
+    if rearmed:
+        Watermark.objects.using(alias).filter(job=name).delete()
+        return
+    try:
+        with transaction.atomic(using=alias):
+            JobLease.objects.using(alias).create(name=name, created_at=clock.now(), **fields)
+    except IntegrityError:
+        raise BackfillError(f"{name} is queued already") from None
+
+
+def run_once(name: str, at: datetime, *, kwargs: dict[str, Any] | None = None) -> str:
+    """Run job (or instance) ``name`` once at ``at``, with ``kwargs`` over its own
+    arguments: recorded as a run of kind ``once`` for slot ``at``, late (health, checkjobs,
+    the admin) when it has not run ``grace`` after ``at``. Returns the one-off's name."""
+    job = _target(name)
+    _aware(at, "at")
+    try:
+        json.dumps(kwargs or {})
+    except TypeError as exc:
+        raise BackfillError(f"the one-off's arguments must be JSON: {exc}") from None
+    problem = _arguments_problem(job, kwargs or {})
+    if problem:
+        raise BackfillError(problem)
+    parent = instances.declaring(job.name)
+    assert parent is not None
+    row = oneshots.row_name(job.name, RunKind.ONCE, at)
+    attempts = (
+        JobRun.objects.using(lease_db())
+        .filter(job=job.name, scheduled_for=at)
+        .aggregate(last=Max("attempt"))["last"]
+    )
+    _queue(
+        row,
+        parent=parent.name,
+        kind=RunKind.ONCE,
+        slot=at,
+        attempt=(attempts or 0) + 1,
+        due=at,
+        kwargs=kwargs or None,
+        late_after=job.late_after(at),
+    )
+    return row
+
+
+def _arguments_problem(job: Job, kwargs: dict[str, Any]) -> str | None:
+    """Why the handler cannot be called with the job's arguments and ``kwargs``."""
+    import inspect
+
+    try:
+        inspect.signature(job.func).bind(None, **{**job.kwargs, **kwargs})
+    except TypeError as exc:
+        return f"job {job.name!r}: the handler cannot take these arguments: {exc}"
+    except ValueError:  # no signature to read (a builtin): let the run say
+        return None
+    return None
+
+
+__all__ = [
+    "MAX_BACKFILL_SLOTS",
+    "BackfillError",
+    "BackfillPlan",
+    "PlannedSlot",
+    "backfill",
+    "plan_backfill",
+    "run_once",
+]

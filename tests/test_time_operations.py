@@ -1,0 +1,217 @@
+"""Operating a job in time, in one process on the fake clock: the catch-up policies,
+retries with backoff, backfills and one-offs. (Real processes, outages and a runner
+killed mid-backfill: tests/test_faults_time.py.)"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from django_fencedjobs import backfills, clock, job, loop
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.fencing import fenced_atomic
+from django_fencedjobs.models import JobLease, JobRun, Outcome, RunKind, Watermark
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+SEEN: list[tuple[str, datetime, datetime, int, str]] = []
+
+
+def _hourly(**options):
+    SEEN.clear()
+
+    @job("0 * * * *", name="t.hourly", **options)
+    def hourly(run):
+        SEEN.append((run.job.name, run.scheduled_for, run.interval.start, run.attempt, run.kind))
+        with fenced_atomic():
+            pass
+
+    return hourly
+
+
+def _runs(name="t.hourly"):
+    return list(
+        JobRun.objects.filter(job=name)
+        .order_by("scheduled_for", "attempt")
+        .values_list("scheduled_for", "attempt", "kind", "outcome", "missed_slots")
+    )
+
+
+def _h(hour: int, day: int = 29) -> datetime:
+    return datetime(2026, 11, day, hour, 0, tzinfo=UTC)
+
+
+def _outage(hours: int) -> None:
+    """The job's row is made at 09:00 (next slot 10:00); nothing runs until ``hours``
+    later, a minute past the hour."""
+    fake_clock.set(_h(9) + timedelta(seconds=1))
+    loop.tick()
+    fake_clock.set(_h(9 + hours) + timedelta(minutes=1))
+
+
+def test_coalesce_runs_once_for_the_latest_slot_with_an_interval_covering_the_outage(jobs):
+    _hourly()
+    _outage(5)  # 10:00 to 14:00 missed
+    loop.tick()
+    assert _runs()[-1] == (_h(14), 1, RunKind.SCHEDULED, Outcome.SUCCEEDED, 4)
+    assert SEEN[-1][1:3] == (_h(14), _h(9))  # [09:00, 14:00): the whole outage
+    assert len(loop.tick().runs) == 0
+
+
+def test_each_runs_every_missed_slot_in_order_then_stops(jobs):
+    _hourly(catchup="each")
+    _outage(5)
+    while loop.tick().runs:
+        pass
+    assert [(slot, missed) for slot, _, _, _, missed in _runs()] == [
+        (_h(10), 0),
+        (_h(11), 0),
+        (_h(12), 0),
+        (_h(13), 0),
+        (_h(14), 0),
+    ]
+    assert [seen[2] for seen in SEEN] == [_h(9), _h(10), _h(11), _h(12), _h(13)]
+    assert JobLease.objects.get(name="t.hourly").next_run_at == _h(15)
+
+
+def test_each_keeps_the_latest_slots_up_to_its_limit_and_counts_the_rest(jobs):
+    _hourly(catchup="each", catchup_limit=2)
+    _outage(5)
+    while loop.tick().runs:
+        pass
+    assert [(slot, missed) for slot, _, _, _, missed in _runs()] == [
+        (_h(13), 3),  # 10:00, 11:00 and 12:00 skipped, counted on the first run
+        (_h(14), 0),
+    ]
+
+
+def test_latest_runs_the_latest_slot_with_its_own_interval(jobs):
+    _hourly(catchup="latest")
+    _outage(5)
+    loop.tick()
+    assert _runs()[-1][:2] == (_h(14), 1) and _runs()[-1][4] == 4
+    assert SEEN[-1][1:3] == (_h(14), _h(13))
+
+
+def test_each_across_a_dst_change_runs_the_schedules_slots_once_each(jobs):
+    SEEN.clear()
+
+    @job("30 2 * * *", name="t.night", timezone="Europe/Berlin", catchup="each")
+    def night(run):
+        SEEN.append((run.job.name, run.scheduled_for, run.interval.start, run.attempt, run.kind))
+
+    # 2026-03-29: 02:30 does not exist in Berlin (clocks go 02:00 -> 03:00): the schedule
+    # fires at 03:00 CEST = 01:00 UTC that day. An outage from the 27th to the 31st.
+    fake_clock.set(datetime(2026, 3, 27, 1, 31, tzinfo=UTC))
+    loop.tick()
+    fake_clock.set(datetime(2026, 3, 31, 12, 0, tzinfo=UTC))
+    while loop.tick().runs:
+        pass
+    expected = night.job.valid_schedule.fire_times(
+        datetime(2026, 3, 27, 1, 31, tzinfo=UTC), datetime(2026, 3, 31, 12, 0, tzinfo=UTC)
+    )
+    assert [seen[1] for seen in SEEN] == expected
+    assert datetime(2026, 3, 29, 1, 0, tzinfo=UTC) in expected  # after the gap
+
+
+def test_a_failed_run_is_retried_with_backoff_before_the_next_slot(jobs):
+    calls: list[datetime] = []
+
+    @job("0 * * * *", name="t.flaky", retries=3, retry_backoff=timedelta(minutes=10))
+    def flaky(run):
+        calls.append(run.now)
+        if run.attempt < 3:
+            raise RuntimeError(f"attempt {run.attempt} fails")
+
+    loop.tick()  # its row, next slot 10:00
+    fake_clock.set(_h(10) + timedelta(seconds=1))
+    loop.tick()
+    lease_row = JobLease.objects.get(name="t.flaky")
+    assert lease_row.run_slot == _h(10) and lease_row.attempt == 2
+    assert lease_row.consecutive_failures == 0  # retried: judged by the last attempt
+    assert lease_row.next_run_at - _h(10) == timedelta(minutes=10, seconds=1)
+    fake_clock.advance(timedelta(minutes=10))
+    loop.tick()
+    # Attempt 3 waits twice as long: 20 minutes after attempt 2's end.
+    assert JobLease.objects.get(name="t.flaky").next_run_at - clock.now() == timedelta(
+        minutes=20
+    )
+    fake_clock.advance(timedelta(minutes=20))
+    loop.tick()
+    assert [(a, o) for _, a, _, o, _ in _runs("t.flaky")] == [
+        (1, Outcome.FAILED),
+        (2, Outcome.FAILED),
+        (3, Outcome.SUCCEEDED),
+    ]
+    row = JobLease.objects.get(name="t.flaky")
+    assert (row.run_slot, row.next_run_at, row.consecutive_failures) == (None, _h(11), 0)
+
+
+def test_a_retry_that_would_reach_the_next_slot_is_not_made(jobs):
+    @job("0 * * * *", name="t.flaky", retries=5, retry_backoff=timedelta(minutes=40))
+    def flaky(run):
+        raise RuntimeError("always")
+
+    loop.tick()  # its row, next slot 10:00
+    fake_clock.set(_h(10) + timedelta(seconds=1))
+    loop.tick()  # attempt 1 fails; attempt 2 at 10:40
+    fake_clock.set(_h(10) + timedelta(minutes=40, seconds=2))
+    loop.tick()  # attempt 2 fails; attempt 3 would be at 12:00: past 11:00, not made
+    row = JobLease.objects.get(name="t.flaky")
+    assert (row.run_slot, row.next_run_at, row.consecutive_failures) == (None, _h(11), 1)
+    assert [a for _, a, _, _, _ in _runs("t.flaky")] == [1, 2]
+
+
+def test_a_backfill_runs_each_selected_slot_once_under_its_own_watermark(jobs):
+    @job("0 * * * *", name="t.windows")
+    def windows(run):
+        for window in run.windows(timedelta(minutes=30)):
+            with fenced_atomic():
+                run.advance_watermark(window.end)
+                run.add_items(1)
+
+    fake_clock.set(_h(11) + timedelta(seconds=1))
+    loop.tick()  # its row, next slot 12:00
+    fake_clock.set(_h(12) + timedelta(seconds=1))
+    loop.tick()  # the live run: its watermark
+    live = Watermark.objects.get(job="t.windows").position
+    dry = backfills.plan_backfill("t.windows", _h(6), _h(9))
+    assert [s.slot for s in dry.slots] == [_h(6), _h(7), _h(8)]
+    assert not JobLease.objects.filter(kind=RunKind.BACKFILL).exists()  # a dry run
+    request, _ = backfills.backfill("t.windows", _h(6), _h(9), concurrency=2)
+    while loop.tick().runs:
+        pass
+    backfilled = JobRun.objects.filter(job="t.windows", kind=RunKind.BACKFILL).order_by(
+        "scheduled_for"
+    )
+    assert [(r.scheduled_for, r.outcome, r.items) for r in backfilled] == [
+        (_h(6), Outcome.SUCCEEDED, 2),  # [05:00, 06:00) in two 30-minute windows
+        (_h(7), Outcome.SUCCEEDED, 2),
+        (_h(8), Outcome.SUCCEEDED, 2),
+    ]
+    assert Watermark.objects.get(job="t.windows").position == live  # never moved
+    assert JobLease.objects.filter(backfill=request, paused=True).count() == 3
+    # Missing only: nothing left to backfill in the range.
+    assert backfills.plan_backfill("t.windows", _h(6), _h(9)).slots == []
+
+
+def test_a_one_off_runs_once_at_its_instant_with_its_arguments(jobs):
+    got: list[tuple[str, str]] = []
+
+    @job("0 8 * * *", name="t.report")
+    def report(run, fmt: str = "pdf"):
+        got.append((run.kind, fmt))
+
+    at = _h(14)
+    name = backfills.run_once("t.report", at, kwargs={"fmt": "csv"})
+    fake_clock.set(at - timedelta(seconds=1))
+    assert loop.tick().runs == []
+    fake_clock.set(at + timedelta(seconds=1))
+    loop.tick()
+    loop.tick()
+    assert got == [(RunKind.ONCE, "csv")]
+    assert JobLease.objects.get(name=name).paused  # done
+    with pytest.raises(backfills.BackfillError, match="cannot take these arguments"):
+        backfills.run_once("t.report", at, kwargs={"nope": 1})
