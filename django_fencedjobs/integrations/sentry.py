@@ -73,7 +73,14 @@ from django.dispatch import receiver
 from django_fencedjobs import instances, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
-from django_fencedjobs.models import UNFINISHED_TASK, JobRun, Outcome, RunTask, TaskStatus
+from django_fencedjobs.models import (
+    UNFINISHED_TASK,
+    JobRun,
+    Outcome,
+    RunKind,
+    RunTask,
+    TaskStatus,
+)
 from django_fencedjobs.registry import Job
 
 logger = logging.getLogger("django_fencedjobs")
@@ -117,8 +124,11 @@ def has_monitor(name: str, job: Job | None) -> bool:
     of a job declared with ``instance_series="each"``; not an instance of a job that keeps
     the default, ``"aggregated"``. ``job`` is None in a worker that does not declare it:
     then the declared job whose instance the name would be decides, if it is declared, and
-    otherwise the check-in is sent without a config, which creates no monitor."""
+    otherwise the check-in is sent without a config, which creates no monitor. A backfill
+    run or a one-off sends none: it is not a slot of the schedule the monitor expects."""
     if job is not None:
+        if job.occurrence_of is not None:
+            return False
         return job.parent is None or job.instance_series == "each"
     base = instances.declaring(name)
     return base is None or not base.instances or base.instance_series == "each"
@@ -197,6 +207,8 @@ def run_tasks_finished(*, job: Job | None, record: JobRun, failed: bool, **kwarg
     """The last task of a run finished (in a worker): close the run's check-in, if the run
     succeeded. A run still running is closed by its runner when it ends (its tasks have
     finished by then); one that did not succeed was closed ``error`` already."""
+    if record.kind != RunKind.SCHEDULED:  # a backfill run or one-off: no check-in
+        return
     if record.outcome != Outcome.SUCCEEDED or not has_monitor(record.job, job) or not enabled():
         return
     tasks = _tasks_of(record)
