@@ -148,11 +148,16 @@ class JobLease(models.Model):
     #: later slot due by then supersedes it), a backfill's slot or a one-off's instant
     #: (``kind``; :mod:`django_fencedjobs.oneshots`).
     run_slot = models.DateTimeField(_("run slot"), null=True, blank=True)
-    attempt = models.PositiveIntegerField(_("attempt"), default=1)
+    attempt = models.PositiveIntegerField(_("attempt"), default=1, db_default=1)
     #: ``scheduled`` for a job's or an instance's row; ``backfill`` or ``once`` for a row
     #: that runs one slot of job ``parent`` (``run_slot``) and is then done (paused).
     kind = models.CharField(
-        _("kind"), max_length=16, choices=RunKind.choices, default=RunKind.SCHEDULED
+        _("kind"),
+        max_length=16,
+        choices=RunKind.choices,
+        default=RunKind.SCHEDULED,
+        # Also the database's: rows written by an older release during a rolling deploy.
+        db_default=RunKind.SCHEDULED,
     )
     #: A one-off's keyword arguments for the handler (None: the job's or instance's own).
     kwargs = models.JSONField(_("arguments"), null=True, blank=True)
@@ -245,9 +250,14 @@ class JobRun(models.Model):
     )
     #: 1 for a slot's first run; each retry, and each backfill run of a slot that has
     #: runs, is the next attempt. A slot is judged by its last attempt.
-    attempt = models.PositiveIntegerField(_("attempt"), default=1)
+    attempt = models.PositiveIntegerField(_("attempt"), default=1, db_default=1)
     kind = models.CharField(
-        _("kind"), max_length=16, choices=RunKind.choices, default=RunKind.SCHEDULED
+        _("kind"),
+        max_length=16,
+        choices=RunKind.choices,
+        default=RunKind.SCHEDULED,
+        # Also the database's: rows written by an older release during a rolling deploy.
+        db_default=RunKind.SCHEDULED,
     )
     #: The start of the run's data interval, which ends at ``scheduled_for``: the slot
     #: before (before the first coalesced one, for a run covering missed slots).
