@@ -15,15 +15,18 @@ transaction for longer raises :class:`JobBusy`, and nothing is changed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django_fencedjobs import clock, db, declared, lease, operations, runner
+from django.db import IntegrityError
+
+from django_fencedjobs import clock, db, declared, lease, operations, runner, slots
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.instants import format_instant, format_wait, format_with_utc
-from django_fencedjobs.models import JobLease, JobRun
+from django_fencedjobs.models import JobLease, JobRun, Outcome
 from django_fencedjobs.registry import Job
 
 logger = logging.getLogger("django_fencedjobs")
@@ -112,14 +115,30 @@ def pause(job: Job) -> Operated:
     )
 
 
-def resume(job: Job) -> Operated:
+def resume(job: Job, *, from_now: bool = False) -> Operated:
     """Resume ``job``: it runs from its next slot, or at a runner's next pass when slots
-    fell due while it was paused (they coalesce into one run)."""
+    fell due while it was paused: they catch up by the job's ``catchup`` policy (one run
+    for them all, by default). ``from_now``: those slots are skipped instead, recorded as
+    one missed run (the latest of them, counting the others), and the job runs from its
+    next slot after now."""
     now = _seen(job)
-    change = operations.set_paused(job.name, False)
+    before = _row(job)[3]
+    if from_now:
+        upcoming = job.valid_schedule.next_after(now)
+        change = operations.resume_from_now(job.name, now, upcoming)
+    else:
+        change = operations.set_paused(job.name, False)
     _refuse_if_locked(job, change)
     if not change:
         return Operated(job.name, False, f"{job.name} is not paused: nothing changed")
+    if from_now and before <= now:
+        skipped = _record_skipped(job, before, now)
+        return _done(
+            job,
+            "job_resumed",
+            f"resumed {job.name} from now: {skipped} slot(s) due while it was paused skipped "
+            f"(recorded missed); next run {format_with_utc(upcoming, job.valid_schedule.tz)}",
+        )
     _, _, _, next_run_at = _row(job)
     when = format_with_utc(next_run_at, job.valid_schedule.tz)
     if next_run_at <= now:
@@ -127,6 +146,23 @@ def resume(job: Job) -> Operated:
     else:
         then = f"next run {when} (in {format_wait(next_run_at - now)})"
     return _done(job, "job_resumed", f"resumed {job.name}: {then}")
+
+
+def _record_skipped(job: Job, first: datetime, now: datetime) -> int:
+    """Record the slots from ``first`` (due) to ``now`` that a resume from now skipped: one
+    missed run for the latest, counting the others. Returns how many were skipped."""
+    later = job.valid_schedule.fire_times(first, now, limit=slots.MAX_COUNTED_SLOTS)
+    due = [first, *later]
+    with contextlib.suppress(IntegrityError):  # that slot is recorded already
+        JobRun.objects.using(db.lease_db()).create(
+            job=job.name,
+            scheduled_for=due[-1],
+            finished_at=now,
+            outcome=Outcome.MISSED,
+            missed_slots=len(due) - 1,
+            error=f"skipped: the job was resumed from now ({len(due)} slot(s) due while paused)",
+        )
+    return len(due)
 
 
 def skip_next_slot(job: Job) -> Operated:

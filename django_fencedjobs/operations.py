@@ -11,6 +11,7 @@ import enum
 from datetime import datetime
 
 from django.db import DatabaseError
+from django.db.models import Case, DateTimeField, F, Value, When
 
 from django_fencedjobs.db import bounded_wait, is_lock_timeout, lease_db
 from django_fencedjobs.lease import LeaseRow
@@ -63,6 +64,18 @@ def set_paused(name: str, paused: bool) -> Change:
     """Pause or resume the job; :attr:`Change.UNCHANGED` when it already is. A run in
     progress goes on: pausing only keeps :func:`acquire` from starting the next one."""
     return _locked_update(name, {"paused": paused}, paused=not paused)
+
+
+def resume_from_now(name: str, now: datetime, next_run_at: datetime) -> Change:
+    """Resume a paused job from now: its slots that fell due while it was paused are
+    skipped (its next slot moves to ``next_run_at``, the first fire time after ``now``, if
+    it is due); :attr:`Change.UNCHANGED` when it is not paused."""
+    due = Case(
+        When(next_run_at__lte=now, then=Value(next_run_at)),
+        default=F("next_run_at"),
+        output_field=DateTimeField(),
+    )
+    return _locked_update(name, {"paused": False, "next_run_at": due}, paused=True)
 
 
 def skip_slot(seen: LeaseRow, *, next_run_at: datetime) -> Change:

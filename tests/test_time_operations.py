@@ -215,3 +215,42 @@ def test_a_one_off_runs_once_at_its_instant_with_its_arguments(jobs):
     assert JobLease.objects.get(name=name).paused  # done
     with pytest.raises(backfills.BackfillError, match="cannot take these arguments"):
         backfills.run_once("t.report", at, kwargs={"nope": 1})
+
+
+def test_a_resumed_job_catches_up_by_its_policy_or_from_now_skips_recorded(jobs):
+    from django_fencedjobs import manual
+
+    hourly = _hourly(catchup="each")
+    loop.tick()  # its row, next slot 10:00
+    manual.pause(hourly.job)
+    fake_clock.set(_h(13) + timedelta(minutes=1))
+    assert loop.tick().runs == []  # paused: 10:00 to 13:00 fall due, nothing runs
+    manual.resume(hourly.job)
+    while loop.tick().runs:
+        pass
+    assert [slot for slot, *_ in _runs()] == [_h(10), _h(11), _h(12), _h(13)]
+
+    manual.pause(hourly.job)
+    fake_clock.set(_h(16) + timedelta(minutes=1))
+    done = manual.resume(hourly.job, from_now=True)
+    assert "3 slot(s) due while it was paused skipped" in done.line
+    assert loop.tick().runs == []
+    assert _runs()[-1] == (_h(16), 1, RunKind.SCHEDULED, Outcome.MISSED, 2)
+    assert JobLease.objects.get(name="t.hourly").next_run_at == _h(17)
+
+
+def test_jobctl_resumes_from_now_and_refuses_from_now_with_another_operation(jobs):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    _hourly()
+    loop.tick()
+    call_command("jobctl", "pause", "t.hourly", stdout=StringIO())
+    fake_clock.set(_h(12) + timedelta(minutes=1))
+    out = StringIO()
+    call_command("jobctl", "resume", "t.hourly", "--from-now", stdout=out)
+    assert "resumed t.hourly from now: 3 slot(s)" in out.getvalue()
+    with pytest.raises(CommandError, match="--from-now goes with resume only"):
+        call_command("jobctl", "pause", "t.hourly", "--from-now", stdout=StringIO())
+    assert not JobLease.objects.get(name="t.hourly").paused

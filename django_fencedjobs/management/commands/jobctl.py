@@ -54,15 +54,25 @@ class Command(BaseCommand):
         parser.add_argument(
             "name", metavar="NAME", help="The job's name, as `manage.py runjobs --list` shows it."
         )
+        parser.add_argument(
+            "--from-now",
+            action="store_true",
+            help="resume only: skip the slots that fell due while the job was paused (recorded "
+            "as one missed run) instead of catching them up by the job's catchup policy.",
+        )
 
-    def handle(self, *args: Any, operation: str, name: str, **options: Any) -> None:
+    def handle(
+        self, *args: Any, operation: str, name: str, from_now: bool = False, **options: Any
+    ) -> None:
+        if from_now and operation != "resume":
+            raise CommandError("--from-now goes with resume only", returncode=2)
         try:
             preflight.check_settings()
             job = registry.get(name)
             if job.schedule is None:
                 raise CommandError(preflight.invalid_job_line(job))
             preflight.check_tables()
-            done = OPERATIONS[operation](job)
+            done = manual.resume(job, from_now=True) if from_now else OPERATIONS[operation](job)
         except manual.JobBusy as exc:
             raise CommandError(str(exc), returncode=BUSY) from None
         except (UnknownJob, preflight.NotMigrated) as exc:
