@@ -41,7 +41,7 @@ from django_fencedjobs.admin import timeline
 from django_fencedjobs.admin.display import badge, breakable, instant, job_zone, shortened
 from django_fencedjobs.health import JobHealth, State
 from django_fencedjobs.instants import format_instant
-from django_fencedjobs.models import JobLease, Outcome, Watermark
+from django_fencedjobs.models import JobLease, Outcome, RunKind, Watermark
 from django_fencedjobs.registry import registry
 
 #: Fire times listed on a job's page.
@@ -183,10 +183,11 @@ class JobLeaseAdmin(_ModelAdmin):
         and the ordering."""
         now = self._record_first_sightings(request)
         healths = {h.name: h for h in health.all_health(now=now)}
-        # The jobs declared with a schedule; instances have a page of their own.
+        # The jobs declared with a schedule; instances have a page of their own, and
+        # backfill slots and one-offs are shown with their backfills and their job's runs.
         rows = (
             self.model._default_manager.get_queryset()
-            .filter(instance__isnull=True)
+            .filter(instance__isnull=True, kind=RunKind.SCHEDULED)
             .annotate(
                 **{
                     STATE: _per_job(

@@ -32,7 +32,7 @@ from django_fencedjobs.admin.display import (
     shortened,
 )
 from django_fencedjobs.admin.paginator import EstimatedCountPaginator
-from django_fencedjobs.models import JobLease, JobRun, Outcome, RunTask, TaskStatus
+from django_fencedjobs.models import JobLease, JobRun, Outcome, RunKind, RunTask, TaskStatus
 from django_fencedjobs.registry import registry
 
 #: The tasks listed on a run's page; past them, how many more there are.
@@ -67,7 +67,7 @@ class JobNameFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         recorded = (
             JobLease.objects.using(db.lease_db())
-            .filter(instance__isnull=True)
+            .filter(instance__isnull=True, kind=RunKind.SCHEDULED)
             .values_list("name", flat=True)
         )
         value = self.value()
