@@ -272,7 +272,9 @@ class Pool:
                     self.gave_up = running
             if limit_reached:
                 self.stop.set()
-            self._finish(job.name, _latest_run(job.name))
+            # Its record (a claimed run's is at hand; one acquired in this thread is read).
+            given_up = row.record if isinstance(row, Acquired) else _latest_run(job.name)
+            self._finish(job.name, given_up)
 
         try:
             _keep_or_replace(connections[db.lease_db()])
