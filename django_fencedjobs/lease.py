@@ -512,15 +512,22 @@ def _backfill_room(ids: list[int], now: datetime) -> dict[int, int]:
 
 def oneshot_wakeups(parents: list[str]) -> dict[str, datetime]:
     """The earliest ``next_run_at`` of each job's unpaused backfill slots and one-offs (a
-    job without any is left out), by their partial index. Decides nothing."""
-    return dict(
+    job without any is left out). Decides nothing.
+
+    Every tick reads this, so it reads the pending one-shot rows of *every* job (their
+    partial index holds only those, usually none or a few) and keeps this runner's jobs in
+    Python: its cost is that of the pending rows, not of a list of thousands of names.
+    """
+    wanted = set(parents)
+    pending = (
         JobLease.objects.using(lease_db())
-        .filter(parent__in=parents, paused=False)
+        .filter(paused=False)
         .exclude(kind=RunKind.SCHEDULED)
         .values("parent")
         .annotate(earliest=Min("next_run_at"))
         .values_list("parent", "earliest")
     )
+    return {parent: earliest for parent, earliest in pending if parent in wanted}
 
 
 def mark_oneshot_abandoned(job: str, kind: str, slot: datetime, fence: int, now: datetime) -> None:
