@@ -66,6 +66,12 @@ class FenceLost(RunAborted):
     fenced block was committed. Do not retry inside the handler: the run is over."""
 
 
+class DuplicateDelivery(FenceLost):
+    """Inside a ``django.tasks`` task: another delivery of this same task (a relay's second
+    hand-over, a broker's redelivery) has committed its fenced writes already, so this one
+    writes nothing. The task's record counts it as a duplicate."""
+
+
 class JobTimeout(RunAborted):
     """The run overran its timeout: its fence was revoked, so its writes can no longer commit.
     Raise the job's timeout, or make each run do less (max_batches)."""

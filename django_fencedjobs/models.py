@@ -394,6 +394,18 @@ class RunTask(models.Model):
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     error = models.TextField(_("error"), blank=True)
+    #: The queue the task was enqueued on (the task's ``queue_name``).
+    queue_name = models.CharField(_("queue"), max_length=100, blank=True, default="")
+    #: A task handed over after its run's commit: what to hand over (``{"args": [...],
+    #: "kwargs": {...}}``), how many times it was tried, when the relay may try next and
+    #: why the last try failed (:mod:`django_fencedjobs.integrations.relay`).
+    call = models.JSONField(_("call"), null=True, blank=True)
+    handovers = models.PositiveIntegerField(_("hand-overs"), default=0, db_default=0)
+    handover_after = models.DateTimeField(_("next hand-over"), null=True, blank=True)
+    #: The task's execution whose fenced writes committed first: any other delivery of the
+    #: task (a relay retry, a broker's redelivery) writes nothing, and is counted here.
+    executor = models.CharField(_("executor"), max_length=64, blank=True, default="")
+    duplicates = models.PositiveIntegerField(_("duplicate deliveries"), default=0, db_default=0)
 
     class Meta:
         verbose_name = _("task")
@@ -406,10 +418,40 @@ class RunTask(models.Model):
             models.Index(fields=["status", "job"], name="fencedjobs_task_status"),
             # ... and its latest finished one (later runs have higher fences).
             models.Index(fields=["job", "-fence"], name="fencedjobs_task_job_recent"),
+            # The relay's read of the tasks still to hand over.
+            models.Index(
+                fields=["handover_after"],
+                condition=models.Q(status=TaskStatus.PENDING),
+                name="fencedjobs_task_pending",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.task_path} ({self.status})"
+
+
+class TaskDelivery(models.Model):
+    """One hand-over of a :class:`RunTask` to its backend, by the id the backend gave it: a
+    worker starting a task finds its record by this id, whichever delivery it got."""
+
+    task = models.ForeignKey(
+        RunTask, on_delete=models.CASCADE, related_name="deliveries", verbose_name=_("task")
+    )
+    backend = models.CharField(_("backend"), max_length=100)
+    result_id = models.CharField(_("result id"), max_length=200)
+    delivered_at = models.DateTimeField(_("delivered at"))
+
+    class Meta:
+        verbose_name = _("task delivery")
+        verbose_name_plural = _("task deliveries")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["backend", "result_id"], name="fencedjobs_delivery_result"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.backend}:{self.result_id}"
 
 
 class RunnerMode(models.TextChoices):

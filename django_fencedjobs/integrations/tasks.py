@@ -41,16 +41,18 @@ import functools
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import DatabaseError, connections, router, transaction
+from django.db.models import F
 from django.dispatch import receiver
 
 from django_fencedjobs import clock, db, instances, lease
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.exceptions import FenceLost, NotInRun
+from django_fencedjobs.exceptions import DuplicateDelivery, FenceLost, NotInRun
 from django_fencedjobs.fencing import (
     at_exit,
     fenced_atomic,
@@ -58,12 +60,14 @@ from django_fencedjobs.fencing import (
     reset_current_holder,
     set_current_holder,
 )
+from django_fencedjobs.integrations import relay
 from django_fencedjobs.models import (
     FINISHED_TASK,
     NOT_STARTED_TASK,
     UNFINISHED_TASK,
     JobRun,
     RunTask,
+    TaskDelivery,
     TaskStatus,
 )
 from django_fencedjobs.registry import DEFAULT_LEASE_TTL, Job, job, registry
@@ -236,6 +240,9 @@ class _Batch:
             else:
                 rows.bulk_create([_record(run, result) for result in enqueued])
         if hand_over:
+            # The outbox: each task's call is recorded with it, for this process to hand
+            # over right after the commit, or the relay if that fails or never happens.
+            relay_after = clock.now() + relay.RELAY_GRACE
             pending = rows.bulk_create(
                 [
                     RunTask(
@@ -244,12 +251,17 @@ class _Batch:
                         fence=run.fence,
                         task_path=task.module_path,
                         backend=task.backend,
+                        queue_name=task.queue_name,
                         status=TaskStatus.PENDING,
+                        call={"args": list(args), "kwargs": kwargs},
+                        handover_after=relay_after,
                     )
-                    for task, _, _ in hand_over
+                    for task, args, kwargs in hand_over
                 ]
             )
-            tasks = list(zip(pending, hand_over, strict=True))
+            tasks = [
+                (record, task) for record, (task, _, _) in zip(pending, hand_over, strict=True)
+            ]
             transaction.on_commit(functools.partial(_hand_over, tasks), using=self.alias)
 
 
@@ -307,50 +319,50 @@ def writes_to(task: Task[Any, Any], alias: str) -> bool:
     return _queue_in(task.backend, alias)
 
 
-def _hand_over(tasks: list[tuple[RunTask, HandOver]]) -> None:
-    """Give the backend the tasks whose records just committed, once each, in order.
-
-    Runs once, right after the commit. If this process dies before the backend has a task,
-    its record stays ``pending``: the task is lost (never enqueued twice) and the job reads
-    late. A task the backend refuses is recorded failed, and the error raised (the run
-    fails); the tasks after it stay pending.
-    """
-    rows = RunTask.objects.using(db.lease_db())
-    for record, (task, args, kwargs) in tasks:
+def _hand_over(tasks: list[tuple[RunTask, Task[Any, Any]]]) -> None:
+    """Give the backend the tasks whose records just committed, in order: right after the
+    commit, once. A task the backend does not take (or all of them, if this process dies
+    first) stays ``pending`` for the relay (:mod:`~django_fencedjobs.integrations.relay`),
+    which hands it over later, with backoff, until the backend takes it or it is recorded
+    failed."""
+    for record, task in tasks:
         try:
-            with _dispatching(record.job, record.fence):
-                result = task.enqueue(*args, **kwargs)
-        except Exception as exc:
-            rows.filter(pk=record.pk).update(
-                status=TaskStatus.FAILED,
-                finished_at=clock.now(),
-                error=f"Not enqueued: the backend {record.backend!r} refused the task: {exc!r}",
-            )
-            raise
-        # The id first: from now on a worker's reports find the record...
-        record.result_id = str(result.id)
-        rows.filter(pk=record.pk).update(
-            result_id=record.result_id, enqueued_at=result.enqueued_at or clock.now()
-        )
-        if result.status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) and (
-            backend_reports(task)
-        ):
-            try:
-                # ... and what a worker did before that is read back from the backend.
-                result = task.get_result(result.id)
-            except Exception:  # the backend's own account is a bonus, not a requirement
-                logger.debug("could not read task %s back", result.id, exc_info=True)
-        _take(record, result)
-        # Forward only: a worker's report that landed meanwhile is never overwritten.
-        behind = _BEHIND[TaskStatus(record.status)]
-        moved = rows.filter(pk=record.pk, status__in=behind).update(
-            status=record.status,
-            started_at=record.started_at,
-            finished_at=record.finished_at,
-            error=record.error,
-        )
-        if moved and record.status in FINISHED_TASK:
-            _after_task(result)
+            result = relay.deliver(record, task)
+        except DatabaseError:
+            logger.warning("could not hand task %s over; the relay will", record.pk, exc_info=True)
+            continue
+        if result is not None:
+            record_delivery(record, task, result)
+
+
+def record_delivery(record: RunTask, task: Task[Any, Any], result: TaskResult[Any, Any]) -> None:
+    """Record that the backend took ``record``'s task as ``result`` (its id, its status),
+    and what a worker did with it before this, read back from the backend."""
+    rows = RunTask.objects.using(db.lease_db())
+    # The id first: from now on a worker's reports find the record...
+    record.result_id = str(result.id)
+    rows.filter(pk=record.pk).update(
+        result_id=record.result_id, enqueued_at=result.enqueued_at or clock.now(), error=""
+    )
+    if result.status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) and (
+        backend_reports(task)
+    ):
+        try:
+            # ... and what a worker did before that is read back from the backend.
+            result = task.get_result(result.id)
+        except Exception:  # the backend's own account is a bonus, not a requirement
+            logger.debug("could not read task %s back", result.id, exc_info=True)
+    _take(record, result)
+    # Forward only: a worker's report that landed meanwhile is never overwritten.
+    behind = _BEHIND[TaskStatus(record.status)]
+    moved = rows.filter(pk=record.pk, status__in=behind).update(
+        status=record.status,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        error=record.error,
+    )
+    if moved and record.status in FINISHED_TASK:
+        _after_task(result)
 
 
 #: A task's statuses in the order they come; a record moves only forward.
@@ -400,6 +412,13 @@ class TaskFence:
     ) -> None:
         self.job, self.fence = job, fence
         self.backend, self.result_id = backend, result_id
+        #: The task's record, once found; this execution of the task (one per start, so
+        #: two deliveries of the task are two executions); whether its claim on the record
+        #: committed; whether another execution had it (this one is a duplicate).
+        self.pk: int | None = None
+        self.executor = uuid.uuid4().hex
+        self.claimed = False
+        self.duplicate = False
 
     def __repr__(self) -> str:
         return f"<TaskFence {self.job} fence={self.fence} task={self.result_id}>"
@@ -412,12 +431,11 @@ class TaskFence:
         # transaction as itself: if its record is not there, there is none to wait for.
         in_lease_db = _queue_in(self.backend, alias)
         deadline = time.monotonic() + (0 if in_lease_db else RECORD_WAIT)
-        rows = RunTask.objects.using(alias).filter(backend=self.backend, result_id=self.result_id)
         while True:
-            found = rows.values_list("job", "fence").first()
+            found = _find(self.backend, self.result_id)
             if found is not None:
-                self.job, self.fence = found
-                return found
+                self.pk, self.job, self.fence = found
+                return self.job, self.fence
             if time.monotonic() >= deadline:
                 raise NotInRun(
                     f"fenced_atomic() in task {self.result_id!r}: no job's run enqueued this "
@@ -443,6 +461,25 @@ class TaskFence:
                 f"{fence}) that enqueued task {self.result_id or '(this task)'}; nothing in "
                 "this fenced block was committed"
             )
+        if self.pk is not None and not self.claimed:
+            self._claim(connection, self.pk)
+
+    def _claim(self, connection: BaseDatabaseWrapper, pk: int) -> None:
+        """Claim the task's record for this execution, in the block's transaction: the
+        first execution whose fenced block commits owns the task's writes; any other
+        delivery of it raises :class:`DuplicateDelivery` here, before writing."""
+        claimed = (
+            RunTask.objects.using(connection.alias)
+            .filter(pk=pk, executor__in=("", self.executor))
+            .update(executor=self.executor)
+        )
+        if not claimed:
+            self.duplicate = True
+            raise DuplicateDelivery(
+                f"task {self.result_id}: another delivery of this task has committed its "
+                "fenced writes already; this delivery writes nothing (recorded as a duplicate)"
+            )
+        transaction.on_commit(lambda: setattr(self, "claimed", True), using=connection.alias)
 
 
 #: The fence of the run handing a task over right now, in this thread: a backend that runs
@@ -453,7 +490,10 @@ _handing_over: contextvars.ContextVar[TaskFence | None] = contextvars.ContextVar
 )
 
 
-class _dispatching:
+class dispatching:
+    """While a run's task is handed over in this thread: a backend that runs it at once
+    (``ImmediateBackend``) finds its fence here."""
+
     def __init__(self, job: str, fence: int) -> None:
         self.fence = TaskFence(job, fence)
 
@@ -467,6 +507,20 @@ class _dispatching:
 _open = threading.local()
 
 
+def _find(backend: str, result_id: str) -> tuple[int, str, int] | None:
+    """The record (pk, job, fence) of the task the backend knows as ``result_id``: by its
+    latest delivery's id, else by any delivery's."""
+    rows = RunTask.objects.using(db.lease_db())
+    found = rows.filter(backend=backend, result_id=result_id).values_list("pk", "job", "fence")
+    first = found.first()
+    if first is not None:
+        return first
+    delivered = TaskDelivery.objects.using(db.lease_db()).filter(
+        backend=backend, result_id=result_id
+    )
+    return rows.filter(pk__in=delivered.values("task_id")).values_list("pk", "job", "fence").first()
+
+
 @receiver(task_started, dispatch_uid="django_fencedjobs.task_started")
 def _task_started(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
     """A worker starts a task: give it its run's fence, and record that it started."""
@@ -476,7 +530,7 @@ def _task_started(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any
     stack = getattr(_open, "tokens", None)
     if stack is None:
         stack = _open.tokens = []
-    stack.append(set_current_holder(fence))
+    stack.append((set_current_holder(fence), fence))
     _report(
         task_result,
         status=TaskStatus.RUNNING,
@@ -488,8 +542,14 @@ def _task_started(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any
 @receiver(task_finished, dispatch_uid="django_fencedjobs.task_finished")
 def _task_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
     stack = getattr(_open, "tokens", None)
+    fence: TaskFence | None = None
     if stack:
-        reset_current_holder(stack.pop())
+        token, fence = stack.pop()
+        reset_current_holder(token)
+    if fence is not None and fence.duplicate and fence.pk is not None:
+        # Its record is the delivery's that wrote: this one only counts as a duplicate.
+        _count_duplicate(fence.pk, task_result)
+        return
     status = _STATUS.get(task_result.status, TaskStatus.FAILED)
     if _report(
         task_result,
@@ -499,6 +559,18 @@ def _task_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: An
         only=UNFINISHED_TASK,
     ):
         _after_task(task_result)
+
+
+def _count_duplicate(pk: int, task_result: TaskResult[Any, Any]) -> None:
+    try:
+        RunTask.objects.using(db.lease_db()).filter(pk=pk).update(duplicates=F("duplicates") + 1)
+    except DatabaseError:
+        logger.warning("could not count task %s as a duplicate", task_result.id, exc_info=True)
+    logger.warning(
+        "task %s was delivered again after another delivery wrote; it wrote nothing",
+        task_result.id,
+        extra={"event": "task_duplicate", "task": str(task_result.id)},
+    )
 
 
 def _after_task(task_result: TaskResult[Any, Any]) -> None:
