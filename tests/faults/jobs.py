@@ -604,3 +604,7 @@ def register() -> None:
     every = timedelta(seconds=_int("fleet_every", 3))
     for n in range(_int("fleet", 0)):
         job(every=every, name=f"{FLEET_PREFIX}{n:03d}", lease_ttl=timedelta(seconds=30))(fast)
+    # Backfills, catch-up, retries and one-offs (tests/test_faults_time.py).
+    from tests.faults import time_jobs
+
+    time_jobs.register()
