@@ -49,17 +49,22 @@ browser-deps:
 	fi
 
 # The pooler tests (tests/test_poolers.py) and make soak-pgbouncer go through Debian's
-# PgBouncer, which scripts/throwaway_postgres.py starts in front of its cluster. Installed
-# here when missing and we may (root with apt); otherwise those tests fail and say why.
+# PgBouncer, which scripts/throwaway_postgres.py starts in front of its cluster; the RQ task
+# tests (tests/test_tasks_rq.py) start a throwaway Debian redis-server of their own. Each is
+# installed here when missing and we may (root with apt); otherwise the tests that need it
+# fail (PgBouncer) or are skipped (redis-server) and say why.
 pooler-deps:
-	@if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then \
+	@missing=""; \
+	command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || missing="$$missing pgbouncer"; \
+	command -v redis-server >/dev/null || [ -x /usr/bin/redis-server ] || missing="$$missing redis-server"; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then \
-			echo "==> installing the Debian package pgbouncer for the pooler tests"; \
+			echo "==> installing the Debian packages$$missing for the pooler and RQ task tests"; \
 			export DEBIAN_FRONTEND=noninteractive; \
-			apt-get update -qq && apt-get install -y -qq --no-install-recommends pgbouncer </dev/null \
-				|| echo "make: installing pgbouncer failed; the pooler tests will fail"; \
+			apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing </dev/null \
+				|| echo "make: installing$$missing failed; the tests that need them will fail or skip"; \
 		else \
-			echo "make: pgbouncer is missing (apt-get install pgbouncer); the pooler tests will fail"; \
+			echo "make: missing$$missing (apt-get install$$missing); the tests that need them will fail or skip"; \
 		fi; \
 	fi
 
