@@ -278,3 +278,48 @@ def round_trips_of(block: Callable[[], None]) -> int:
             raw.pgconn.untrace()
         trace.seek(0)
         return sum("\tReadyForQuery" in line for line in trace.read().splitlines())
+
+
+# -- Redis and RQ workers (tests/test_tasks_rq.py) ---------------------------------------------
+
+if TYPE_CHECKING:
+    from tests.redis_harness import RedisServer, RQWorkers
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A throwaway ``redis-server`` of this test's own (:class:`tests.redis_harness.RedisServer`):
+    on a free port of 127.0.0.1, nothing persisted, ``.url`` for clients, ``.restart()`` on
+    the same port; stopped when the test ends. Skipped when Debian's ``redis-server`` is not
+    installed (``make test`` installs it)."""
+    from tests.redis_harness import RedisServer, redis_binary
+
+    if redis_binary() is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    (tmp_path / "redis").mkdir()
+    with RedisServer(directory=tmp_path / "redis") as server:
+        yield server
+
+
+@pytest.fixture
+def rq_env(child_env: dict[str, str], redis_server: RedisServer) -> dict[str, str]:
+    """``child_env`` for processes that use the RQ task backend (``rq``, tests.rq_settings)
+    on this test's Redis server: the runners (``python -m tests.rq_jobs JOB``) and the
+    workers ``rq_worker`` starts."""
+    return {
+        **child_env,
+        "DJANGO_SETTINGS_MODULE": "tests.rq_settings",
+        "FENCEDJOBS_TEST_REDIS_URL": redis_server.url,
+    }
+
+
+@pytest.fixture
+def rq_worker(rq_env: dict[str, str], tmp_path: Path) -> Iterator[RQWorkers]:
+    """Starts real RQ workers of django-tasks-rq against the test database and this test's
+    Redis server: ``rq_worker("W0")`` (:class:`tests.redis_harness.RQWorkers`) returns the
+    running :class:`~tests.redis_harness.RQWorker`; every one is killed when the test ends.
+    Data the workers should see must be committed: use ``transactional_db``."""
+    from tests.redis_harness import RQWorkers
+
+    with RQWorkers(rq_env, tmp_path) as workers:
+        yield workers

@@ -1,0 +1,31 @@
+"""tests.settings plus an RQ task backend (django-tasks-rq on django-rq), for the processes
+tests/test_tasks_rq.py starts: the runners that enqueue and the ``rqworker`` workers.
+
+The Redis server is the test's own throwaway one (tests/redis_harness.py), named by
+``$FENCEDJOBS_TEST_REDIS_URL``. Not in tests.settings: the suite's own process and its other
+processes never talk to Redis, and a settings module that names a Redis server nobody started
+would make every process that touched the backend wait on a connection that cannot succeed.
+"""
+
+import os
+
+from tests.settings import *  # noqa: F403
+from tests.settings import INSTALLED_APPS, LOGGING, TASKS
+
+INSTALLED_APPS = [*INSTALLED_APPS, "django_rq", "django_tasks_rq"]
+
+#: Unset: a port nothing listens on, so that a process started without it fails at once
+#: ("connection refused") instead of finding some other Redis.
+REDIS_URL = os.environ.get("FENCEDJOBS_TEST_REDIS_URL", "redis://127.0.0.1:1/0")
+
+RQ_QUEUES = {"default": {"URL": REDIS_URL}}
+
+TASKS = {**TASKS, "rq": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}}
+
+# The workers' own account (each job taken, its outcome) in their output, which the tests show
+# when a wait fails: rq logs to ``rq.worker``, and tests.settings sends everything else nowhere.
+LOGGING = {
+    **LOGGING,
+    "handlers": {**LOGGING["handlers"], "stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {**LOGGING["loggers"], "rq.worker": {"handlers": ["stderr"], "level": "INFO"}},
+}

@@ -1,0 +1,25 @@
+"""Tasks on the RQ backend (``rq``, tests/rq_settings.py) that tests/test_tasks_rq.py's jobs
+enqueue: module-level, so that an ``rqworker`` process imports them by path.
+
+Imported only by processes that run with tests.rq_settings (the runners and the workers):
+declaring a task checks its backend, which the suite's own settings do not have.
+"""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+from django_fencedjobs import fenced_atomic
+from tests.testapp.models import Write
+
+if find_spec("django.tasks"):
+    from django.tasks import task
+else:
+    from django_tasks import task
+
+
+@task(backend="rq")
+def fenced_write(job: str, seq: int) -> None:
+    """Write one row, fenced by the run that enqueued this task."""
+    with fenced_atomic():
+        Write.objects.create(job=job, fence=-1, seq=seq)
