@@ -78,6 +78,10 @@ class Settings:
     NOTIFY: bool = False
     #: Who gets the mail: "ADMINS" (``mail_admins``), or a list of addresses ([] for none).
     NOTIFY_EMAIL: str | list[str] | tuple[str, ...] = "ADMINS"
+    #: A task recorded in a run's transaction is handed to its backend by that run's process
+    #: right after the commit; a runner's relay hands over one still pending this long after
+    #: (its process died, or the backend did not take it).
+    TASK_HANDOVER_GRACE: timedelta = timedelta(seconds=10)
 
     @property
     def owner(self) -> str:
@@ -162,6 +166,10 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a datetime.timedelta longer than zero, e.g. timedelta(days=1)",
     ),
     "NOTIFY": (lambda v: isinstance(v, bool), "True or False"),
+    "TASK_HANDOVER_GRACE": (
+        lambda v: isinstance(v, timedelta) and v >= timedelta(0),
+        "a datetime.timedelta of zero or more, e.g. timedelta(seconds=10)",
+    ),
     "NOTIFY_EMAIL": (
         lambda v: (
             v == "ADMINS"

@@ -395,7 +395,7 @@ class RunTask(models.Model):
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     error = models.TextField(_("error"), blank=True)
     #: The queue the task was enqueued on (the task's ``queue_name``).
-    queue_name = models.CharField(_("queue"), max_length=100, blank=True, default="")
+    queue_name = models.CharField(_("queue"), max_length=100, blank=True, default="", db_default="")
     #: A task handed over after its run's commit: what to hand over (``{"args": [...],
     #: "kwargs": {...}}``), how many times it was tried, when the relay may try next and
     #: why the last try failed (:mod:`django_fencedjobs.integrations.relay`).
@@ -404,7 +404,7 @@ class RunTask(models.Model):
     handover_after = models.DateTimeField(_("next hand-over"), null=True, blank=True)
     #: The task's execution whose fenced writes committed first: any other delivery of the
     #: task (a relay retry, a broker's redelivery) writes nothing, and is counted here.
-    executor = models.CharField(_("executor"), max_length=64, blank=True, default="")
+    executor = models.CharField(_("executor"), max_length=64, blank=True, default="", db_default="")
     duplicates = models.PositiveIntegerField(_("duplicate deliveries"), default=0, db_default=0)
 
     class Meta:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from datetime import timedelta
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,8 @@ TASKS = {
     # ImmediateBackend that SIGKILLs its process on enqueue while a marker file exists: the
     # crash between a run's commit and the hand-over (tests/test_tasks_faults.py).
     "killable": {"BACKEND": "tests.taskapp.backends.KillOnEnqueueBackend"},
+    # ImmediateBackend that refuses the next N enqueues (tests/test_tasks_relay.py).
+    "flaky": {"BACKEND": "tests.taskapp.backends.FlakyBackend"},
 }
 
 MIDDLEWARE = [
@@ -195,6 +198,12 @@ LOGGING = {
     },
 }
 
-FENCEDJOBS = {
+FENCEDJOBS: dict[str, Any] = {
     "CLOCK": os.environ.get("FENCEDJOBS_TEST_CLOCK", "django_fencedjobs.clock.database_now"),
 }
+# A fault test's processes that relay tasks (tests/test_tasks_faults.py) hand over a task
+# still pending this many seconds after its commit, not the default 10.
+if os.environ.get("FENCEDJOBS_TEST_HANDOVER_GRACE"):
+    FENCEDJOBS["TASK_HANDOVER_GRACE"] = timedelta(
+        seconds=float(os.environ["FENCEDJOBS_TEST_HANDOVER_GRACE"])
+    )

@@ -7,14 +7,15 @@ transaction, with its call (:attr:`RunTask.call <django_fencedjobs.models.RunTas
 the records are an outbox. Right after that transaction commits, the run's process hands
 them over (:func:`deliver`). If that fails (the backend is down) or the process dies before
 it, the record stays ``pending``, and any runner's relay hands it over later
-(:func:`relay`, after each tick, at most once per :data:`RELAY_EVERY`), with backoff, up
+(:func:`relay`, after each tick, at most once per :data:`RELAY_EVERY`, for a task pending
+``FENCEDJOBS["TASK_HANDOVER_GRACE"]`` after its commit), with backoff, up
 to :data:`MAX_HANDOVERS` times; then the task is recorded failed with the reason, and the
 job reads failing. Never silently pending.
 
 Each hand-over is claimed first, by a compare-and-set on the record's count of hand-overs:
 two processes never hand the same record over at once. A hand-over that reached the
 backend but died before its id was recorded is handed over again when the relay finds it
-(:data:`HANDOVER_LEASE` later): the backend then holds two deliveries of one task. That is
+(``TASK_HANDOVER_GRACE`` after it began): the backend then holds two deliveries of one task. That is
 what makes delivery *at least once*; the worker side makes the writes *at most once*: the
 first execution of the task whose fenced block commits claims the record
 (:attr:`RunTask.executor <django_fencedjobs.models.RunTask.executor>`, in that block's
@@ -36,15 +37,12 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from django_fencedjobs import clock, db, signals
+from django_fencedjobs.conf import get_settings
 from django_fencedjobs.models import RunTask, TaskDelivery, TaskStatus
 from django_fencedjobs.text import bounded, one_line
 
 logger = logging.getLogger("django_fencedjobs")
 
-#: The committing process hands its tasks over itself; the relay waits this long first.
-RELAY_GRACE = timedelta(seconds=10)
-#: A hand-over in progress is not tried again by another process before this.
-HANDOVER_LEASE = timedelta(seconds=30)
 #: After this many failed hand-overs the task is recorded failed.
 MAX_HANDOVERS = 8
 #: The wait after the first failed hand-over; it doubles after each.
@@ -69,7 +67,9 @@ def deliver(record: RunTask, task: Any) -> Any | None:
     rows = RunTask.objects.using(alias).filter(pk=record.pk)
     now = clock.now()
     claimed = rows.filter(status=TaskStatus.PENDING, handovers=record.handovers).update(
-        handovers=F("handovers") + 1, handover_after=now + HANDOVER_LEASE
+        # A hand-over in progress is not tried by another process before this.
+        handovers=F("handovers") + 1,
+        handover_after=now + get_settings().TASK_HANDOVER_GRACE,
     )
     if not claimed:
         return None
@@ -78,7 +78,7 @@ def deliver(record: RunTask, task: Any) -> Any | None:
     from django_fencedjobs.integrations.tasks import dispatching
 
     try:
-        with dispatching(record.job, record.fence):
+        with dispatching(record):
             result = task.enqueue(*call.get("args", ()), **call.get("kwargs", {}))
     except Exception as exc:
         _refused(record, exc)

@@ -242,7 +242,7 @@ class _Batch:
         if hand_over:
             # The outbox: each task's call is recorded with it, for this process to hand
             # over right after the commit, or the relay if that fails or never happens.
-            relay_after = clock.now() + relay.RELAY_GRACE
+            relay_after = clock.now() + get_settings().TASK_HANDOVER_GRACE
             pending = rows.bulk_create(
                 [
                     RunTask(
@@ -285,6 +285,7 @@ def _record(run: Run, result: TaskResult[Any, Any]) -> RunTask:
         fence=run.fence,
         task_path=result.task.module_path,
         backend=result.backend,
+        queue_name=result.task.queue_name,
     )
     _take(record, result)
     return record
@@ -303,12 +304,14 @@ def _insert_enqueued(
         [str(result.id) for result in results],
         [_STATUS.get(result.status, TaskStatus.READY).value for result in results],
         [result.enqueued_at or now for result in results],
+        [result.task.queue_name for result in results],
     ]
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} (run_id, job, fence, task_path, backend, result_id, status,"
-            " enqueued_at, error) SELECT %s, %s, %s, t.*, '' FROM unnest(%s::varchar[],"
-            " %s::varchar[], %s::varchar[], %s::varchar[], %s::timestamptz[]) AS t",
+            " enqueued_at, queue_name, error) SELECT %s, %s, %s, t.*, '' FROM unnest("
+            "%s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[], %s::timestamptz[],"
+            " %s::varchar[]) AS t",
             [run.record.pk, run.job.name, run.fence, *columns],
         )
 
@@ -494,8 +497,9 @@ class dispatching:
     """While a run's task is handed over in this thread: a backend that runs it at once
     (``ImmediateBackend``) finds its fence here."""
 
-    def __init__(self, job: str, fence: int) -> None:
-        self.fence = TaskFence(job, fence)
+    def __init__(self, record: RunTask) -> None:
+        self.fence = TaskFence(record.job, record.fence)
+        self.fence.pk = record.pk
 
     def __enter__(self) -> None:
         self.token = _handing_over.set(self.fence)

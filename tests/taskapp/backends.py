@@ -103,3 +103,16 @@ class FastWorkerBackend(BaseTaskBackend):
         task_finished.send(type(self), task_result=finished)
         self.results[result_id] = finished
         return running  # as read, just before the worker finished it
+
+
+class FlakyBackend(ImmediateBackend):
+    """``ImmediateBackend`` that refuses the next :attr:`refusals` enqueues (a broker that is
+    down), in this process."""
+
+    refusals = 0
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        if FlakyBackend.refusals > 0:
+            FlakyBackend.refusals -= 1
+            raise ConnectionError("the broker is down")
+        return super().enqueue(task, args, kwargs)

@@ -89,3 +89,9 @@ def hold_in_fence(job: str, seq: int, entered: str, release: str) -> None:
         deadline = time.monotonic() + 60
         while not os.path.exists(release) and time.monotonic() < deadline:
             time.sleep(0.01)
+
+
+@task(backend="flaky")
+def flaky_write(job: str, seq: int) -> None:
+    with fenced_atomic():
+        Write.objects.create(job=job, fence=-1, seq=seq)

@@ -1,0 +1,129 @@
+"""The outbox of tasks handed over after the commit: the relay hands a pending task over
+until its backend takes it, with backoff, or records it failed; and a second delivery of
+a task whose first delivery wrote writes nothing. In process, on the fake clock.
+(Real processes: tests/test_tasks_faults.py, a runner killed between the commit and the
+hand-over.)"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from django_fencedjobs import clock, fenced_atomic, job, loop
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.exceptions import DuplicateDelivery
+from django_fencedjobs.fencing import reset_current_holder, set_current_holder
+from django_fencedjobs.integrations import relay
+from django_fencedjobs.integrations import tasks as integration
+from django_fencedjobs.models import RunTask, TaskStatus
+from tests.taskapp import tasks
+from tests.taskapp.backends import FlakyBackend
+from tests.testapp.models import Write
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _declare(task):
+    @job("0 * * * *", name="t.relayed")
+    def relayed(run):
+        run.enqueue(task, "t.relayed", 1)
+
+    loop.tick()  # its row
+    fake_clock.advance(timedelta(hours=1))
+    return relayed
+
+
+@pytest.fixture
+def flaky():
+    yield FlakyBackend
+    FlakyBackend.refusals = 0
+
+
+def test_a_task_the_backend_refuses_is_relayed_with_backoff_until_taken(jobs, flaky):
+    flaky.refusals = 2
+    _declare(tasks.flaky_write)
+    loop.tick()  # the run commits its task; the hand-over right after is refused
+    (record,) = RunTask.objects.all()
+    assert (record.status, record.handovers) == (TaskStatus.PENDING, 1)
+    assert "ConnectionError: the broker is down" in record.error
+    assert record.handover_after - clock.now() == relay.BACKOFF
+    assert relay.relay() == 0  # not due yet
+
+    fake_clock.advance(relay.BACKOFF)
+    assert relay.relay() == 0  # refused again: the wait doubles
+    record.refresh_from_db()
+    assert (record.handovers, record.handover_after - clock.now()) == (2, 2 * relay.BACKOFF)
+
+    fake_clock.advance(2 * relay.BACKOFF)
+    assert relay.relay() == 1
+    record.refresh_from_db()
+    assert (record.status, record.handovers, record.error) == (TaskStatus.SUCCESSFUL, 3, "")
+    assert record.deliveries.count() == 1
+    assert Write.objects.filter(job="t.relayed").count() == 1
+
+
+def test_a_task_never_taken_is_recorded_failed_with_the_reason(jobs, flaky):
+    flaky.refusals = 100
+    _declare(tasks.flaky_write)
+    loop.tick()
+    for _ in range(relay.MAX_HANDOVERS):
+        fake_clock.advance(timedelta(hours=1))
+        relay.relay()
+    (record,) = RunTask.objects.all()
+    assert record.status == TaskStatus.FAILED
+    assert record.handovers == relay.MAX_HANDOVERS
+    assert f"Not enqueued after {relay.MAX_HANDOVERS} hand-overs" in record.error
+    assert "the broker is down" in record.error
+    assert not Write.objects.exists()
+
+
+def _deliver_again(record: RunTask) -> SimpleNamespace:
+    """What a worker holds when the backend delivers ``record``'s task a second time under
+    the same id (a broker's redelivery): its start, a fenced block, its end."""
+    result = SimpleNamespace(
+        backend=record.backend,
+        id=record.result_id,
+        status=integration.TaskResultStatus.RUNNING,
+        started_at=None,
+        finished_at=None,
+        errors=[],
+    )
+    integration._task_started(type(None), task_result=result)
+    return result
+
+
+def test_a_second_delivery_of_a_task_that_wrote_writes_nothing_and_is_counted(jobs):
+    _declare(tasks.immediate_write)
+    loop.tick()
+    (record,) = RunTask.objects.all()
+    assert record.status == TaskStatus.SUCCESSFUL and record.executor  # claimed by its run
+    result = _deliver_again(record)
+    with pytest.raises(DuplicateDelivery), fenced_atomic():
+        Write.objects.create(job="t.relayed", fence=-1, seq=2)
+    result.status = integration.TaskResultStatus.FAILED
+    integration._task_finished(type(None), task_result=result)
+    record.refresh_from_db()
+    assert (record.status, record.duplicates) == (TaskStatus.SUCCESSFUL, 1)
+    assert list(Write.objects.values_list("seq", flat=True)) == [1]
+
+
+def test_a_delivery_whose_first_execution_wrote_nothing_is_not_a_duplicate(jobs):
+    # The first execution's fenced block rolled back (its worker died, or it failed):
+    # the task's writes are not claimed, and a redelivery writes them.
+    _declare(tasks.immediate_write)
+    loop.tick()
+    (record,) = RunTask.objects.all()
+    RunTask.objects.filter(pk=record.pk).update(executor="")
+    Write.objects.all().delete()
+    fence = integration.TaskFence(backend=record.backend, result_id=record.result_id)
+    token = set_current_holder(fence)
+    try:
+        with fenced_atomic():
+            Write.objects.create(job="t.relayed", fence=-1, seq=1)
+    finally:
+        reset_current_holder(token)
+    record.refresh_from_db()
+    assert record.executor == fence.executor and record.duplicates == 0
+    assert Write.objects.count() == 1
