@@ -18,10 +18,11 @@ no_runner     critical  no live runner serves it, though runners have been seen
                         (30 s) after the last runner that ran it stopped beating, whatever
                         the job's interval
 failing       critical  ``consecutive_failures >= job.failure_threshold``
-failing       critical  the failure rate: of the job's latest ``FAILURE_RATE_RUNS`` runs
+failing       critical  the failure rate: of the job's latest ``FAILURE_RATE_RUNS`` slots
                         that ran to an end (succeeded, failed, timed out) within
-                        ``FAILURE_RATE_PERIOD``, at least ``FAILURE_RATE_CRITICAL`` failed,
-                        and at least ``failure_threshold`` (and 2) of them
+                        ``FAILURE_RATE_PERIOD``, each judged by its last attempt, at least
+                        ``FAILURE_RATE_CRITICAL`` failed, and at least
+                        ``failure_threshold`` (and 2) of them
 late          critical  the dead man's switch: the first slot after the last success
                         (never succeeded: the first slot after the lease row was created,
                         i.e. after the job was first seen live, see
@@ -46,6 +47,36 @@ ok            healthy   none of the above
 
 "Has passed" is strict: at the deadline instant itself a job is not yet late.
 
+**A slot is judged by its last attempt.** A slot may have several runs: a failed attempt
+and its retries (:mod:`django_fencedjobs.retries`), a backfill run of it, a runner's death
+and the run again. Health reads each slot once, by its highest attempt:
+
+* the failure rate's window is made of the job's own slots (those with a run of kind
+  ``scheduled`` or ``once``), each judged by its last attempt whatever its kind: a failed
+  slot whose retry, or a later backfill, succeeded is not a failure; one re-run by a
+  backfill that failed is. A backfill of slots the job never ran adds none to the window
+  (the job's code judged on data it was not run for, when someone asked). A failed
+  attempt whose retry is scheduled on the job's row (its ``run_slot``) is not judged yet:
+  it is left out of the window until the retry ends (as it does not count towards
+  ``consecutive_failures``).
+* the job's latest state (its last run, its last finished run, which the reasons and the
+  ``capped`` state read) is read from its runs of kind ``scheduled`` and ``once`` only,
+  each its slot's last attempt: a backfill run of an old slot never makes the job look
+  failing or ok now (nor does a backfill's success move the job's ``last_success_at``:
+  it is written on the backfill slot's own row).
+* the reason says how many slots of the window needed retries (their last attempt, of
+  kind ``scheduled`` or ``once``, is not their first), when any did; that alone never
+  changes the state.
+
+**One-offs** (:func:`django_fencedjobs.backfills.run_once`) are judged on their own
+lease rows (``job@once:<instant>``): one not done (not paused) and not held by a run past
+its stored deadline (``late_after``: its instant plus the job's ``run_timeout`` and
+``grace``) is ``late`` (``no_runner`` when no live runner serves its job), critical.
+Judging every job lists only those, found by the partial index of pending one-shot rows,
+in the same query as the jobs' rows; a one-off or backfill slot named is judged
+whatever its state. A backfill's slots are never late: an operator asked for past slots
+and watches them run.
+
 A run's tasks (:class:`~django_fencedjobs.models.RunTask`) are judged too: absence covers
 the workers. A task still ``pending`` was never handed to its backend (the runner stopped
 between its commit and the hand-over), one still ``ready`` was taken by no worker, one still
@@ -66,9 +97,23 @@ from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any
 
-from django.db.models import Count, F, Func, IntegerField, Max, Min, OuterRef, Q, Subquery
+from django.db.models import (
+    Count,
+    Exists,
+    F,
+    Func,
+    IntegerField,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
+from django.db.models.functions import Coalesce
 
-from django_fencedjobs import clock, instances, runners
+from django_fencedjobs import clock, instances, oneshots, runners
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.exceptions import UnknownJob
@@ -77,12 +122,14 @@ from django_fencedjobs.listing import describe_schedule
 from django_fencedjobs.models import (
     FAILURE_OUTCOMES,
     FINISHED_TASK,
+    LEASE_FREE,
     RATED_OUTCOMES,
     UNFINISHED_TASK,
     JobLease,
     JobNotice,
     JobRun,
     Outcome,
+    RunKind,
     RunTask,
     TaskStatus,
 )
@@ -99,6 +146,7 @@ __all__ = [
     "TaskSlot",
     "TaskSummary",
     "all_health",
+    "assess_oneshot",
     "instance_summaries",
     "job_health",
 ]
@@ -245,10 +293,12 @@ class JobFacts:
     last_finished_run: RunSummary | None = None
     #: Its runs' tasks; None for a job whose runs enqueued none (or none that health needs).
     tasks: TaskSummary | None = None
-    #: The failure rate's window (``FAILURE_RATE_RUNS`` latest runs that ran to an end,
-    #: within ``FAILURE_RATE_PERIOD``): how many runs it holds, and how many of them failed.
+    #: The failure rate's window (``FAILURE_RATE_RUNS`` latest slots whose last attempt ran
+    #: to an end, within ``FAILURE_RATE_PERIOD``): how many slots it holds, how many of
+    #: them failed, and how many needed retries (their last attempt is not their first).
     recent_runs: int = 0
     recent_failures: int = 0
+    recent_retried: int = 0
     #: The live runners that run it (their owner labels; ``--once`` passes marked so).
     runners: tuple[str, ...] = ()
 
@@ -340,6 +390,9 @@ def all_health(
     result = []
     for name in wanted:
         row = leases.get(name)
+        if row is not None and row.kind != RunKind.SCHEDULED:
+            result.append(assess_oneshot(row, now, coverage=coverage))
+            continue
         latest = finished = None
         if row is not None:
             latest = runs.get(row.latest_run_id)  # type: ignore[attr-defined]
@@ -358,6 +411,7 @@ def all_health(
                 recent=(row.recent_runs or 0, row.recent_failures or 0)  # type: ignore[attr-defined]
                 if row is not None
                 else (0, 0),
+                retried=(row.recent_retried or 0) if row is not None else 0,  # type: ignore[attr-defined]
             )
         )
     result.sort(key=lambda h: (h.severity.rank, h.name))
@@ -473,19 +527,29 @@ def _count(rows: Any) -> Subquery:
 
 def _read_leases(names: Sequence[str] | None, now: datetime) -> dict[str, JobLease]:
     settings = get_settings()
-    # The failure rate's window: the job's latest FAILURE_RATE_RUNS runs that ran to an end,
-    # within FAILURE_RATE_PERIOD; a LIMIT on the (job, -scheduled_for) index, per job.
+    # The failure rate's window: the job's latest FAILURE_RATE_RUNS own slots whose last
+    # attempt ran to an end, within FAILURE_RATE_PERIOD; a LIMIT on the (job, -scheduled_for)
+    # index, per job. A failed attempt whose retry the job's row has scheduled is not judged
+    # yet.
     window = (
-        JobRun.objects.filter(
+        _last_attempts()
+        .filter(
+            _own_slot(),
             job=OuterRef(OuterRef("name")),
             outcome__in=RATED_OUTCOMES,
             scheduled_for__gt=now - settings.FAILURE_RATE_PERIOD,
         )
+        .exclude(scheduled_for=Coalesce(OuterRef(OuterRef("run_slot")), Value(LEASE_FREE)))
         .order_by("-scheduled_for")
         .values("pk")[: settings.FAILURE_RATE_RUNS]
     )
     in_window = JobRun.objects.filter(pk__in=Subquery(window))
-    recent = JobRun.objects.filter(job=OuterRef("name")).order_by("-scheduled_for")
+    # The job's latest state: its own runs (scheduled, retries, one-offs), never a backfill's.
+    recent = (
+        JobRun.objects.filter(job=OuterRef("name"))
+        .exclude(kind=RunKind.BACKFILL)
+        .order_by("-scheduled_for", "-attempt")
+    )
     # A task carries its run's fence, and a job's later runs have higher fences: the runs
     # of its oldest unfinished task and of its latest finished one, without joining the runs.
     tasks = RunTask.objects.filter(job=OuterRef("name"))
@@ -494,7 +558,9 @@ def _read_leases(names: Sequence[str] | None, now: datetime) -> dict[str, JobLea
         .select_related("instance")
         .annotate(
             latest_run_id=Subquery(recent.values("pk")[:1]),
-            latest_finished_id=Subquery(recent.exclude(outcome=Outcome.RUNNING).values("pk")[:1]),
+            latest_finished_id=Subquery(
+                recent.exclude(outcome=Outcome.RUNNING).filter(~_later_attempt()).values("pk")[:1]
+            ),
             tasks_waiting_run_id=Subquery(
                 tasks.filter(status__in=UNFINISHED_TASK).order_by("fence").values("run_id")[:1]
             ),
@@ -503,13 +569,60 @@ def _read_leases(names: Sequence[str] | None, now: datetime) -> dict[str, JobLea
             ),
             recent_runs=_count(in_window),
             recent_failures=_count(in_window.filter(outcome__in=FAILURE_OUTCOMES)),
+            recent_retried=_count(in_window.filter(attempt__gt=1).exclude(kind=RunKind.BACKFILL)),
         )
     )
     if names:
         rows = rows.filter(name__in=list(names))
     else:
-        rows = rows.filter(Q(instance__isnull=True) | _may_not_be_ok(now, settings))
+        rows = rows.filter(
+            Q(instance__isnull=True, kind=RunKind.SCHEDULED)
+            | _may_not_be_ok(now, settings)
+            | _late_oneoffs(now)
+            # A one-off notified late: judged again, so that its recovery is told too.
+            | Q(kind=RunKind.ONCE, name__in=JobNotice.objects.exclude(state=State.OK).values("job"))
+        )
     return {row.name: row for row in rows}
+
+
+def _later_attempt() -> Exists:
+    """Whether a later attempt of the run's slot exists (negated: the run is its slot's
+    last attempt). One probe of the unique ``(job, scheduled_for, attempt)`` index."""
+    return Exists(
+        JobRun.objects.filter(
+            job=OuterRef("job"),
+            scheduled_for=OuterRef("scheduled_for"),
+            attempt__gt=OuterRef("attempt"),
+        )
+    )
+
+
+def _own_slot() -> Exists:
+    """Whether the run's slot is one the job ran itself (a run of it not of kind
+    ``backfill``): a backfill repairs or fails the job's slots, and adds none."""
+    return Exists(
+        JobRun.objects.filter(job=OuterRef("job"), scheduled_for=OuterRef("scheduled_for")).exclude(
+            kind=RunKind.BACKFILL
+        )
+    )
+
+
+def _last_attempts() -> QuerySet[JobRun]:
+    """Each slot's last attempt: a slot is judged by it, whatever the earlier ones were."""
+    return JobRun.objects.filter(~_later_attempt())
+
+
+def _late_oneoffs(now: datetime) -> Q:
+    """The one-offs :func:`all_health` lists when it judges every job: not done, past their
+    stored deadline and not held by a run. Their condition includes the partial index's
+    (``fencedjobs_oneshot_due``: unpaused rows of another kind than ``scheduled``), so that
+    they are found among the pending one-shot rows alone."""
+    return (
+        Q(paused=False)
+        & ~Q(kind=RunKind.SCHEDULED)
+        & Q(kind=RunKind.ONCE, late_after__lt=now)
+        & (Q(owner="") | Q(lease_until__lte=now))
+    )
 
 
 def _may_not_be_ok(now: datetime, settings: Any) -> Q:
@@ -520,8 +633,8 @@ def _may_not_be_ok(now: datetime, settings: Any) -> Q:
     task in the failure rate's period, and its stored deadline (``late_after``) is ahead:
     ok or running, which :class:`InstanceSummary` counts."""
     period = now - settings.FAILURE_RATE_PERIOD
-    troubled_runs = JobRun.objects.filter(scheduled_for__gt=period).filter(
-        Q(outcome__in=FAILURE_OUTCOMES) | Q(capped=True)
+    troubled_runs = _last_attempts().filter(
+        Q(outcome__in=FAILURE_OUTCOMES) | Q(capped=True), scheduled_for__gt=period
     )
     troubled_tasks = RunTask.objects.filter(
         status__in=[*UNFINISHED_TASK, TaskStatus.FAILED], run__scheduled_for__gt=period
@@ -594,16 +707,20 @@ def assess(
     *,
     tasks: TaskSummary | None = None,
     recent: tuple[int, int] = (0, 0),
+    retried: int = 0,
     coverage: runners.Coverage | None = None,
 ) -> JobHealth:
     """Decide one job's state from its declaration, lease row, latest runs, the tasks of
-    its runs (:class:`TaskSummary`), its failure rate's window (``recent``: runs, of
-    which failed) and the runners seen (``coverage``), at ``now``.
+    its runs (:class:`TaskSummary`), its failure rate's window (``recent``: slots, of
+    which failed; ``retried``: how many of them needed retries) and the runners seen
+    (``coverage``), at ``now``.
 
     Pure: no query, no clock. :func:`all_health` gathers the inputs. The facts grow with
     what is known of the job: a verdict reached early carries those read so far.
     """
-    facts = _recorded(name, job, lease, latest, finished, now, tasks, recent)
+    facts = replace(
+        _recorded(name, job, lease, latest, finished, now, tasks, recent), recent_retried=retried
+    )
     if job is None:
         return facts.judged(_REMOVED)
     facts = replace(facts, timezone=job.timezone, failure_threshold=job.failure_threshold)
@@ -624,7 +741,58 @@ def assess(
         facts = replace(facts, runners=tuple(r.label for r in coverage.serving(served)))
         if problem := coverage.problem(served, lease.created_at, facts.at):
             return facts.judged((State.NO_RUNNER, Severity.CRITICAL, problem))
-    return facts.judged(_judge(facts, job))
+    state, severity, reason = _judge(facts, job)
+    return facts.judged((state, severity, reason + _retried(facts)))
+
+
+def assess_oneshot(
+    row: JobLease, now: datetime, *, coverage: runners.Coverage | None = None
+) -> JobHealth:
+    """Decide the state of a one-off's or backfill slot's lease row ``row`` at ``now``: a
+    one-off not done and not held past its stored deadline is late (``no_runner`` when
+    no live runner serves its job, as ``coverage`` says); any other is healthy.
+
+    Pure, as :func:`assess`. The facts are the row's (its runs are recorded as its target
+    job's, and judged there); times are read in the zone of the job it belongs to.
+    """
+    declared = registry.get(row.parent) if row.parent in registry else None
+    facts = _recorded(row.name, None, row, None, None, now, None, (0, 0))
+    if declared is not None and declared.schedule is not None:
+        facts = replace(facts, timezone=declared.timezone, tz=declared.schedule.tz)
+    slot = row.run_slot
+    what = "one-off" if row.kind == RunKind.ONCE else "backfill slot"
+    at = facts.at(slot) if slot is not None else "?"
+    target = oneshots.target_of(row.name)
+    if row.paused:
+        return facts.judged((State.OK, Severity.HEALTHY, f"the {what} of {target} at {at} is done"))
+    if facts.running:
+        until = facts.at(facts.lease_until, ref=now) if facts.lease_until else "?"
+        return facts.judged(
+            (
+                State.RUNNING,
+                Severity.HEALTHY,
+                f"the {what} of {target} at {at} is running on {facts.owner} (fence "
+                f"{facts.fence}); lease until {until}",
+            )
+        )
+    deadline = row.late_after if row.kind == RunKind.ONCE else None
+    facts = replace(facts, awaited_slot=slot, expected_by=deadline)
+    if deadline is None or now <= deadline:
+        by = f", expected by {facts.at(deadline, ref=slot)}" if deadline is not None else ""
+        return facts.judged(
+            (State.NEVER_RUN, Severity.HEALTHY, f"the {what} of {target} at {at} has not run{by}")
+        )
+    late = (
+        f"the one-off of {target} at {at} has not run: expected by "
+        f"{facts.at(deadline, ref=slot)}, {runners.duration_text(now - deadline)} late"
+    )
+    if row.next_run_at > now:
+        late += f"; its next attempt is due {facts.at(row.next_run_at, ref=now)}"
+    if coverage is not None:
+        facts = replace(facts, runners=tuple(r.label for r in coverage.serving(row.parent)))
+        if problem := coverage.problem(row.parent, row.created_at, facts.at):
+            return facts.judged((State.NO_RUNNER, Severity.CRITICAL, f"{late}; {problem}"))
+    return facts.judged((State.LATE, Severity.CRITICAL, late))
 
 
 _REMOVED: Verdict = (
@@ -879,6 +1047,13 @@ def _rated(f: JobFacts) -> str:
     """The failure rate's window in words, its parenthesis left open for the threshold."""
     rate = f.failure_rate or 0.0
     return f"{f.recent_failures} of its last {f.recent_runs} runs failed ({rate:.0%}"
+
+
+def _retried(f: JobFacts) -> str:
+    """``; 2 of the last 20 slots needed retries``, when any of the window's did."""
+    if not f.recent_retried:
+        return ""
+    return f"; {f.recent_retried} of the last {f.recent_runs} slots needed retries"
 
 
 def _in_progress(f: JobFacts) -> str:

@@ -10,10 +10,18 @@ ids each per call, each in its own short transaction, never one statement over t
 table (which would hold locks and bloat the WAL for as long as it ran). A backlog (a first
 deployment over years of history) drains over successive calls.
 
-The runner calls :func:`purge_runs` after a tick (``signals.tick_finished``), at most once
-per :data:`INTERVAL` per process (of real, monotonic time: a fake clock jumping in tests
-does not trigger a purge per jump). Processes racing to purge are harmless: deleting an id
-twice deletes it once.
+Backfills and one-offs are pruned alike (:func:`purge_oneshots`): a done one-shot lease
+row (kind ``backfill`` or ``once``, paused) whose slot is older than ``RUN_RETENTION``
+goes, with its own watermarks and notification record, once it was last due longer ago
+than that too (a slot of last year backfilled yesterday stays, with its backfill, for the
+period; so does the row's fence, for that long after its last run); then a
+:class:`~django_fencedjobs.models.Backfill` with no row left, requested longer ago than
+``RUN_RETENTION``. A pending row (not done) is never deleted, however old its slot.
+
+The runner calls :func:`purge_runs` and :func:`purge_oneshots` after a tick
+(``signals.tick_finished``), at most once per :data:`INTERVAL` per process (of real,
+monotonic time: a fake clock jumping in tests does not trigger a purge per jump).
+Processes racing to purge are harmless: deleting an id twice deletes it once.
 """
 
 from __future__ import annotations
@@ -24,13 +32,22 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Subquery
 from django.dispatch import receiver
 
 from django_fencedjobs import signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
-from django_fencedjobs.models import JobRun, Outcome
+from django_fencedjobs.models import (
+    Backfill,
+    JobLease,
+    JobNotice,
+    JobRun,
+    Outcome,
+    RunKind,
+    Watermark,
+)
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -88,6 +105,71 @@ def purge_runs(
     return deleted
 
 
+def purge_oneshots(
+    now: datetime, *, batch_size: int = BATCH_SIZE, max_batches: int = MAX_BATCHES
+) -> int:
+    """Delete done backfill slots' and one-offs' rows older than ``RUN_RETENTION`` (with
+    their watermarks), at most ``batch_size * max_batches`` of them, then the backfills
+    left without rows; return how many rows were deleted."""
+    settings = get_settings()
+    alias = lease_db()
+    cutoff = now - settings.RUN_RETENTION
+    # Done (paused) one-shot rows only: a pending one runs whatever its slot's age. Its
+    # next_run_at is when it was last due: its last run started about then.
+    expired = JobLease.objects.using(alias).filter(
+        kind__in=[RunKind.BACKFILL, RunKind.ONCE],
+        paused=True,
+        run_slot__lt=cutoff,
+        next_run_at__lt=cutoff,
+    )
+    deleted = 0
+    for _ in range(max_batches):
+        batch = list(expired.order_by("run_slot").values_list("pk", "name")[:batch_size])
+        if not batch:
+            break
+        names = [name for _, name in batch]
+        with transaction.atomic(using=alias):
+            Watermark.objects.using(alias).filter(job__in=names).delete()
+            JobNotice.objects.using(alias).filter(job__in=names).delete()
+            # Still done when deleted: a row re-armed meanwhile (backfilled again) stays.
+            deleted += (
+                JobLease.objects.using(alias)
+                .filter(pk__in=[pk for pk, _ in batch], paused=True)
+                .delete()[1]
+                .get(JobLease._meta.label, 0)
+            )
+        if len(batch) < batch_size:
+            break
+    emptied = (
+        Backfill.objects.using(alias)
+        .filter(created_at__lt=cutoff)
+        .filter(~Exists(JobLease.objects.filter(backfill=OuterRef("pk"))))
+    )
+    backfills = 0
+    for _ in range(max_batches):
+        ids = list(emptied.order_by("created_at").values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            break
+        # Without rows: deleting one cascades to nothing (a row queued meanwhile keeps it).
+        backfills += emptied.filter(pk__in=ids).delete()[1].get(Backfill._meta.label, 0)
+        if len(ids) < batch_size:
+            break
+    if deleted or backfills:
+        logger.info(
+            "deleted %d done backfill slot(s) and one-off(s), and %d backfill(s), older than %s",
+            deleted,
+            backfills,
+            settings.RUN_RETENTION,
+            extra={
+                "event": "oneshots_purged",
+                "deleted": deleted,
+                "backfills": backfills,
+                "cutoff": cutoff.isoformat(),
+            },
+        )
+    return deleted
+
+
 def reset_throttle() -> None:
     """Forget when this process last purged, so the next tick purges (tests)."""
     global _last_purge
@@ -109,3 +191,4 @@ def _due() -> bool:
 def purge_after_tick(*, now: datetime, **kwargs: Any) -> None:
     if _due():
         purge_runs(now)
+        purge_oneshots(now)
