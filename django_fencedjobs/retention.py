@@ -46,6 +46,8 @@ from django_fencedjobs.models import (
     JobRun,
     Outcome,
     RunKind,
+    RunTask,
+    TaskDelivery,
     Watermark,
 )
 
@@ -90,7 +92,10 @@ def purge_runs(
         ids = list(expired.order_by("scheduled_for").values_list("pk", flat=True)[:batch_size])
         if not ids:
             break
-        # The runs' task records (RunTask) go with them; only the runs are counted.
+        # The runs' task records (RunTask) go with them, and those records' deliveries
+        # (TaskDelivery, by id); only the runs are counted.
+        tasks = RunTask.objects.using(alias).filter(run_id__in=ids).values("pk")
+        TaskDelivery.objects.using(alias).filter(task_id__in=tasks).delete()
         _, by_model = JobRun.objects.using(alias).filter(pk__in=ids).delete()
         deleted += by_model.get(JobRun._meta.label, 0)
         if len(ids) < batch_size:

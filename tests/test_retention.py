@@ -94,9 +94,10 @@ def test_deleting_is_bounded_per_statement_and_per_call():
     with CaptureQueriesContext(connection) as queries:
         assert purge_runs(NOW, batch_size=4, max_batches=3) == 12
     deletes = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("DELETE")]
-    # Per batch, one DELETE of runs and one of their task records (RunTask).
+    # Per batch, one DELETE of runs, one of their task records (RunTask) and one of those
+    # records' deliveries (TaskDelivery).
     assert sum('"fencedjobs_jobrun"' in sql.split("WHERE")[0] for sql in deletes) == 3
-    assert len(deletes) == 6
+    assert len(deletes) == 9
     assert purge_runs(NOW, batch_size=4, max_batches=3) == 12
     assert purge_runs(NOW, batch_size=4, max_batches=3) == 6  # the backlog drains
     assert purge_runs(NOW, batch_size=4, max_batches=3) == 0

@@ -7,8 +7,9 @@ transaction, with its call (:attr:`RunTask.call <django_fencedjobs.models.RunTas
 the records are an outbox. Right after that transaction commits, the run's process hands
 them over (:func:`deliver`). If that fails (the backend is down) or the process dies before
 it, the record stays ``pending``, and any runner's relay hands it over later
-(:func:`relay`, after each tick, at most once per :data:`RELAY_EVERY`, for a task pending
-``FENCEDJOBS["TASK_HANDOVER_GRACE"]`` after its commit), with backoff, up
+(``integrations.tasks.relay_pending``, after each tick, at most once per
+:data:`RELAY_EVERY`, for a task pending ``FENCEDJOBS["TASK_HANDOVER_GRACE"]`` after its
+commit), with backoff, up
 to :data:`MAX_HANDOVERS` times; then the task is recorded failed with the reason, and the
 job reads failing. Never silently pending.
 
@@ -27,16 +28,13 @@ transaction), and every other delivery's ``fenced_atomic()`` raises
 from __future__ import annotations
 
 import logging
-import time
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError
 from django.db.models import F
-from django.dispatch import receiver
-from django.utils.module_loading import import_string
 
-from django_fencedjobs import clock, db, signals
+from django_fencedjobs import clock, db
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.models import RunTask, TaskDelivery, TaskStatus
 from django_fencedjobs.text import bounded, one_line
@@ -59,10 +57,11 @@ def backoff(handovers: int) -> timedelta:
     return BACKOFF * (1 << doublings)
 
 
-def deliver(record: RunTask, task: Any) -> Any | None:
-    """Hand ``record``'s task over once, if no other process is: the backend's result, or
-    None when another process claimed this hand-over or the backend refused it (then the
-    record says why, and when it is tried again, or that it failed for good)."""
+def deliver(record: RunTask, task: Any, context: AbstractContextManager[Any]) -> Any | None:
+    """Hand ``record``'s task over once, if no other process is, inside ``context`` (what
+    a backend that runs the task at once needs of its run): the backend's result, or None
+    when another process claimed this hand-over or the backend refused it (then the record
+    says why, and when it is tried again, or that it failed for good)."""
     alias = db.lease_db()
     rows = RunTask.objects.using(alias).filter(pk=record.pk)
     now = clock.now()
@@ -75,21 +74,22 @@ def deliver(record: RunTask, task: Any) -> Any | None:
         return None
     record.handovers += 1
     call = record.call or {}
-    from django_fencedjobs.integrations.tasks import dispatching
-
     try:
-        with dispatching(record):
+        with context:
             result = task.enqueue(*call.get("args", ()), **call.get("kwargs", {}))
     except Exception as exc:
-        _refused(record, exc)
+        refused(record, exc)
         return None
     TaskDelivery.objects.using(alias).create(
-        task=record, backend=record.backend, result_id=str(result.id), delivered_at=clock.now()
+        task_id=record.pk,
+        backend=record.backend,
+        result_id=str(result.id),
+        delivered_at=clock.now(),
     )
     return result
 
 
-def _refused(record: RunTask, exc: Exception) -> None:
+def refused(record: RunTask, exc: Exception) -> None:
     rows = RunTask.objects.using(db.lease_db()).filter(pk=record.pk, status=TaskStatus.PENDING)
     why = f"the backend {record.backend!r} did not take the task: {type(exc).__name__}: "
     why += one_line(exc)
@@ -128,39 +128,3 @@ def pending(now: datetime, limit: int = RELAY_BATCH) -> list[RunTask]:
         .filter(status=TaskStatus.PENDING, handover_after__lte=now)
         .order_by("handover_after")[:limit]
     )
-
-
-def relay(now: datetime | None = None) -> int:
-    """Hand over the tasks due for it (:func:`pending`); how many the backends took."""
-    taken = 0
-    for record in pending(now or clock.now()):
-        try:
-            task = import_string(record.task_path)
-        except ImportError as exc:
-            record.handovers = MAX_HANDOVERS
-            _refused(record, exc)
-            continue
-        result = deliver(record, task)
-        if result is not None:
-            from django_fencedjobs.integrations.tasks import record_delivery
-
-            record_delivery(record, task, result)
-            taken += 1
-    return taken
-
-
-_last_relay = 0.0
-
-
-@receiver(signals.tick_finished, dispatch_uid="django_fencedjobs.relay")
-def _relay_after_tick(sender: Any = None, **kwargs: Any) -> None:
-    """After a runner's tick, at most once per :data:`RELAY_EVERY`: hand over what is due.
-    Never raises into the runner: a failure is logged, and tried at the next look."""
-    global _last_relay
-    if time.monotonic() - _last_relay < RELAY_EVERY:
-        return
-    _last_relay = time.monotonic()
-    try:
-        relay()
-    except DatabaseError:
-        logger.warning("the task relay could not read the tasks to hand over", exc_info=True)

@@ -43,14 +43,16 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import DatabaseError, connections, router, transaction
 from django.db.models import F
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
-from django_fencedjobs import clock, db, instances, lease
+from django_fencedjobs import clock, db, instances, lease, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import DuplicateDelivery, FenceLost, NotInRun
 from django_fencedjobs.fencing import (
@@ -330,7 +332,7 @@ def _hand_over(tasks: list[tuple[RunTask, Task[Any, Any]]]) -> None:
     failed."""
     for record, task in tasks:
         try:
-            result = relay.deliver(record, task)
+            result = relay.deliver(record, task, dispatching(record))
         except DatabaseError:
             logger.warning("could not hand task %s over; the relay will", record.pk, exc_info=True)
             continue
@@ -366,6 +368,41 @@ def record_delivery(record: RunTask, task: Task[Any, Any], result: TaskResult[An
     )
     if moved and record.status in FINISHED_TASK:
         _after_task(result)
+
+
+def relay_pending(now: datetime | None = None) -> int:
+    """The relay's look: hand over the tasks due for it (:func:`relay.pending`); how many
+    the backends took. A task whose path no longer imports is recorded failed."""
+    taken = 0
+    for record in relay.pending(now or clock.now()):
+        try:
+            task = import_string(record.task_path)
+        except ImportError as exc:
+            record.handovers = relay.MAX_HANDOVERS
+            relay.refused(record, exc)
+            continue
+        result = relay.deliver(record, task, dispatching(record))
+        if result is not None:
+            record_delivery(record, task, result)
+            taken += 1
+    return taken
+
+
+_last_relay = 0.0
+
+
+@receiver(signals.tick_finished, dispatch_uid="django_fencedjobs.relay")
+def _relay_after_tick(sender: Any = None, **kwargs: Any) -> None:
+    """After a runner's tick, at most once per :data:`relay.RELAY_EVERY`: hand over what is
+    due. Never raises into the runner: a failure is logged, and tried at the next look."""
+    global _last_relay
+    if time.monotonic() - _last_relay < relay.RELAY_EVERY:
+        return
+    _last_relay = time.monotonic()
+    try:
+        relay_pending()
+    except DatabaseError:
+        logger.warning("the task relay could not read the tasks to hand over", exc_info=True)
 
 
 #: A task's statuses in the order they come; a record moves only forward.
@@ -579,8 +616,6 @@ def _count_duplicate(pk: int, task_result: TaskResult[Any, Any]) -> None:
 
 def _after_task(task_result: TaskResult[Any, Any]) -> None:
     """Send ``run_tasks_finished`` when the task just reported was its run's last."""
-    from django_fencedjobs import signals
-
     alias = db.lease_db()
     try:
         record = (
