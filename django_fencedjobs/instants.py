@@ -24,6 +24,7 @@ __all__ = [
     "format_with_utc",
     "is_utc",
     "iso_utc",
+    "parse_instant",
     "zone_name",
 ]
 
@@ -70,3 +71,21 @@ def format_wait(delta: timedelta) -> str:
 def iso_utc(value: datetime) -> str:
     """Machine-readable, for attributes and JSON: ``2026-11-29T09:00:00+00:00``."""
     return value.astimezone(UTC).isoformat()
+
+
+def parse_instant(text: str) -> datetime:
+    """An instant an operator typed (``manage.py backfill``, ``runonce``, the admin's forms):
+    ISO 8601 with its offset, ``2026-11-29T10:00:00+01:00`` or ``2026-11-29 09:00Z``. A time
+    without an offset names no instant (which zone?), so it is refused like any other text:
+    :class:`ValueError`, with a message that says what to write."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not an ISO 8601 instant: write e.g. 2026-11-29T09:00:00+00:00"
+        ) from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            f"{text!r} has no offset: add one, e.g. {value.isoformat()}+00:00 (or Z for UTC)"
+        )
+    return value
