@@ -22,9 +22,10 @@ admin log. States and reasons come from :mod:`django_fencedjobs.health`.
 
 from __future__ import annotations
 
+from django_fencedjobs.admin.backfills import BackfillAdmin
 from django_fencedjobs.admin.instances import JobInstanceAdmin
 from django_fencedjobs.admin.jobs import JobLeaseAdmin
 from django_fencedjobs.admin.runners import RunnerAdmin
 from django_fencedjobs.admin.runs import JobRunAdmin
 
-__all__ = ["JobInstanceAdmin", "JobLeaseAdmin", "JobRunAdmin", "RunnerAdmin"]
+__all__ = ["BackfillAdmin", "JobInstanceAdmin", "JobLeaseAdmin", "JobRunAdmin", "RunnerAdmin"]

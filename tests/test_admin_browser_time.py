@@ -1,0 +1,102 @@
+"""The add-backfill form in a real browser: Playwright (from PyPI) driving Debian's Chromium,
+as tests/test_admin_browser.py does (its launch, log-in and fit check are used here). Runs
+in the PostgreSQL pass of ``make test``; the SQLite pass deselects the ``browser`` marker.
+
+The live server runs in a thread of this process, so it shares the fake clock and the job
+registry with the test. Django's ORM is used only outside the Playwright block.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import override_settings
+from django.urls import reverse
+
+from django_fencedjobs import job
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.models import Backfill, JobLease, JobRun, Outcome, RunKind
+from django_fencedjobs.registry import registry
+from tests.test_admin_browser import assert_fits, launch, log_in, require_browser
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+NOW = datetime(2026, 11, 29, 9, 0, 30, tzinfo=UTC)
+
+
+def _h(hour: int) -> datetime:
+    return datetime(2026, 11, 29, hour, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def hourly():
+    """At 09:00:30 UTC: billing.sync_invoices, hourly in Berlin, its 06:00 UTC slot failed;
+    no other slot of the morning has a run."""
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
+    ):
+
+        @job("0 * * * *", name="billing.sync_invoices", timezone="Europe/Berlin")
+        def sync_invoices(run):
+            pass
+
+        JobRun.objects.create(
+            job="billing.sync_invoices", scheduled_for=_h(6), outcome=Outcome.FAILED
+        )
+        fake_clock.set(NOW)
+        yield
+
+
+def test_a_backfill_is_dry_run_then_queued_from_its_form_and_opens_its_page(hourly, live_server):
+    sync_playwright = require_browser()
+    User.objects.create_superuser("admin", "admin@example.com", "correct horse")
+    add_url = f"{live_server.url}{reverse('admin:fencedjobs_backfill_add')}"
+
+    with sync_playwright() as playwright:  # type: ignore[operator]
+        browser = launch(playwright)
+        try:
+            page = log_in(browser, live_server)
+            page.goto(f"{live_server.url}{reverse('admin:fencedjobs_backfill_changelist')}")
+            page.click("text=Add backfill")
+            page.wait_for_url("**/backfill/add/")
+            page.fill("#id_job", "billing.sync_invoices")
+            page.fill("#id_start", "2026-11-29T04:00:00Z")
+            page.fill("#id_end", "2026-11-29T09:00:00+00:00")
+            page.check("#id_selection input[value=all]")
+            page.fill("#id_concurrency", "2")
+
+            page.click("input[name=_dry_run]")
+            page.wait_for_selector("#fj-plan-queue")
+            assert page.url == add_url  # the form again, with what it would queue
+            rows = page.locator("#fj-plan-queue tbody tr")
+            assert rows.count() == 5
+            assert rows.nth(0).inner_text().startswith("2026-11-29 05:00:00 Europe/Berlin")
+            failed = rows.nth(2).inner_text()
+            assert "2026-11-29 06:00:00 UTC" in failed and "failed" in failed
+            assert page.locator("#fj-plan-left").count() == 0  # all: none is left
+            assert page.input_value("#id_end") == "2026-11-29T09:00:00+00:00"
+            assert_fits(page, "the add-backfill form with its dry run")
+
+            page.click("input[name=_backfill]")
+            page.wait_for_url("**/backfill/*/change/")
+            message = page.locator(".messagelist .success").inner_text()
+            assert message == "Queued 5 slots of billing.sync_invoices for the runners."
+            progress = page.locator(".fieldBox.field-progress .readonly").inner_text()
+            assert progress.startswith("0 of 5 done, 0 running, 5 queued")
+            assert_fits(page, "a backfill's page")
+            backfill_url = page.url
+        finally:
+            browser.close()
+
+    made = Backfill.objects.get()
+    assert backfill_url.endswith(reverse("admin:fencedjobs_backfill_change", args=[made.pk]))
+    assert (made.job, made.slots, made.concurrency, made.requested_by) == (
+        "billing.sync_invoices",
+        5,
+        2,
+        "admin",
+    )
+    assert JobLease.objects.filter(backfill=made, kind=RunKind.BACKFILL).count() == 5
