@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from importlib.util import find_spec
 
 import pytest
 from redis import Redis
@@ -33,17 +32,6 @@ from tests.rq_jobs import RQ_FENCED_WRITE
 from tests.testapp.models import Write
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-#: django-tasks-rq (0.12) is a backend of the django-tasks backport, on every Django: on
-#: Django 6 its tasks are ``django_tasks.base.Task`` (not ``django.tasks.Task``) and its
-#: workers send the backport's ``task_started``/``task_finished``, not ``django.tasks``'.
-#: django_fencedjobs.integrations.tasks speaks ``django.tasks`` there: ``run.enqueue()``
-#: refuses the task (TypeError), and a worker's task would get no fence (NotInRun).
-backport_backend_on_django_6 = pytest.mark.xfail(
-    find_spec("django.tasks") is not None,
-    reason="Django 6: django-tasks-rq's tasks and signals are the backport's, not django.tasks'",
-    strict=True,
-)
 
 
 def prepare(name: str) -> None:
@@ -67,7 +55,6 @@ def run_jobs(env: dict[str, str], *names: str) -> subprocess.CompletedProcess[st
     )
 
 
-@backport_backend_on_django_6
 def test_a_task_enqueued_on_rq_is_run_by_an_rq_worker_under_its_runs_fence(
     rq_env, rq_worker, redis_server
 ):

@@ -91,6 +91,21 @@ else:  # Django 5.2: the django-tasks backport
         task_started,
     )
 
+#: The task classes a run may enqueue, and the signals workers report on. On Django 6 a
+#: backend written for the backport (django-tasks-rq) builds the backport's tasks and its
+#: workers send the backport's signals, when the backport is installed beside it: both are
+#: accepted, and both heard.
+TASK_CLASSES: tuple[type, ...] = (Task,)
+_STARTED: list[Any] = [task_started]
+_FINISHED: list[Any] = [task_finished]
+if find_spec("django.tasks") is not None and find_spec("django_tasks") is not None:
+    from django_tasks import signals as _backport_signals
+    from django_tasks.base import Task as _BackportTask
+
+    TASK_CLASSES += (_BackportTask,)
+    _STARTED.append(_backport_signals.task_started)
+    _FINISHED.append(_backport_signals.task_finished)
+
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -153,7 +168,7 @@ def schedule_task(
     task may take to finish before the job reads late). ``name`` defaults to the task's
     module path. Returns the :class:`~django_fencedjobs.Job`.
     """
-    if not isinstance(task, Task):
+    if not isinstance(task, TASK_CLASSES):
         raise TypeError(
             f"schedule_task(): expected a django.tasks Task (a function decorated with "
             f"@task), got {task!r}"
@@ -182,7 +197,7 @@ def enqueue(
     commit (any other backend: the result does not exist yet; the run's record of the task
     gets its id then).
     """
-    if not isinstance(task, Task):
+    if not isinstance(task, TASK_CLASSES):
         raise TypeError(
             f"job {run.job.name!r}: run.enqueue() expects a django.tasks Task (a function "
             f"decorated with @task), got {task!r}"
@@ -562,7 +577,7 @@ def _find(backend: str, result_id: str) -> tuple[int, str, int] | None:
     return rows.filter(pk__in=delivered.values("task_id")).values_list("pk", "job", "fence").first()
 
 
-@receiver(task_started, dispatch_uid="django_fencedjobs.task_started")
+@receiver(_STARTED, dispatch_uid="django_fencedjobs.task_started")
 def _task_started(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
     """A worker starts a task: give it its run's fence, and record that it started."""
     fence = _handing_over.get() or TaskFence(
@@ -580,7 +595,7 @@ def _task_started(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any
     )
 
 
-@receiver(task_finished, dispatch_uid="django_fencedjobs.task_finished")
+@receiver(_FINISHED, dispatch_uid="django_fencedjobs.task_finished")
 def _task_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
     stack = getattr(_open, "tokens", None)
     fence: TaskFence | None = None
