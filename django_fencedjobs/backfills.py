@@ -197,6 +197,7 @@ def backfill(
             concurrency=concurrency,
             slots=len(plan.slots),
             requested_by=requested_by,
+            created_at=now,
         )
         for position, planned in enumerate(ordered):
             _queue(

@@ -318,7 +318,8 @@ class Backfill(models.Model):
     concurrency = models.PositiveIntegerField(_("at once"), default=1)
     slots = models.PositiveIntegerField(_("slots"), default=0)
     requested_by = models.CharField(_("requested by"), max_length=200, blank=True)
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    #: By the app's clock, as the runs it makes are.
+    created_at = models.DateTimeField(_("created at"))
 
     class Meta:
         verbose_name = _("backfill")

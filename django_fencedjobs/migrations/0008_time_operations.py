@@ -23,7 +23,7 @@ class Migration(migrations.Migration):
                 ('concurrency', models.PositiveIntegerField(default=1, verbose_name='at once')),
                 ('slots', models.PositiveIntegerField(default=0, verbose_name='slots')),
                 ('requested_by', models.CharField(blank=True, max_length=200, verbose_name='requested by')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='created at')),
+                ('created_at', models.DateTimeField(verbose_name='created at')),
             ],
             options={
                 'verbose_name': 'backfill',
