@@ -78,8 +78,9 @@ whatever its state. A backfill's slots are never late: an operator asked for pas
 and watches them run.
 
 A run's tasks (:class:`~django_fencedjobs.models.RunTask`) are judged too: absence covers
-the workers. A task still ``pending`` was never handed to its backend (the runner stopped
-between its commit and the hand-over), one still ``ready`` was taken by no worker, one still
+the workers. A task still ``pending`` was not taken by its backend yet (it refused the
+hand-over, or the runner stopped before it; the relay keeps trying), one still ``ready``
+was taken by no worker, one still
 ``running`` past the deadline has most likely lost its worker. :attr:`JobHealth.tasks`
 holds what was read: the oldest slot with unfinished tasks and the latest slot with a
 finished one (:class:`TaskSummary`).
@@ -156,8 +157,8 @@ __all__ = [
 MIN_RATE_FAILURES = 2
 #: What an unfinished task past its deadline most likely means, by status.
 UNFINISHED_MEANING = {
-    TaskStatus.PENDING: "never handed to the task backend (the runner stopped between its "
-    "commit and the hand-over)",
+    TaskStatus.PENDING: "not taken by the task backend yet (it refused the hand-over, or "
+    "the runner stopped before it; a runner's relay hands it over)",
     TaskStatus.READY: "not started by any worker (is a worker running for its queue?)",
 }
 
@@ -233,6 +234,8 @@ class TaskSlot:
     #: A failed task's path and the last line of its error.
     failed_task: str = ""
     error_excerpt: str = ""
+    #: Where its unfinished tasks wait, by status: "backend 'rq', queue 'default'".
+    places: dict[str, str] = field(default_factory=dict)
 
     @property
     def unfinished(self) -> int:
@@ -665,7 +668,7 @@ def _read_tasks(leases: Iterable[JobLease]) -> dict[str, TaskSummary]:
         RunTask.objects.using(lease_db())
         .filter(run_id__in=run_ids)
         .order_by()
-        .values("run_id", "run__scheduled_for", "status", "task_path")
+        .values("run_id", "run__scheduled_for", "status", "task_path", "backend", "queue_name")
         # Within one run, status and path: the earliest start, and one failed task's error.
         .annotate(count=Count("pk"), started=Min("started_at"), error=Max("error"))
     )
@@ -677,6 +680,13 @@ def _read_tasks(leases: Iterable[JobLease]) -> dict[str, TaskSummary]:
         )
         status = group["status"]
         slot[status] = slot.get(status, 0) + group["count"]
+        if status in UNFINISHED_TASK:
+            place = f"backend {group['backend']!r}" + (
+                f", queue {group['queue_name']!r}" if group["queue_name"] else ""
+            )
+            places = slot.setdefault("places", {})
+            if place not in places.get(status, ""):
+                places[status] = "; ".join(filter(None, (places.get(status), place)))
         started = group["started"]
         if status == TaskStatus.RUNNING and started is not None:
             since = slot.get("running_since")
@@ -1081,7 +1091,8 @@ def _unfinished_tasks(slot: TaskSlot, due: datetime, at: Callable[..., str]) -> 
             meaning = f"{first}started at {since} and not finished ({their} worker may have died)"
         else:
             meaning = UNFINISHED_MEANING[status]
-        parts.append(f"{n} {status.value}: {meaning}")
+        where = slot.places.get(status)
+        parts.append(f"{n} {status.value}{f' on {where}' if where else ''}: {meaning}")
     return (
         f"{tasks} of the slot {at(slot.scheduled_for)} {has} not finished by "
         f"{at(due, ref=slot.scheduled_for)}: " + "; ".join(parts)

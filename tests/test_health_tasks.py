@@ -80,12 +80,13 @@ def slot_run(jobs) -> JobRun:
     [
         (
             TaskStatus.PENDING,
-            "1 pending: never handed to the task backend (the runner stopped between its "
-            "commit and the hand-over)",
+            "1 pending on backend 'default': not taken by the task backend yet (it refused "
+            "the hand-over, or the runner stopped before it; a runner's relay hands it over)",
         ),
         (
             TaskStatus.READY,
-            "1 ready: not started by any worker (is a worker running for its queue?)",
+            "1 ready on backend 'default': not started by any worker (is a worker running for "
+            "its queue?)",
         ),
     ],
 )
@@ -112,8 +113,8 @@ def test_a_running_task_past_the_deadline_says_when_it_started_and_that_its_work
     late = job_health("h.work", now=TASKS_DUE + SECOND)
     assert late.state == State.LATE
     assert late.reason == (
-        "1 task of the slot 2026-11-29 09:15:00 UTC has not finished by 09:27:30: 1 running: "
-        "started at 09:15:02 and not finished (its worker may have died)"
+        "1 task of the slot 2026-11-29 09:15:00 UTC has not finished by 09:27:30: 1 running on "
+        "backend 'default': started at 09:15:02 and not finished (its worker may have died)"
     )
 
 
@@ -129,9 +130,10 @@ def test_the_late_reason_counts_the_oldest_unfinished_slots_tasks_by_status(slot
     assert late.state == State.LATE
     assert late.reason == (
         "3 tasks of the slot 2026-11-29 09:15:00 UTC have not finished by 09:27:30: "
-        "1 pending: never handed to the task backend (the runner stopped between its commit "
-        "and the hand-over); 2 running: the first started at 09:15:04 and not finished (their "
-        "worker may have died)"
+        "1 pending on backend 'default': not taken by the task backend yet (it refused the "
+        "hand-over, or the runner stopped before it; a runner's relay hands it over); 2 running "
+        "on backend 'default': the first started at 09:15:04 and not finished (their worker "
+        "may have died)"
     )
     unfinished = late.tasks.unfinished
     assert (unfinished.run_pk, unfinished.pending, unfinished.running) == (slot_run.pk, 1, 2)
@@ -213,7 +215,8 @@ def test_a_scheduled_task_no_worker_takes_makes_the_job_late(jobs):
     late = job_health("h.digest", now=TASKS_DUE + SECOND)
     assert late.state == State.LATE
     assert late.reason.endswith(
-        "1 ready: not started by any worker (is a worker running for its queue?)"
+        "1 ready on backend 'default', queue 'default': not started by any worker (is a "
+        "worker running for its queue?)"
     )
 
 

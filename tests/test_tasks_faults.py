@@ -5,7 +5,9 @@ Why it matters: a scheduled task is the run's work handed to someone else. The h
 over must happen once per slot whatever the runners do (racing for the slot, paused past
 their lease, killed between the commit and the hand-over), a task of a run that was taken
 over must not write next to its successor's, and a task that never finishes (its worker
-killed, or never handed over) must make the job read late instead of passing unseen.
+killed, or never taken by the backend) must make the job read late instead of passing
+unseen; a task left pending by a runner killed after its commit is handed over by the
+relay, once.
 
 The runners are :mod:`tests.faults.worker` processes over the jobs of
 :mod:`tests.faults.jobs`; ``tasks`` mode runs ``db_worker``. A task's ``seq`` says which
