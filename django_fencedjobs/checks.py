@@ -413,7 +413,8 @@ def check_task_database(
 ) -> list[checks.CheckMessage]:
     """django-tasks-db's queue must live in the lease database for a run's enqueue to be
     part of its fenced transaction (exactly once). Routed elsewhere, the backend is handed
-    its tasks after the run commits, like any other backend: at most once per slot."""
+    its tasks after the run commits, like any other backend: an outbox relayed until taken,
+    each task's fenced writes made once (effectively once)."""
     from django_fencedjobs.integrations import uses_tasks
 
     if not uses_tasks() or not apps.is_installed("django_tasks_db"):
@@ -428,8 +429,9 @@ def check_task_database(
     return [
         checks.Warning(
             f"django-tasks-db's queue is routed to database {queue!r}, the job leases to "
-            f"{leases!r}: a run's tasks are handed over after its transaction commits (at "
-            "most once per slot), not enqueued inside it (exactly once).",
+            f"{leases!r}: a run's tasks are handed over after its transaction commits (an "
+            "outbox relayed until taken, effectively once), not enqueued inside it (exactly "
+            "once).",
             hint="Route django_tasks_db to the database of the job leases (docs/tasks.md).",
             id=CheckId.TASK_DATABASE,
         )

@@ -14,10 +14,13 @@ enqueue made in a savepoint inside it stands or falls with that savepoint, :clas
 * On a backend that writes to the lease database (django-tasks-db's ``DatabaseBackend``),
   the task's own row is written in that transaction too. A run that lost its fence rolls
   back its enqueue with everything else: exactly once, whatever happens to the process.
-* On any other backend, the task is handed over right after that transaction commits, and
-  its id recorded then. A slot runs once (its run is unique), so nothing ever hands the
-  task over a second time: at most once. If the process dies between the commit and the
-  hand-over, the task stays ``pending`` (never dispatched) and the job reads late.
+* On any other backend, the record is an outbox row with the task's arguments: the task is
+  handed over right after that transaction commits, and its id recorded then; one still
+  ``pending`` later (the process died in between, the broker was down) is handed over by
+  a runner's relay (:mod:`~django_fencedjobs.integrations.relay`): at least once. The first
+  execution of the task whose fenced block commits claims its record, and any other
+  delivery's ``fenced_atomic()`` raises :class:`DuplicateDelivery`: its fenced writes are
+  made at most once. Together, effectively once.
 
 **The fence travels with the task.** A worker that starts a task looks it up by its id
 (:func:`_task_started`); inside it, ``fenced_atomic()`` checks the enqueuing run's fence
