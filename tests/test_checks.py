@@ -413,7 +413,7 @@ def test_a_task_queue_outside_the_lease_database_is_warning_w003(elsewhere):
     if elsewhere:
         (warning,) = messages
         assert warning.id == "fencedjobs.W003"
-        assert "'queue'" in warning.msg and "at most once" in warning.msg
+        assert "'queue'" in warning.msg and "effectively once" in warning.msg
     else:
         assert messages == []
 
