@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
+    "DuplicateDelivery",
     "FenceLost",
     "FencedJobsError",
     "Job",
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 from django_fencedjobs.exceptions import (
+    DuplicateDelivery,
     FencedJobsError,
     FenceLost,
     JobDefinitionError,
