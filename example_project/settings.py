@@ -9,6 +9,12 @@ variable           default
 ``DATABASE_URL``   ``sqlite:///example_project/db.sqlite3`` (beside this file);
                    e.g. ``postgres://user:password@localhost/demo`` for PostgreSQL
 ``LOG_LEVEL``      ``INFO`` for django_fencedjobs' JSON log lines on stderr
+``TASKS_BACKEND``  ``db``: the scheduled task ``demo.write_digest`` on
+                   django-tasks-db (``manage.py db_worker`` runs it); ``rq``: on
+                   RQ, through django-tasks-rq (``manage.py rqworker --job-class
+                   django_tasks_rq.Job default`` runs it; docs/demo.md)
+``REDIS_URL``      ``redis://127.0.0.1:6379/0``: RQ's Redis, with
+                   ``TASKS_BACKEND=rq``
 =================  ============================================================
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BASE_DIR.parent
@@ -72,6 +79,19 @@ INSTALLED_APPS = [
 TASKS = {
     "default": {"BACKEND": "django_tasks_db.backend.DatabaseBackend"},
 }
+
+# TASKS_BACKEND=rq: the same task on RQ (django-tasks-rq, the `rq` extra), a queue in Redis
+# outside the database. The run's enqueue is then recorded with the run as an outbox row in
+# its fenced transaction and handed to RQ right after the commit (by any runner's relay if
+# that fails); `manage.py rqworker --job-class django_tasks_rq.Job default` runs it, its
+# write still fenced by the run. docs/demo.md, "The scheduled task on RQ".
+TASKS_BACKEND = env.str("TASKS_BACKEND", default="db")
+if TASKS_BACKEND == "rq":
+    INSTALLED_APPS += ["django_rq", "django_tasks_rq"]
+    RQ_QUEUES = {"default": {"URL": env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")}}
+    TASKS = {"default": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}}
+elif TASKS_BACKEND != "db":
+    raise ImproperlyConfigured(f"TASKS_BACKEND must be db or rq, not {TASKS_BACKEND!r}")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

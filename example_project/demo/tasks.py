@@ -13,10 +13,11 @@ import os
 from importlib.util import find_spec
 from typing import Any
 
+from django.db.models import Q
 from django.utils import timezone
 
 from django_fencedjobs import fenced_atomic
-from django_fencedjobs.models import RunTask
+from django_fencedjobs.models import RunTask, TaskDelivery
 from example_project.demo.models import Digest, Reminder
 
 if find_spec("django.tasks") is not None:  # Django 6.0+
@@ -33,10 +34,13 @@ def write_digest(context: TaskContext) -> dict[str, Any]:
     run of ``demo.write_digest`` has been granted the lease (after that it raises
     ``FenceLost`` and writes nothing).
     """
-    result_id = str(context.task_result.id)
+    backend, result_id = context.task_result.backend, str(context.task_result.id)
     with fenced_atomic():
+        # By its id, or by its delivery's: on a backend outside the database (RQ) the
+        # worker may start the task before the run has written the id on its record.
+        delivered = TaskDelivery.objects.filter(backend=backend, result_id=result_id)
         record = RunTask.objects.only("fence").get(
-            backend=context.task_result.backend, result_id=result_id
+            Q(result_id=result_id) | Q(pk__in=delivered.values("task_id")), backend=backend
         )
         digest = Digest.objects.create(
             written_at=timezone.now(),
