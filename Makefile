@@ -18,6 +18,9 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# django-tasks-rq, installed without its dependencies: pyproject.toml's dev extra has the
+# ones it uses (not rq-scheduler, whose `crontab` shadows django-celery-beat's).
+RQ_BACKEND := 'django-tasks-rq>=0.12,<0.13'
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
@@ -32,6 +35,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,dev-celery-beat]'
+	$(BIN)/python -m pip install --quiet --no-deps $(RQ_BACKEND)
 	touch $@
 
 # The browser test drives Debian's Chromium (never a downloaded browser). Installed
@@ -143,6 +147,7 @@ $(MATRIX_STAMP): pyproject.toml
 	rm -rf $(MATRIX_VENV) && $$py -m venv $(MATRIX_VENV)
 	$(MATRIX_BIN)/python -m pip install --quiet --upgrade pip
 	$(MATRIX_BIN)/python -m pip install --quiet -e '.[dev]' '$(MATRIX_DJANGO)'
+	$(MATRIX_BIN)/python -m pip install --quiet --no-deps $(RQ_BACKEND)
 	touch $@
 
 # In two parts side by side, as the PostgreSQL pass of make test.
