@@ -53,3 +53,13 @@ LOGGING = {
 }
 
 FENCEDJOBS: dict[str, object] = {}
+
+#: An RQ task backend (django-tasks-rq), only when the benchmark that needs it names the Redis
+#: server it started (bench/p8_tasks.py: a throwaway redis-server of its own). A settings module
+#: naming a Redis server nobody started would leave every process that touched the backend
+#: waiting on a connection that cannot succeed.
+REDIS_URL_ENV = "FENCEDJOBS_BENCH_REDIS_URL"
+if os.environ.get(REDIS_URL_ENV):
+    INSTALLED_APPS = [*INSTALLED_APPS, "django_rq", "django_tasks_rq"]
+    RQ_QUEUES = {"default": {"URL": os.environ[REDIS_URL_ENV]}}
+    TASKS = {**TASKS, "rq": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}}
