@@ -323,3 +323,34 @@ def rq_worker(rq_env: dict[str, str], tmp_path: Path) -> Iterator[RQWorkers]:
 
     with RQWorkers(rq_env, tmp_path) as workers:
         yield workers
+
+
+# -- Celery workers (tests/test_tasks_celery.py) -----------------------------------------------
+
+if TYPE_CHECKING:
+    from tests.redis_harness import CeleryWorkers
+
+
+@pytest.fixture
+def celery_env(child_env: dict[str, str], redis_server: RedisServer) -> dict[str, str]:
+    """``child_env`` for processes that use django-tasks-fennel's Celery backend (``celery``,
+    tests.celery_settings) with this test's Redis server as broker and result backend: the
+    runners (``python -m tests.celery_jobs JOB``) and the workers ``celery_worker`` starts."""
+    return {
+        **child_env,
+        "DJANGO_SETTINGS_MODULE": "tests.celery_settings",
+        "FENCEDJOBS_TEST_REDIS_URL": redis_server.url,
+    }
+
+
+@pytest.fixture
+def celery_worker(celery_env: dict[str, str], tmp_path: Path) -> Iterator[CeleryWorkers]:
+    """Starts real Celery workers of django-tasks-fennel against the test database and this
+    test's Redis server: ``celery_worker("W0")`` (:class:`tests.redis_harness.CeleryWorkers`)
+    returns the running :class:`~tests.redis_harness.CeleryWorker`; every one is killed,
+    with its pool's processes, when the test ends. Data the workers should see must be
+    committed: use ``transactional_db``."""
+    from tests.redis_harness import CeleryWorkers
+
+    with CeleryWorkers(celery_env, tmp_path) as workers:
+        yield workers

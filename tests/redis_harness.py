@@ -329,3 +329,106 @@ class RQWorkers:
         tb: TracebackType | None,
     ) -> None:
         self.kill_all()
+
+
+# -- Celery workers ---------------------------------------------------------------------------
+
+
+class CeleryWorker(RQWorker):
+    """One ``celery worker`` process started by :class:`CeleryWorkers`; its output goes to
+    :attr:`log_path`. :attr:`hostname` is its node name, what Celery's extended results
+    record as the task's worker."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+        super().__init__(name, proc, log_path)
+        self.hostname = f"{name}@fencedjobs"
+
+    def __repr__(self) -> str:
+        return f"<CeleryWorker {self.hostname} pid={self.pid}>"
+
+    def log(self) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        header = (
+            f"--- log of Celery worker {self.hostname} (pid {self.pid}, exit {self.proc.poll()}):"
+        )
+        return f"{header}\n{text[-6000:]}"
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool's processes (SIGCONT first, in case any is
+        stopped), and reap the worker."""
+        if self.proc.poll() is None:
+            children = children_of(self.pid)
+            _kill(self.pid)  # first, so that it does not start a new pool process
+            for child in children:
+                _kill(child)
+        self.proc.wait(WAIT)
+
+
+class CeleryWorkers:
+    """``workers(name, *queues, pool="solo")`` starts a real Celery worker of
+    django-tasks-fennel, ``python -m celery -A django_tasks_fennel.app worker``, in the
+    environment ``env`` (the test's database, tests.celery_settings, its Redis server as
+    broker and result backend), on ``queues`` (default: ``default``):
+
+    * ``name`` is the worker's node name, ``<name>@fencedjobs``: unique among the workers of
+      one test;
+    * ``pool``: ``solo`` runs each task in the worker's own process; ``prefork`` in one
+      pool process it forks (concurrency 1 either way);
+    * it registers the tasks of tests/celery_tasks.py (``--include``), loads Django through
+      Celery's Django fixup, and starts without gossip, mingle or heartbeats (no other
+      worker to talk to).
+
+    Used as a context manager, it kills every worker it started, with its pool's processes,
+    on exit, whatever happened.
+    """
+
+    app = "django_tasks_fennel.app"
+    include = "tests.celery_tasks"
+
+    def __init__(self, env: dict[str, str], directory: Path) -> None:
+        self.env = env
+        self.directory = directory
+        self.started: list[CeleryWorker] = []
+
+    def __call__(self, name: str = "W", /, *queues: str, pool: str = "solo") -> CeleryWorker:
+        if pool not in ("solo", "prefork"):
+            raise ValueError(f"pool {pool!r}: use solo or prefork")
+        argv = [sys.executable, "-m", "celery", "-A", self.app, "worker"]
+        argv += ["--pool", pool, "--concurrency", "1", "--hostname", f"{name}@fencedjobs"]
+        argv += ["--queues", ",".join(queues or ("default",)), "--include", self.include]
+        argv += ["--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+        argv += ["--without-heartbeat"]
+        log_path = self.directory / f"celery-{name}.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                env=self.env,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        worker = CeleryWorker(name, proc, log_path)
+        self.started.append(worker)
+        return worker
+
+    def logs(self) -> str:
+        return "\n".join(worker.log() for worker in self.started)
+
+    def kill_all(self) -> None:
+        for worker in self.started:
+            worker.kill()
+
+    def __enter__(self) -> CeleryWorkers:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.kill_all()
