@@ -53,3 +53,103 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# -- fault tests (tests/test_tasks_rq_faults.py) ----------------------------------------------
+#
+#     python -c 'import sys, tests.rq_jobs as m; sys.exit(m.faults_main(sys.argv[1:]))' JOB
+#
+# runs ``runjobs --once`` over the named jobs with these jobs declared too; ``expire_main``
+# does what an RQ worker's maintenance does once the executions of jobs whose worker died have
+# expired.
+
+#: Enqueues :func:`tests.rq_tasks.faulty_fenced_write` of its fence (tests/rq_backends.py's
+#: backend, whose ``enqueue`` kills its process or waits while a marker file exists). A short
+#: lease, so that the lease of a runner killed in that ``enqueue`` runs out within seconds.
+RQ_FAULTY_WRITE = "rq.faulty_fenced_write"
+#: Enqueue :func:`tests.rq_tasks.held_fenced_write` of its fence, held until released (files
+#: in ``$FENCEDJOBS_TEST_RQ_DIR``): inside its fenced block, or after the block committed.
+RQ_HELD_WRITE = "rq.held_fenced_write"
+RQ_HELD_AFTER_COMMIT = "rq.held_after_commit"
+#: The directory of the held tasks' files, given to the runners.
+HELD_DIR_ENV = "FENCEDJOBS_TEST_RQ_DIR"
+
+
+def enqueue_faulty_fenced_write(run: Run) -> None:
+    from tests.rq_tasks import faulty_fenced_write
+
+    run.enqueue(faulty_fenced_write, run.job.name, run.fence)
+
+
+def enqueue_held_fenced_write(run: Run) -> None:
+    from tests.rq_tasks import held_fenced_write
+
+    directory = os.environ[HELD_DIR_ENV]
+    commit_first = run.job.name == RQ_HELD_AFTER_COMMIT
+    run.enqueue(held_fenced_write, run.job.name, run.fence, directory, commit_first)
+
+
+def register_faults() -> None:
+    """Declare the fault tests' jobs in the current registry. Idempotent."""
+    from django_fencedjobs import job
+
+    job(
+        every=HOURLY,
+        name=RQ_FAULTY_WRITE,
+        timeout=timedelta(minutes=5),
+        lease_ttl=timedelta(seconds=2),
+    )(enqueue_faulty_fenced_write)
+    for name in (RQ_HELD_WRITE, RQ_HELD_AFTER_COMMIT):
+        job(every=HOURLY, name=name, timeout=timedelta(minutes=5))(enqueue_held_fenced_write)
+
+
+def faults_main(argv: list[str]) -> int:
+    """:func:`main` with the fault tests' jobs declared too."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.rq_settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    register()
+    register_faults()
+    call_command("runjobs", "--once", *[word for name in argv for word in ("--job", name)])
+    return 0
+
+
+def expire_main(queue_name: str = "default") -> int:
+    """What an RQ worker's maintenance (``clean_registries``, at its start and every 10
+    minutes) does to a job whose worker died in it, once the job's execution has expired
+    (its last heartbeat plus RQ's heartbeat TTL, 90 s by default): run now, as if the clock
+    had passed the latest expiry in the queue's ``StartedJobRegistry``. RQ calls the job's
+    failure callback (django-tasks-rq's reports the task failed) and, the job having no
+    retries left, moves it to the ``FailedJobRegistry``. Prints the ids it moved."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.rq_settings")
+    import django
+
+    django.setup()
+    import logging
+
+    import django_rq
+    from django_tasks_rq import Job as TaskJob
+
+    # What RQ says of each job (and of a failure callback that raised), and a report of the
+    # task's end that could not be recorded, on stderr.
+    for logger in ("rq", "django_fencedjobs"):
+        logging.getLogger(logger).addHandler(logging.StreamHandler())
+    from rq.registry import StartedJobRegistry
+
+    queue = django_rq.get_queue(queue_name, job_class=TaskJob)
+    started = StartedJobRegistry(
+        name=queue.name,
+        connection=queue.connection,
+        job_class=queue.job_class,
+        serializer=queue.serializer,
+    )
+    scores = [score for _, score in queue.connection.zrange(started.key, 0, -1, withscores=True)]
+    if not scores:
+        return 0
+    expired = started.get_expired_job_ids(max(scores) + 1)
+    started.cleanup(timestamp=max(scores) + 1)
+    print(*expired)
+    return 0

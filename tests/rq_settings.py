@@ -29,3 +29,12 @@ LOGGING = {
     "handlers": {**LOGGING["handlers"], "stderr": {"class": "logging.StreamHandler"}},
     "loggers": {**LOGGING["loggers"], "rq.worker": {"handlers": ["stderr"], "level": "INFO"}},
 }
+
+# -- fault tests (tests/test_tasks_rq_faults.py) ----------------------------------------------
+# django-tasks-rq's backend that SIGKILLs its process, or waits, in ``enqueue`` while a marker
+# file exists (tests/rq_backends.py): the runner killed between its commit and the hand-over,
+# and Redis stopped right before the hand-over.
+TASKS = {
+    **TASKS,
+    "rq_faulty": {"BACKEND": "tests.rq_backends.FaultyRQBackend", "QUEUES": ["default"]},
+}
