@@ -390,12 +390,15 @@ def record_delivery(record: RunTask, task: Task[Any, Any], result: TaskResult[An
 
 def relay_pending(now: datetime | None = None) -> int:
     """The relay's look: hand over the tasks due for it (:func:`relay.pending`); how many
-    the backends took. A task whose path no longer imports is recorded failed."""
+    the backends took, each to the backend and queue it was enqueued on. A task whose path
+    no longer imports, or whose backend is gone, is recorded failed."""
     taken = 0
     for record in relay.pending(now or clock.now()):
         try:
             task = import_string(record.task_path)
-        except ImportError as exc:
+            # Where it was enqueued, not where the task is declared to go by default.
+            task = task.using(backend=record.backend, queue_name=record.queue_name or None)
+        except Exception as exc:  # gone from the code, or its backend from TASKS: for good
             record.handovers = relay.MAX_HANDOVERS
             relay.refused(record, exc)
             continue
@@ -658,11 +661,17 @@ def _report(task_result: TaskResult[Any, Any], *, only: Iterable[str], **fields:
     was updated. A report that cannot be written is logged, never raised into the worker."""
     alias = db.lease_db()
     try:
-        updated: int = (
-            RunTask.objects.using(alias)
-            .filter(backend=task_result.backend, result_id=str(task_result.id), status__in=only)
-            .update(**fields)
-        )
+        rows = RunTask.objects.using(alias).filter(status__in=only)
+        updated: int = rows.filter(
+            backend=task_result.backend, result_id=str(task_result.id)
+        ).update(**fields)
+        if not updated:
+            # A worker may report before its hand-over recorded the id on the task's
+            # record: its delivery has it already.
+            delivered = TaskDelivery.objects.using(alias).filter(
+                backend=task_result.backend, result_id=str(task_result.id)
+            )
+            updated = rows.filter(pk__in=delivered.values("task_id")).update(**fields)
         return updated > 0
     except DatabaseError:
         logger.warning(
