@@ -135,9 +135,7 @@ def test_a_failed_run_is_retried_with_backoff_before_the_next_slot(jobs):
     fake_clock.advance(timedelta(minutes=10))
     loop.tick()
     # Attempt 3 waits twice as long: 20 minutes after attempt 2's end.
-    assert JobLease.objects.get(name="t.flaky").next_run_at - clock.now() == timedelta(
-        minutes=20
-    )
+    assert JobLease.objects.get(name="t.flaky").next_run_at - clock.now() == timedelta(minutes=20)
     fake_clock.advance(timedelta(minutes=20))
     loop.tick()
     assert [(a, o) for _, a, _, o, _ in _runs("t.flaky")] == [
