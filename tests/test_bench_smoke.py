@@ -31,7 +31,10 @@ KEYS = [
 ]
 
 
+# Every benchmark once, at its smallest sizes, RQ's on a throwaway redis-server included:
+# some minutes on 2 cores shared with the other tests.
 @pytest.mark.postgres_only
+@pytest.mark.timeout(900)
 def test_every_benchmark_runs_at_smoke_sizes(tmp_path):
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
@@ -47,7 +50,7 @@ def test_every_benchmark_runs_at_smoke_sizes(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=420,
+        timeout=840,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
