@@ -26,7 +26,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_fencedjobs import backfills, health
-from django_fencedjobs.models import JobLease, JobRun, Outcome, RunKind, Watermark
+from django_fencedjobs.models import JobLease, JobRun, Outcome, RunKind, Runner, Watermark
 from django_fencedjobs.registry import registry
 from tests.faults import jobs
 from tests.faults.harness import Spawner, Worker, now, prepare, wait_until
@@ -69,7 +69,14 @@ def runs_of(name: str, **filters: object) -> list[JobRun]:
 
 
 def stop_all(*workers: Worker) -> None:
-    """SIGTERM, and each exits cleanly."""
+    """SIGTERM, and each exits cleanly: once its loop has started (its runner row is
+    written inside the loop's signal handling), so that a worker still starting up on a
+    loaded machine is not killed by the signal's default action instead."""
+    for worker in workers:
+        wait_until(
+            lambda w=worker: Runner.objects.filter(pid=w.pid).exists() or w.proc.poll() is not None,
+            what=f"worker {worker.label}'s loop to start",
+        )
     for worker in workers:
         worker.signal(signal.SIGTERM)
     for worker in workers:
