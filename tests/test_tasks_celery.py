@@ -51,7 +51,8 @@ pytest.importorskip(
     reason="django-tasks-fennel is not installed (not in the dev extra: FENNEL_BASE_EXCEPTIONS)",
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Real Celery workers, on the production database (and in the Django 6 pass).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
 
 #: The runners relay a task still pending this long (seconds) after its commit, not 10 s.
 GRACE = {"FENCEDJOBS_TEST_HANDOVER_GRACE": "1"}
