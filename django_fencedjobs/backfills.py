@@ -80,6 +80,14 @@ def _target(name: str) -> Job:
     return job
 
 
+def _declared(job: Job) -> Job:
+    """The declared job whose lease rows ``job``'s one-shot rows join (``parent``)."""
+    parent = instances.declaring(job.name)
+    if parent is None:
+        raise BackfillError(f"job {job.name!r} is not declared in this process")
+    return parent
+
+
 def _aware(value: datetime, what: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise BackfillError(f"{what} {value.isoformat()} is naive: give a zone or an offset")
@@ -182,8 +190,7 @@ def backfill(
         raise BackfillError(f"at once must be a positive int, got {concurrency!r}")
     plan = plan_backfill(name, start, end, selection=selection)
     job = _target(name)
-    parent = instances.declaring(job.name)
-    assert parent is not None
+    parent = _declared(job)
     alias = lease_db()
     now = clock.now()
     ordered = list(reversed(plan.slots)) if newest_first else plan.slots
@@ -266,8 +273,7 @@ def run_once(name: str, at: datetime, *, kwargs: dict[str, Any] | None = None) -
     problem = _arguments_problem(job, kwargs or {})
     if problem:
         raise BackfillError(problem)
-    parent = instances.declaring(job.name)
-    assert parent is not None
+    parent = _declared(job)
     row = oneshots.row_name(job.name, RunKind.ONCE, at)
     attempts = (
         JobRun.objects.using(lease_db())

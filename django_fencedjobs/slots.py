@@ -65,7 +65,8 @@ def plan(job: Job, row: LeaseRow, now: datetime) -> Slot:
     """The slot ``row`` (due at ``now``) runs for, by the job's catch-up policy."""
     schedule = job.valid_schedule
     if row.kind != RunKind.SCHEDULED:
-        assert row.run_slot is not None  # a backfill slot or one-off always has its slot
+        if row.run_slot is None:  # written with its slot, always: a row made by hand
+            raise ValueError(f"{row.name}: a {row.kind} row without its run_slot")
         return Slot(
             row.run_slot,
             0,

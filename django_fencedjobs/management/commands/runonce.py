@@ -71,8 +71,7 @@ class Command(BaseCommand):
             preflight.check_settings()
             preflight.check_tables()
             now = clock.now()
-            when = now if at == NOW else at
-            assert isinstance(when, datetime)
+            when = at if isinstance(at, datetime) else now
             row = run_once(name, when, kwargs=kwargs)
             tz = instances.get_job(name).valid_schedule.tz
         except (BackfillError, UnknownJob, preflight.NotMigrated) as exc:
