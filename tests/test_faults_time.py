@@ -117,12 +117,16 @@ def test_a_backfill_killed_halfway_writes_every_window_once_within_its_concurren
             job=BACKFILLED, kind=RunKind.BACKFILL, outcome=Outcome.SUCCEEDED
         ).count()
 
+    # A runs the first half alone: a runner whose own worker just finished claims the
+    # backfill's next slot at once, so beside another runner A might never get one.
     a = spawn("loop", BACKFILLED, "A", workers=CONCURRENCY, role="victim")
-    b = spawn("loop", BACKFILLED, "B", workers=CONCURRENCY)
     wait_until(lambda: succeeded() >= SLOTS // 2, what="half the slots", diagnostics=spawn.logs)
-    # A stops in the middle of its next window, inside its fenced block, and is killed there.
+    # A stops in the middle of its next window, inside its fenced block; B takes the
+    # backfill's other slots beside it; A is killed there.
     a.touch("hold")
     a.wait_for("holding")
+    b = spawn("loop", BACKFILLED, "B", workers=CONCURRENCY)
+    b.wait_for("ready")
     a.signal(signal.SIGKILL)
     killed_at = time.time()
     assert a.wait_exit() == -signal.SIGKILL

@@ -127,3 +127,30 @@ def test_a_delivery_whose_first_execution_wrote_nothing_is_not_a_duplicate(jobs)
     record.refresh_from_db()
     assert record.executor == fence.executor and record.duplicates == 0
     assert Write.objects.count() == 1
+
+
+def test_a_start_reported_before_the_hand_over_recorded_the_id_is_kept_by_the_end(jobs, flaky):
+    # A worker quicker than the runner: it starts the task before the runner has recorded
+    # the task's id, so its start finds no record; its end, which does, keeps the start.
+    flaky.refusals = 1
+    _declare(tasks.flaky_write)
+    loop.tick()  # the task is committed, not handed over yet
+    (record,) = RunTask.objects.all()
+    started = clock.now()
+    result = SimpleNamespace(
+        backend=record.backend,
+        id="quick",
+        status=integration.TaskResultStatus.RUNNING,
+        started_at=started,
+        finished_at=None,
+        errors=[],
+    )
+    integration._task_started(type(None), task_result=result)
+    RunTask.objects.filter(pk=record.pk).update(result_id="quick", status=TaskStatus.READY)
+    fake_clock.advance(timedelta(seconds=3))
+    result.status = integration.TaskResultStatus.SUCCESSFUL
+    result.finished_at = clock.now()
+    integration._task_finished(type(None), task_result=result)
+    record.refresh_from_db()
+    assert record.status == TaskStatus.SUCCESSFUL
+    assert (record.started_at, record.finished_at) == (started, result.finished_at)

@@ -51,7 +51,8 @@ from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import DatabaseError, connections, router, transaction
-from django.db.models import F
+from django.db.models import DateTimeField, F, Value
+from django.db.models.functions import Coalesce
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
@@ -613,10 +614,17 @@ def _task_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: An
         _count_duplicate(fence.pk, task_result)
         return
     status = _STATUS.get(task_result.status, TaskStatus.FAILED)
+    finished_at = task_result.finished_at or clock.now()
     if _report(
         task_result,
         status=status,
-        finished_at=task_result.finished_at or clock.now(),
+        # Its start may have been reported before the hand-over recorded the task's id (a
+        # worker that is quicker than the runner): that report found no record to update.
+        started_at=Coalesce(
+            F("started_at"),
+            Value(task_result.started_at or finished_at, output_field=DateTimeField()),
+        ),
+        finished_at=finished_at,
         error=_error_of(task_result),
         only=UNFINISHED_TASK,
     ):
