@@ -72,8 +72,11 @@ pooler-deps:
 		fi; \
 	fi
 
-# make test runs the PostgreSQL pass and the SQLite pass side by side (make -j), in three
-# parts that each print their output, and how long they took, when they end:
+# make test runs the PostgreSQL pass, then the SQLite pass, in three parts that each print
+# their output, and how long they took, when they end (the PostgreSQL pass's two parts side
+# by side, make -j2; the SQLite pass after them, because the fault tests of both, with real
+# runner processes and their lateness measured, starve each other of the two cores when
+# all three parts run at once):
 #   test-postgres-shared  the suite on a throwaway PostgreSQL, TEST_WORKERS tests at a time
 #                         (pytest-xdist; each worker has a test database of its own);
 #   test-postgres-server  the throwaway_server tests (the soak, server restarts), which
@@ -102,11 +105,13 @@ pytest_part = start=$$(date +%s); rc=0; $(2) || rc=$$?; \
 	else echo "==> $(1): FAILED (exit $$rc) after $$took"; fi; exit $$rc
 
 test: venv browser-deps pooler-deps
-	@echo "==> make test: the PostgreSQL and SQLite passes side by side, $(TEST_WORKERS) tests at a time in each; each part prints its output when it ends"
-	@start=$$(date +%s); \
-	if $(MAKE) --no-print-directory -k -j3 --output-sync=target \
+	@echo "==> make test: the PostgreSQL pass (its two parts side by side), then the SQLite pass, $(TEST_WORKERS) tests at a time in each; each part prints its output when it ends"
+	@start=$$(date +%s); rc=0; \
+	$(MAKE) --no-print-directory -k -j2 --output-sync=target \
 		PG_SHARED_MARKS="not throwaway_server and not database_independent" \
-		test-postgres-shared test-postgres-server test-sqlite; then \
+		test-postgres-shared test-postgres-server || rc=1; \
+	$(MAKE) --no-print-directory test-sqlite || rc=1; \
+	if [ $$rc -eq 0 ]; then \
 		echo "make test: all passes (PostgreSQL, SQLite) passed in $$(( $$(date +%s) - start )) s"; \
 	else \
 		echo "make test: FAILED (the part that failed says so above)"; exit 1; \

@@ -128,15 +128,18 @@ def test_two_runners_share_a_thousand_due_instances_and_run_each_slot_once(spawn
         # Every instance due at once: a stampede the two runners drain side by side.
         JobLease.objects.filter(instance__isnull=False).update(next_run_at=now())
         expected = count * round_
+        # Every run ended (a run twice, or one that failed, is named by the asserts below).
         wait_until(
             lambda expected=expected: (
-                JobRun.objects.filter(outcome=Outcome.SUCCEEDED).count() == expected
+                JobRun.objects.exclude(outcome=Outcome.RUNNING).count() >= expected
             ),
             timeout=240,
             what=f"round {round_}: every instance run",
             diagnostics=logs,
         )
 
+    unsucceeded = JobRun.objects.exclude(outcome=Outcome.SUCCEEDED)
+    assert not unsucceeded.exists(), list(unsucceeded.values_list("job", "outcome", "error"))
     per_instance = Counter(JobRun.objects.values_list("job", flat=True))
     assert set(per_instance.values()) == {2}
     assert len(per_instance) == count
@@ -146,7 +149,6 @@ def test_two_runners_share_a_thousand_due_instances_and_run_each_slot_once(spawn
     # Both took part: the batches were claimed side by side, not by one of them.
     owners = Counter(JobRun.objects.values_list("owner", flat=True))
     assert len(owners) == 2, owners
-    assert JobRun.objects.exclude(outcome=Outcome.SUCCEEDED).count() == 0
 
 
 def test_a_runner_killed_with_a_batch_in_flight_leaves_no_instance_stuck(spawn, tmp_path):
