@@ -99,7 +99,10 @@ def plan_backfill(
 ) -> BackfillPlan:
     """The dry run of :func:`backfill`: the slots of job (or instance) ``name`` in
     ``[start, end)`` it would queue, oldest first, and those it would leave and why."""
-    job = _target(name)
+    return _plan(_target(name), start, end, selection)
+
+
+def _plan(job: Job, start: datetime, end: datetime, selection: str) -> BackfillPlan:
     _aware(start, "from")
     _aware(end, "to")
     if selection not in BackfillSelection.values:
@@ -119,7 +122,7 @@ def plan_backfill(
     if len(slots) > MAX_BACKFILL_SLOTS:
         raise BackfillError(
             f"{iso_utc(start)} to {iso_utc(end)} holds more than {MAX_BACKFILL_SLOTS} slots "
-            f"of {name!r}: backfill a shorter range at a time"
+            f"of {job.name!r}: backfill a shorter range at a time"
         )
     plan = BackfillPlan(job.name, start, end, selection)
     last = _last_attempts(job.name, slots)
@@ -188,8 +191,8 @@ def backfill(
     One transaction: all of its slots are queued, or none."""
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise BackfillError(f"at once must be a positive int, got {concurrency!r}")
-    plan = plan_backfill(name, start, end, selection=selection)
     job = _target(name)
+    plan = _plan(job, start, end, selection)
     parent = _declared(job)
     alias = lease_db()
     now = clock.now()
