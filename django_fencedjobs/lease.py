@@ -206,9 +206,11 @@ def acquire(
     next_run_at: datetime,
     run_slot: datetime | None = None,
     attempt: int = 1,
+    dropped_retry: bool = False,
 ) -> int | None:
     """Take the lease; return the new fence, or None when another process took it first or
-    holds the row right now.
+    holds the row right now. ``dropped_retry``: a later slot superseded the row's pending
+    retry, whose failure is counted now (:attr:`django_fencedjobs.slots.Slot.dropped_retry`).
 
     One conditional UPDATE, a compare-and-set on the row as :func:`read` read it: the
     fence and the slot must be unchanged and the lease must have expired. Two
@@ -234,7 +236,8 @@ def acquire(
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {table} SET fence = fence + 1, owner = %s, lease_until = %s,"
-                " next_run_at = %s, run_slot = %s, attempt = %s"
+                " next_run_at = %s, run_slot = %s, attempt = %s,"
+                " consecutive_failures = consecutive_failures + %s"
                 f" WHERE name = (SELECT name FROM {table} WHERE name = %s AND fence = %s"
                 "  AND next_run_at = %s AND lease_until < %s AND NOT paused"
                 "  FOR UPDATE SKIP LOCKED)",
@@ -244,6 +247,7 @@ def acquire(
                     next_run_at,
                     run_slot,
                     attempt,
+                    int(dropped_retry),
                     seen.name,
                     seen.fence,
                     seen.next_run_at,
@@ -268,6 +272,7 @@ def acquire(
                 next_run_at=next_run_at,
                 run_slot=run_slot,
                 attempt=attempt,
+                consecutive_failures=F("consecutive_failures") + int(dropped_retry),
             )
         )
     return seen.fence + 1 if updated == 1 else None
@@ -552,6 +557,7 @@ class Take:
     #: What the row keeps for its next acquisition (:class:`django_fencedjobs.slots.Slot`).
     run_slot: datetime | None = None
     attempt: int = 1
+    dropped_retry: bool = False
 
 
 def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
@@ -578,13 +584,15 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
         cursor.execute(
             "WITH claimed AS (SELECT * FROM unnest("
             "  %s::text[], %s::bigint[], %s::timestamptz[], %s::timestamptz[],"
-            "  %s::timestamptz[], %s::timestamptz[], %s::integer[])"
-            "  AS claimed(name, fence, slot, next_run_at, lease_until, run_slot, attempt)),"
+            "  %s::timestamptz[], %s::timestamptz[], %s::integer[], %s::integer[])"
+            "  AS claimed(name, fence, slot, next_run_at, lease_until, run_slot, attempt,"
+            "  dropped)),"
             " granted AS ("
             f" UPDATE {_table(connection)} AS lease SET fence = lease.fence + 1,"
             "  owner = %s, lease_until = claimed.lease_until,"
             "  next_run_at = claimed.next_run_at, run_slot = claimed.run_slot,"
-            "  attempt = claimed.attempt"
+            "  attempt = claimed.attempt,"
+            "  consecutive_failures = lease.consecutive_failures + claimed.dropped"
             "  FROM claimed WHERE lease.name = claimed.name AND lease.fence = claimed.fence"
             "  AND lease.next_run_at = claimed.slot AND lease.lease_until < %s"
             "  AND NOT lease.paused RETURNING lease.name),"
@@ -611,6 +619,7 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
                 [item.lease_until for item in batch],
                 [item.run_slot for item in batch],
                 [item.attempt for item in batch],
+                [int(item.dropped_retry) for item in batch],
                 records[0].owner,
                 now,
                 Outcome.ABANDONED,
@@ -690,6 +699,7 @@ def _take_elsewhere(batch: list[Take], now: datetime) -> tuple[list[Take], list[
             next_run_at=item.next_run_at,
             run_slot=item.run_slot,
             attempt=item.attempt,
+            dropped_retry=item.dropped_retry,
         )
         if fence is None:
             continue

@@ -147,6 +147,7 @@ def _acquire(job: Job, row: lease.LeaseRow) -> Acquired | None:
                 next_run_at=next_run_at,
                 run_slot=slot.run_slot,
                 attempt=slot.next_attempt,
+                dropped_retry=slot.dropped_retry,
             )
             if fence is None:
                 logger.debug(
@@ -255,6 +256,7 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
                 next_run_at=slot.next_run_at,
                 run_slot=slot.run_slot,
                 attempt=slot.next_attempt,
+                dropped_retry=slot.dropped_retry,
             )
             if fence is None:
                 continue
@@ -303,6 +305,7 @@ def _plan(
             record,
             run_slot=slot.run_slot,
             attempt=slot.next_attempt,
+            dropped_retry=slot.dropped_retry,
         )
         planned.append((take, job, item.watermarks))
     return planned

@@ -59,6 +59,10 @@ class Slot:
     next_run_at: datetime
     run_slot: datetime | None
     next_attempt: int
+    #: A failed attempt's retry was due, and a later slot supersedes it: the failed slot's
+    #: last attempt is that failure, counted towards ``consecutive_failures`` when the row
+    #: is taken (the failure was not counted while its retry was pending).
+    dropped_retry: bool = False
 
 
 def plan(job: Job, row: LeaseRow, now: datetime) -> Slot:
@@ -79,18 +83,19 @@ def plan(job: Job, row: LeaseRow, now: datetime) -> Slot:
         )
     after = schedule.next_after(now)
     first = row.next_run_at
+    dropped = False
     if row.run_slot is not None:
         later = schedule.fire_times(row.run_slot, now, limit=1)
         if not later:  # nothing later due yet: the retry runs
             return Slot(row.run_slot, 0, None, row.attempt, RunKind.SCHEDULED, after, None, 1)
-        first = later[0]  # a later slot supersedes the retry
+        first, dropped = later[0], True  # a later slot supersedes the retry
     count, tail = _due(schedule, first, now, keep=job.catchup_limit if job.catchup == "each" else 1)
     if job.catchup == "each":
         nxt = tail[1] if len(tail) > 1 else after
-        return Slot(tail[0], count - len(tail), None, 1, RunKind.SCHEDULED, nxt, None, 1)
+        return Slot(tail[0], count - len(tail), None, 1, RunKind.SCHEDULED, nxt, None, 1, dropped)
     coalesced = count > 1 and job.catchup == "coalesce"
     start = schedule.previous_before(first) if coalesced else None
-    return Slot(tail[-1], count - 1, start, 1, RunKind.SCHEDULED, after, None, 1)
+    return Slot(tail[-1], count - 1, start, 1, RunKind.SCHEDULED, after, None, 1, dropped)
 
 
 def _due(

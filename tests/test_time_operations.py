@@ -162,6 +162,34 @@ def test_a_retry_that_would_reach_the_next_slot_is_not_made(jobs):
     assert [a for _, a, _, _, _ in _runs("t.flaky")] == [1, 2]
 
 
+@pytest.mark.parametrize("of", ["job", "instance"])
+def test_a_failure_whose_retry_a_later_slot_superseded_counts_as_a_failure(jobs, of):
+    options = {"retries": 3, "retry_backoff": timedelta(minutes=10)}
+    if of == "job":
+        name = "t.flaky"
+        job("0 * * * *", name=name, **options)(_always_fails)
+    else:  # its lease is taken by the batch claim of instances
+        name = "t.flaky[a]"
+        job(instances=True, name="t.flaky", **options)(_always_fails).instances.upsert(
+            "a", cron="0 * * * *"
+        )
+    loop.tick()  # its row, next slot 10:00
+    fake_clock.set(_h(10) + timedelta(seconds=1))
+    loop.tick()  # attempt 1 fails; attempt 2 due at 10:10, not counted yet
+    assert JobLease.objects.get(name=name).consecutive_failures == 0
+    # No runner until past 11:00: slot 11:00 runs instead of the retry. 10:00's last
+    # attempt was the failure: it counts (11:00's will when its retries are out).
+    fake_clock.set(_h(11) + timedelta(seconds=1))
+    loop.tick()
+    row = JobLease.objects.get(name=name)
+    assert (row.run_slot, row.attempt, row.consecutive_failures) == (_h(11), 2, 1)
+    assert [(slot, a) for slot, a, _, _, _ in _runs(name)] == [(_h(10), 1), (_h(11), 1)]
+
+
+def _always_fails(run):
+    raise RuntimeError("always")
+
+
 def test_a_backfill_runs_each_selected_slot_once_under_its_own_watermark(jobs):
     @job("0 * * * *", name="t.windows")
     def windows(run):
