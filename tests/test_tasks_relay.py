@@ -154,3 +154,26 @@ def test_a_start_reported_before_the_hand_over_recorded_the_id_is_kept_by_the_en
     record.refresh_from_db()
     assert record.status == TaskStatus.SUCCESSFUL
     assert (record.started_at, record.finished_at) == (started, result.finished_at)
+
+
+def test_a_task_recorded_failed_then_run_again_successfully_reads_successful(jobs):
+    # Its first execution died; the backend's cleanup reported it failed; an operator
+    # requeued it and it ran to its end. (No other report moves a finished record.)
+    _declare(tasks.immediate_write)
+    loop.tick()
+    (record,) = RunTask.objects.all()
+    RunTask.objects.filter(pk=record.pk).update(
+        status=TaskStatus.FAILED, error="the worker died", executor=""
+    )
+    result = _deliver_again(record)
+    with fenced_atomic():
+        Write.objects.create(job="t.relayed", fence=-1, seq=2)
+    result.status = integration.TaskResultStatus.SUCCESSFUL
+    integration._task_finished(type(None), task_result=result)
+    record.refresh_from_db()
+    assert (record.status, record.error, record.duplicates) == (TaskStatus.SUCCESSFUL, "", 0)
+    # A failure reported after a success does not take it back.
+    result.status = integration.TaskResultStatus.FAILED
+    integration._task_finished(type(None), task_result=result)
+    record.refresh_from_db()
+    assert record.status == TaskStatus.SUCCESSFUL

@@ -427,7 +427,8 @@ def _relay_after_tick(sender: Any = None, **kwargs: Any) -> None:
         logger.warning("the task relay could not read the tasks to hand over", exc_info=True)
 
 
-#: A task's statuses in the order they come; a record moves only forward.
+#: A task's statuses in the order they come; a record moves only forward (but for a
+#: success reported over a failure, by a later execution: :func:`_task_finished`).
 _BEHIND = {
     TaskStatus.PENDING: frozenset(),
     TaskStatus.READY: frozenset({TaskStatus.PENDING}),
@@ -615,6 +616,13 @@ def _task_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: An
         return
     status = _STATUS.get(task_result.status, TaskStatus.FAILED)
     finished_at = task_result.finished_at or clock.now()
+    # Forward only, but for one move: a success after a recorded failure is a later
+    # execution's (an operator's requeue, the backend's own retry), and what the task did.
+    only = (
+        UNFINISHED_TASK | {TaskStatus.FAILED}
+        if status == TaskStatus.SUCCESSFUL
+        else UNFINISHED_TASK
+    )
     if _report(
         task_result,
         status=status,
@@ -626,7 +634,7 @@ def _task_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: An
         ),
         finished_at=finished_at,
         error=_error_of(task_result),
-        only=UNFINISHED_TASK,
+        only=only,
     ):
         _after_task(task_result)
 
