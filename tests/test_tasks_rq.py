@@ -81,8 +81,12 @@ def test_a_task_enqueued_on_rq_is_run_by_an_rq_worker_under_its_runs_fence(
     assert record.started_at is not None and record.finished_at is not None
     # The worker's report came from the worker: RQ ran the job, on W0, once.
     job = RQJob.fetch(record.result_id, connection=Redis.from_url(redis_server.url))
-    assert job.get_status() == "finished"
-    wait_until(lambda: job.results(), what="RQ's result of the job")
+    # RQ marks its job finished, and stores its result, after the task's end is reported.
+    wait_until(
+        lambda: job.get_status(refresh=True) == "finished" and job.results(),
+        what="RQ's job finished, with its result",
+        diagnostics=rq_worker.logs,
+    )
     assert [result.worker_name for result in job.results()] == ["W0"]
     # The task's fenced write committed, under its run's fence, once.
     assert list(Write.objects.filter(job=RQ_FENCED_WRITE).values_list("seq", flat=True)) == [
