@@ -332,6 +332,21 @@ def _positive_int(field_name: str, value: Any) -> str | None:
     return None
 
 
+def _handler_signature(func: Any) -> inspect.Signature:
+    """``inspect.signature(func)``, read once per handler: the job of every instance a
+    runner runs is checked against its handler, and reading a signature is not free."""
+    try:
+        hash(func)
+    except TypeError:  # a callable object that cannot be a key
+        return inspect.signature(func)
+    return _signature_of(func)
+
+
+@functools.lru_cache(maxsize=256)
+def _signature_of(func: Any) -> inspect.Signature:
+    return inspect.signature(func)
+
+
 def _handler_problem(
     job_name: str, func: object, *, kwargs: dict[str, Any] | None = None, partial: bool = False
 ) -> tuple[CheckId, JobError] | None:
@@ -360,7 +375,7 @@ def _handler_problem(
             f"{returns} without running its body, so the job would do nothing."
         )
     try:
-        signature = inspect.signature(func)
+        signature = _handler_signature(func)
     except (TypeError, ValueError):
         return None  # no signature to read (some builtins): let it be
     try:

@@ -792,6 +792,14 @@ class _CronRule:
         return _SEARCH_HORIZON if first is None or second is None else second - first
 
 
+@functools.lru_cache(maxsize=1024)
+def _cron_rule(expr: str, tz: ZoneInfo) -> _CronRule:
+    """The rule of ``expr`` in ``tz``, built once: a rule is never changed once built, and
+    a runner builds the schedule of every instance it runs, most of them sharing a few
+    expressions and zones (an invalid one raises, and is not kept)."""
+    return _CronRule(expr, tz)
+
+
 class _IntervalRule:
     """Fire instants at whole multiples of an interval since the Unix epoch."""
 
@@ -891,7 +899,7 @@ class Schedule:
 
         self._rule: _CronRule | _IntervalRule
         if cron is not None:
-            cron_rule = _CronRule(_normalize_cron(cron), self.tz)
+            cron_rule = _cron_rule(_normalize_cron(cron), self.tz)
             self._rule = cron_rule
             self.cron, self.every = cron_rule.expr, None
             default_key = cron_rule.expr
