@@ -10,7 +10,7 @@ bookkeeping (:func:`bounded_wait`). The statements that decide exclusion are
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import connections, router, transaction
@@ -116,6 +116,63 @@ def bounded_wait(seconds: float = LOCK_WAIT) -> Iterator[BaseDatabaseWrapper]:
                 [f"{int(seconds * 1000)}ms"],
             )
         yield connection
+
+
+def bounded_statement(
+    sql: str,
+    params: list[Any],
+    seconds: float = LOCK_WAIT,
+    *,
+    setup: Callable[[Any], None] = lambda cursor: None,
+) -> Any:
+    """On PostgreSQL outside any transaction: a raw psycopg cursor on which ``sql`` has
+    run, its waits for row locks bounded by ``seconds`` as in :func:`bounded_wait`, in one
+    round trip; None elsewhere (the caller runs it in :func:`bounded_wait`'s transaction).
+
+    The bound and the statement go as one query (``SELECT set_config('lock_timeout', ...,
+    true); sql``): the server runs the statements of one simple query as one transaction,
+    so the bound is the statement's and ends with it, and the transaction ends with no
+    ``BEGIN`` or ``COMMIT`` of its own; an error rolls all of it back. Behind a
+    transaction pooler the query is one transaction, on one server session. The same
+    conditions as :func:`first_statement`'s ``BEGIN``: Django's ``AUTOCOMMIT``,
+    client-side binding and READ COMMITTED. ``setup(cursor)`` is called before the query
+    (its loaders, say). Close the cursor when done with its rows.
+    """
+    connection = connections[lease_db()]
+    settings = connection.settings_dict
+    if (
+        connection.vendor != "postgresql"
+        or connection.in_atomic_block
+        or not settings.get("AUTOCOMMIT")
+        or (settings.get("OPTIONS") or {}).get("server_side_binding")
+    ):
+        return None
+    from psycopg import IsolationLevel
+    from psycopg.pq import TransactionStatus
+
+    connection.ensure_connection()
+    raw = connection.connection
+    if (
+        not raw.autocommit
+        or raw.info.transaction_status != TransactionStatus.IDLE
+        or raw.isolation_level not in (None, IsolationLevel.READ_COMMITTED)
+        or raw.read_only is not None
+        or raw.deferrable is not None
+    ):
+        return None
+    cursor = raw.cursor()
+    try:
+        setup(cursor)
+        with connection.wrap_database_errors:
+            cursor.execute(
+                f"SELECT set_config('lock_timeout', '{int(seconds * 1000)}ms', true); {sql}",
+                params,
+            )
+            cursor.nextset()  # past set_config's result, to the statement's
+    except BaseException:
+        cursor.close()
+        raise
+    return cursor
 
 
 def is_lock_timeout(exc: BaseException) -> bool:

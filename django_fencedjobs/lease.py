@@ -33,7 +33,7 @@ from django.db.models import Case, Count, F, Min, Q, Value, When
 from django.db.models.functions import Greatest
 
 from django_fencedjobs import outcomes
-from django_fencedjobs.db import first_statement, lease_db
+from django_fencedjobs.db import bounded_statement, bounded_wait, first_statement, lease_db
 from django_fencedjobs.models import (
     LEASE_FREE,
     Backfill,
@@ -133,7 +133,7 @@ def scan(names: list[str], now: datetime) -> Scan:
             min(wakeups) if wakeups else None,
         )
     with connection.cursor() as cursor:
-        _load_instants_in_c(connection, cursor)  # most of such a read's cost (bench P7)
+        _load_instants_in_c(connection, cursor.cursor)  # most of such a read's cost (bench P7)
         cursor.execute(
             "SELECT name, schedule_fingerprint, due,"
             " CASE WHEN due THEN fence END,"
@@ -320,7 +320,7 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
     instance_table = connection.ops.quote_name(JobInstance._meta.db_table)
     watermark_table = connection.ops.quote_name(Watermark._meta.db_table)
     with connection.cursor() as cursor:
-        _load_instants_in_c(connection, cursor)
+        _load_instants_in_c(connection, cursor.cursor)
         cursor.execute(
             "SELECT lease.name, lease.fence, lease.next_run_at, lease.lease_until,"
             " lease.schedule_fingerprint, lease.run_slot, lease.attempt,"
@@ -438,7 +438,7 @@ def instances_wakeups(parents: list[str]) -> dict[str, datetime]:
                 found[parent] = earliest
         return found
     with connection.cursor() as cursor:
-        _load_instants_in_c(connection, cursor)
+        _load_instants_in_c(connection, cursor.cursor)
         cursor.execute(
             "SELECT job.parent, earliest.next_run_at FROM unnest(%s::text[]) AS job(parent)"
             " CROSS JOIN LATERAL (SELECT next_run_at"
@@ -715,13 +715,14 @@ def _take_elsewhere(batch: list[Take], now: datetime) -> tuple[list[Take], list[
 
 
 def _load_instants_in_c(connection: BaseDatabaseWrapper, cursor: Any) -> None:
-    """Read timestamptz values with psycopg's own loader, in C, for the same instants in
-    the same zone: Django's is a Python subclass of it, some 3 µs a value, and a fleet
-    draining a stampede reads thousands of rows every few tenths of a second."""
+    """On psycopg's ``cursor``: read timestamptz values with psycopg's own loader, in C,
+    for the same instants in the same zone: Django's is a Python subclass of it, some 3 µs
+    a value, and a fleet draining a stampede reads thousands of rows every few tenths of
+    a second."""
     if connection.timezone is not None:
         from psycopg.types.datetime import TimestamptzLoader
 
-        cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
+        cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
 
 
 def pause_invalid(name: str, fence: int) -> None:
@@ -1009,9 +1010,12 @@ def end_run(
     finished_at: datetime | None,
     retry: Retry | None = None,
     final: bool = True,
+    lock_wait: float,
 ) -> Ended | None:
     """PostgreSQL: :func:`end` and the run's row in one statement (None when the run was
-    recorded already, by its supervisor or a successor's takeover).
+    recorded already, by its supervisor or a successor's takeover), its wait for either
+    row's lock bounded by ``lock_wait`` seconds; one round trip, the statement's own
+    transaction, when no transaction is open (:func:`~django_fencedjobs.db.bounded_statement`).
 
     The lease row first, then the run's, as every path that locks both (so a finishing run
     and its successor cannot deadlock): the run's row moves from running (or abandoned) to
@@ -1026,72 +1030,81 @@ def end_run(
     run_table = connection.ops.quote_name(JobRun._meta.db_table)
     failed = outcome in {Outcome.FAILED, Outcome.TIMED_OUT}
     timed_out = outcome == Outcome.TIMED_OUT
-    with connection.cursor() as cursor:
-        _load_instants_in_c(connection, cursor)
-        cursor.execute(
-            # The lease row first, the run's row only then: `lease` is counted in full
-            # (its UPDATE done, waiting for the lease row if need be) before the run's row
-            # can be updated, and so locked; a data-modifying CTE nobody reads would run
-            # after the main statement instead.
-            "WITH retry AS (SELECT COALESCE(%s, clock_timestamp()) + %s::interval AS at),"
-            " released AS ("
-            f" UPDATE {_table(connection)} AS lease SET fence = fence + 1, lease_until = %s,"
-            "  owner = '', last_success_at = COALESCE(%s, last_success_at),"
-            "  consecutive_failures = CASE WHEN %s::timestamptz IS NOT NULL THEN 0"
-            f"   WHEN %s AND NOT {_RETRYING} THEN consecutive_failures + 1"
-            "   ELSE consecutive_failures END,"
-            "  late_after = COALESCE(%s, late_after),"
-            f"  next_run_at = CASE WHEN {_RETRYING} THEN retry.at ELSE next_run_at END,"
-            f"  run_slot = CASE WHEN {_RETRYING} THEN %s ELSE run_slot END,"
-            f"  attempt = CASE WHEN {_RETRYING} THEN %s ELSE attempt END,"
-            f"  paused = paused OR (%s AND lease.kind <> %s AND NOT {_RETRYING})"
-            "  FROM retry WHERE name = %s AND fence = %s"
-            f"  RETURNING CASE WHEN {_RETRYING} THEN retry.at END AS retry_at),"
-            " lease AS (SELECT count(*) = 1 AS released, max(retry_at) AS retry_at"
-            "  FROM released)"
-            f" UPDATE {run_table} AS run SET"
-            "  outcome = CASE WHEN %s AND NOT lease.released THEN %s ELSE %s END,"
-            "  error = CASE WHEN %s AND NOT lease.released THEN %s ELSE %s END,"
-            "  finished_at = COALESCE(%s, clock_timestamp()), capped = %s,"
-            "  items = run.items + %s"
-            " FROM lease WHERE run.id = %s AND run.outcome IN (%s, %s)"
-            " RETURNING lease.released, run.outcome, run.error, run.finished_at, run.items,"
-            "  run.batches, run.watermark_after, lease.retry_at",
-            [
-                finished_at,
-                retry.backoff if retry is not None else None,  # type: ignore[list-item]
-                LEASE_FREE,
-                succeeded_at,
-                succeeded_at,
-                failed,
-                RunKind.SCHEDULED,
-                late_after,
-                RunKind.SCHEDULED,
-                RunKind.SCHEDULED,
-                retry.slot if retry is not None else None,
-                RunKind.SCHEDULED,
-                retry.attempt if retry is not None else None,
-                final,
-                RunKind.SCHEDULED,
-                RunKind.SCHEDULED,
-                name,
-                fence,
-                RunKind.SCHEDULED,
-                timed_out,
-                Outcome.FENCE_LOST,
-                outcome,
-                timed_out,
-                outcomes.fence_lost(fence),
-                error,
-                finished_at,
-                capped,
-                loose_items,
-                run_pk,
-                Outcome.RUNNING,
-                Outcome.ABANDONED,
-            ],
-        )
-        row = cursor.fetchone()
+    params: list[Any]
+    sql, params = (
+        # The lease row first, the run's row only then: `lease` is counted in full
+        # (its UPDATE done, waiting for the lease row if need be) before the run's row
+        # can be updated, and so locked; a data-modifying CTE nobody reads would run
+        # after the main statement instead.
+        "WITH retry AS (SELECT COALESCE(%s, clock_timestamp()) + %s::interval AS at),"
+        " released AS ("
+        f" UPDATE {_table(connection)} AS lease SET fence = fence + 1, lease_until = %s,"
+        "  owner = '', last_success_at = COALESCE(%s, last_success_at),"
+        "  consecutive_failures = CASE WHEN %s::timestamptz IS NOT NULL THEN 0"
+        f"   WHEN %s AND NOT {_RETRYING} THEN consecutive_failures + 1"
+        "   ELSE consecutive_failures END,"
+        "  late_after = COALESCE(%s, late_after),"
+        f"  next_run_at = CASE WHEN {_RETRYING} THEN retry.at ELSE next_run_at END,"
+        f"  run_slot = CASE WHEN {_RETRYING} THEN %s ELSE run_slot END,"
+        f"  attempt = CASE WHEN {_RETRYING} THEN %s ELSE attempt END,"
+        f"  paused = paused OR (%s AND lease.kind <> %s AND NOT {_RETRYING})"
+        "  FROM retry WHERE name = %s AND fence = %s"
+        f"  RETURNING CASE WHEN {_RETRYING} THEN retry.at END AS retry_at),"
+        " lease AS (SELECT count(*) = 1 AS released, max(retry_at) AS retry_at"
+        "  FROM released)"
+        f" UPDATE {run_table} AS run SET"
+        "  outcome = CASE WHEN %s AND NOT lease.released THEN %s ELSE %s END,"
+        "  error = CASE WHEN %s AND NOT lease.released THEN %s ELSE %s END,"
+        "  finished_at = COALESCE(%s, clock_timestamp()), capped = %s,"
+        "  items = run.items + %s"
+        " FROM lease WHERE run.id = %s AND run.outcome IN (%s, %s)"
+        " RETURNING lease.released, run.outcome, run.error, run.finished_at, run.items,"
+        "  run.batches, run.watermark_after, lease.retry_at",
+        [
+            finished_at,
+            retry.backoff if retry is not None else None,
+            LEASE_FREE,
+            succeeded_at,
+            succeeded_at,
+            failed,
+            RunKind.SCHEDULED,
+            late_after,
+            RunKind.SCHEDULED,
+            RunKind.SCHEDULED,
+            retry.slot if retry is not None else None,
+            RunKind.SCHEDULED,
+            retry.attempt if retry is not None else None,
+            final,
+            RunKind.SCHEDULED,
+            RunKind.SCHEDULED,
+            name,
+            fence,
+            RunKind.SCHEDULED,
+            timed_out,
+            Outcome.FENCE_LOST,
+            outcome,
+            timed_out,
+            outcomes.fence_lost(fence),
+            error,
+            finished_at,
+            capped,
+            loose_items,
+            run_pk,
+            Outcome.RUNNING,
+            Outcome.ABANDONED,
+        ],
+    )
+    cursor = bounded_statement(
+        sql, params, lock_wait, setup=lambda raw: _load_instants_in_c(connection, raw)
+    )
+    if cursor is not None:
+        with cursor:
+            row = cursor.fetchone()
+    else:
+        with bounded_wait(lock_wait), connection.cursor() as wrapped:
+            _load_instants_in_c(connection, wrapped.cursor)
+            wrapped.execute(sql, params)
+            row = wrapped.fetchone()
     return Ended(*row) if row is not None else None
 
 

@@ -599,26 +599,26 @@ def _log_retry(run: RunState, retry: lease.Retry | None, retry_at: datetime | No
 
 
 def _end_rows_in_one(run: RunState, outcome: str, error: str, wait: float) -> dict[str, Any] | None:
-    """:func:`_end_rows` on PostgreSQL: one statement (:func:`lease.end_run`) between
-    ``BEGIN`` and ``COMMIT``, three round trips in all, the clock read by that statement."""
+    """:func:`_end_rows` on PostgreSQL: one statement (:func:`lease.end_run`), in one round
+    trip, the clock read by that statement."""
     job, record = run.job, run.record
     succeeded_at = record.started_at if outcome == Outcome.SUCCEEDED else None
     retry = retries.next_attempt(job, record, outcome)
-    with db.bounded_wait(wait):
-        ended = lease.end_run(
-            job.name,
-            run.fence,
-            record.pk,
-            outcome=outcome,
-            error=error,
-            capped=run.capped,
-            loose_items=run.loose_items,
-            succeeded_at=succeeded_at,
-            late_after=_late_after(job, succeeded_at),
-            finished_at=None if clock.get_clock() is clock.database_now else clock.now(),
-            retry=retry,
-            final=outcome in retries.FINAL_OUTCOMES,
-        )
+    ended = lease.end_run(
+        job.name,
+        run.fence,
+        record.pk,
+        outcome=outcome,
+        error=error,
+        capped=run.capped,
+        loose_items=run.loose_items,
+        succeeded_at=succeeded_at,
+        late_after=_late_after(job, succeeded_at),
+        finished_at=None if clock.get_clock() is clock.database_now else clock.now(),
+        retry=retry,
+        final=outcome in retries.FINAL_OUTCOMES,
+        lock_wait=wait,
+    )
     if ended is None:
         return None
     if ended.released:
