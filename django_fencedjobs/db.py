@@ -55,34 +55,50 @@ def _begin_with(connection: BaseDatabaseWrapper) -> str:
     autocommit back on psycopg sends nothing of its own, the explicit ``BEGIN`` opens the
     transaction on the server, and everything up to Django's ``COMMIT`` or ``ROLLBACK`` (which
     psycopg sends whatever its autocommit says) is in it. Django turns autocommit on again
-    when the block ends, as usual. Only with Django's default ``AUTOCOMMIT`` (Django then
-    owns every transaction boundary), client-side binding (Django's default: the two
-    statements go as one query) and READ COMMITTED (``fencedjobs.E015``).
+    when the block ends, as usual. Only where :func:`_bundling` allows it.
     """
-    settings = connection.settings_dict
-    if (
-        connection.vendor != "postgresql"
-        or not settings.get("AUTOCOMMIT")
-        # Server-side binding sends each statement on its own, as a prepared statement.
-        or (settings.get("OPTIONS") or {}).get("server_side_binding")
-    ):
-        return ""
-    from psycopg import IsolationLevel
-    from psycopg.pq import TransactionStatus
-
-    raw = connection.connection
+    raw = _bundling(connection)
     if (
         raw is None
         or raw.autocommit
         or not connection.in_atomic_block
-        or raw.info.transaction_status != TransactionStatus.IDLE
-        or raw.isolation_level not in (None, IsolationLevel.READ_COMMITTED)
-        or raw.read_only is not None
-        or raw.deferrable is not None
+        or raw.info.transaction_status != _idle()
     ):
         return ""
     raw.autocommit = True
     return "BEGIN"
+
+
+def _bundling(connection: BaseDatabaseWrapper) -> Any:
+    """psycopg's connection, when several statements may go to the server as one query on
+    it: PostgreSQL with Django's ``AUTOCOMMIT`` (Django owns every transaction boundary),
+    client-side binding (server-side binding sends each statement on its own, as a
+    prepared statement) and READ COMMITTED (``fencedjobs.E015``), neither read-only nor
+    deferrable; else None."""
+    settings = connection.settings_dict
+    if (
+        connection.vendor != "postgresql"
+        or not settings.get("AUTOCOMMIT")
+        or (settings.get("OPTIONS") or {}).get("server_side_binding")
+    ):
+        return None
+    from psycopg import IsolationLevel
+
+    raw = connection.connection
+    if (
+        raw is None
+        or raw.isolation_level not in (None, IsolationLevel.READ_COMMITTED)
+        or raw.read_only is not None
+        or raw.deferrable is not None
+    ):
+        return None
+    return raw
+
+
+def _idle() -> Any:
+    from psycopg.pq import TransactionStatus
+
+    return TransactionStatus.IDLE
 
 
 #: The longest a statement of the app's own bookkeeping (renewal, the end of a run, an
@@ -133,32 +149,16 @@ def bounded_statement(
     true); sql``): the server runs the statements of one simple query as one transaction,
     so the bound is the statement's and ends with it, and the transaction ends with no
     ``BEGIN`` or ``COMMIT`` of its own; an error rolls all of it back. Behind a
-    transaction pooler the query is one transaction, on one server session. The same
-    conditions as :func:`first_statement`'s ``BEGIN``: Django's ``AUTOCOMMIT``,
-    client-side binding and READ COMMITTED. ``setup(cursor)`` is called before the query
-    (its loaders, say). Close the cursor when done with its rows.
+    transaction pooler the query is one transaction, on one server session. Only where
+    :func:`_bundling` allows it. ``setup(cursor)`` is called before the query (its
+    loaders, say). Close the cursor when done with its rows.
     """
     connection = connections[lease_db()]
-    settings = connection.settings_dict
-    if (
-        connection.vendor != "postgresql"
-        or connection.in_atomic_block
-        or not settings.get("AUTOCOMMIT")
-        or (settings.get("OPTIONS") or {}).get("server_side_binding")
-    ):
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
         return None
-    from psycopg import IsolationLevel
-    from psycopg.pq import TransactionStatus
-
     connection.ensure_connection()
-    raw = connection.connection
-    if (
-        not raw.autocommit
-        or raw.info.transaction_status != TransactionStatus.IDLE
-        or raw.isolation_level not in (None, IsolationLevel.READ_COMMITTED)
-        or raw.read_only is not None
-        or raw.deferrable is not None
-    ):
+    raw = _bundling(connection)
+    if raw is None or not raw.autocommit or raw.info.transaction_status != _idle():
         return None
     cursor = raw.cursor()
     try:
