@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import queue
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
@@ -183,17 +185,33 @@ def _as_command_errors() -> Iterator[None]:
 @contextlib.contextmanager
 def _stopped_by_signals(dispatcher: loop.Dispatcher) -> Iterator[None]:
     """SIGTERM and SIGINT stop ``dispatcher`` for the duration: the first gracefully
-    (:func:`_stop_gracefully`), a second at once (:func:`_exit_now`)."""
+    (:func:`_stop_gracefully`), a second at once (:func:`_exit_now`).
+
+    The handler only hands the signal to a thread of its own, which stops the dispatcher.
+    A handler runs in the main thread between two of its bytecodes, perhaps while that
+    thread holds the lock of one of the dispatcher's events (``Event.clear()`` and
+    ``wait()`` take it): setting the event there would wait for that lock forever. A
+    ``SimpleQueue``'s ``put`` is safe in a handler; that thread does the rest."""
+    received: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
     def stop_gracefully(signum: int, frame: FrameType | None) -> None:
-        _stop_gracefully(dispatcher, signum)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _exit_now)
+        received.put(signum)
 
+    def relay() -> None:
+        signum = received.get()
+        if signum is not None:
+            _stop_gracefully(dispatcher, signum)
+
+    threading.Thread(target=relay, name="fencedjobs-stop-signal", daemon=True).start()
     previous = {sig: signal.signal(sig, stop_gracefully) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        received.put(None)  # the relay ends, if no signal came
 
 
 def _run_now(job: Job, dispatcher: loop.Dispatcher) -> None:
@@ -231,10 +249,8 @@ def _serve_metrics(host: str, port: int) -> None:
 def _stop_gracefully(dispatcher: loop.Dispatcher, signum: int) -> None:
     """First SIGTERM or SIGINT: finish the current batch, record, release, and end (the loop
     and ``--once`` exit 0; ``--now`` exits 3, its run did not do all it was asked). The next
-    one, either of them, exits at once (:func:`_exit_now`)."""
+    one, either of them, exits at once (:func:`_exit_now`, installed by the handler)."""
     dispatcher.request_stop()
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _exit_now)
     print(
         f"received {signal.Signals(signum).name}: stopping after the current batch",
         file=sys.stderr,
