@@ -6,8 +6,8 @@ make), for 5 minutes; each run writes one row in a fenced transaction. From the 
 records: lateness (``started_at - scheduled_for``) p50/p99/max, runs per second while a
 slot drains, commits per run (``pg_stat_database.xact_commit``) and statements per run
 (counted in each runner, on Django's cursors: not the two a run sends on psycopg's own, its
-fence check with ``BEGIN`` and its end). Asserted: no slot ran twice (one row per job and slot, one run
-per job and slot) and every slot of every job ran.
+fence check with ``BEGIN`` and its end). Asserted: no slot ran twice (one row per job and
+slot, one run per job and slot) and every slot of every job ran.
 
 Goal: p99 lateness <= 2 s.
 
@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -115,7 +117,11 @@ def runner_process(smoke: bool, counts: Path, instances: bool) -> None:
     connection_created.connect(wrap, weak=False)
     connections.close_all()
     dispatcher = loop.Dispatcher(runnable_jobs(names))
-    signal.signal(signal.SIGTERM, lambda *_: dispatcher.request_stop())
+    # A handler that set the dispatcher's events itself could wait on a lock its own
+    # thread holds: the handler hands the signal to a thread that does.
+    stop: queue.SimpleQueue[int] = queue.SimpleQueue()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.put(signum))
+    threading.Thread(target=lambda: stop.get() and dispatcher.request_stop(), daemon=True).start()
     cpu = time.process_time()
     dispatcher.loop()
     counts.write_text(json.dumps({"statements": statements, "cpu": time.process_time() - cpu}))
@@ -128,8 +134,6 @@ FLOOR_MODES = ("write", "recorded")
 def floor_process(mode: str, runs: int, go: Path, out: Path) -> None:
     """One process of the floor: ``WORKERS`` threads share ``runs`` runs; they start when
     ``go`` exists. Writes the process's first start and last end (epoch seconds)."""
-    import threading
-
     from django.db import connections, transaction
 
     from bench.benchapp.models import Row
