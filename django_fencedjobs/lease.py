@@ -932,8 +932,9 @@ def end(
     ``retry``: the failed run's next attempt, scheduled ``retry.backoff`` after ``now``
     unless that is at or past the row's next slot (:data:`_RETRYING`); a failure counts
     towards ``consecutive_failures`` only when no retry follows it (a slot is judged by
-    its last attempt), or once a later slot drops its retry (:func:`acquire`). ``final``: the run's outcome ends a backfill slot's or one-off's
-    row (it is paused: done) unless a retry follows.
+    its last attempt), or once a later slot drops its retry (:func:`acquire`).
+    ``final``: the run's outcome ends a backfill slot's or one-off's row (it is paused:
+    done) unless a retry follows.
     """
     rows = JobLease.objects.using(lease_db()).filter(name=name, fence=fence)
     changes: dict[str, object] = {
