@@ -250,11 +250,13 @@ def _stop_gracefully(dispatcher: loop.Dispatcher, signum: int) -> None:
     """First SIGTERM or SIGINT: finish the current batch, record, release, and end (the loop
     and ``--once`` exit 0; ``--now`` exits 3, its run did not do all it was asked). The next
     one, either of them, exits at once (:func:`_exit_now`, installed by the handler)."""
-    dispatcher.request_stop()
+    # The line first: once stopped, the process may end before this thread is run again.
     print(
         f"received {signal.Signals(signum).name}: stopping after the current batch",
         file=sys.stderr,
+        flush=True,
     )
+    dispatcher.request_stop()
 
 
 def _exit_now(signum: int, frame: FrameType | None) -> None:
