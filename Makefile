@@ -56,7 +56,7 @@ browser-deps:
 # PgBouncer, which scripts/throwaway_postgres.py starts in front of its cluster; the RQ task
 # tests (tests/test_tasks_rq.py) start a throwaway Debian redis-server of their own. Each is
 # installed here when missing and we may (root with apt); otherwise the tests that need it
-# fail (PgBouncer) or are skipped (redis-server) and say why.
+# fail and say why.
 pooler-deps:
 	@missing=""; \
 	command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || missing="$$missing pgbouncer"; \
@@ -66,9 +66,9 @@ pooler-deps:
 			echo "==> installing the Debian packages$$missing for the pooler and RQ task tests"; \
 			export DEBIAN_FRONTEND=noninteractive; \
 			apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing </dev/null \
-				|| echo "make: installing$$missing failed; the tests that need them will fail or skip"; \
+				|| echo "make: installing$$missing failed; the tests that need them will fail"; \
 		else \
-			echo "make: missing$$missing (apt-get install$$missing); the tests that need them will fail or skip"; \
+			echo "make: missing$$missing (apt-get install$$missing); the tests that need them will fail"; \
 		fi; \
 	fi
 

@@ -290,12 +290,12 @@ if TYPE_CHECKING:
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A throwaway ``redis-server`` of this test's own (:class:`tests.redis_harness.RedisServer`):
     on a free port of 127.0.0.1, nothing persisted, ``.url`` for clients, ``.restart()`` on
-    the same port; stopped when the test ends. Skipped when Debian's ``redis-server`` is not
-    installed (``make test`` installs it)."""
+    the same port; stopped when the test ends. Without Debian's ``redis-server`` the test
+    fails saying so (``make test`` installs it): a skipped test would prove nothing."""
     from tests.redis_harness import RedisServer, redis_binary
 
     if redis_binary() is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        pytest.fail("redis-server is not installed (apt-get install redis-server)")
     (tmp_path / "redis").mkdir()
     with RedisServer(directory=tmp_path / "redis") as server:
         yield server
