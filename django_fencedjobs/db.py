@@ -134,34 +134,37 @@ def bounded_wait(seconds: float = LOCK_WAIT) -> Iterator[BaseDatabaseWrapper]:
         yield connection
 
 
-def bounded_statement(
+def bounded_row(
     sql: str,
     params: list[Any],
     seconds: float = LOCK_WAIT,
     *,
     setup: Callable[[Any], None] = lambda cursor: None,
-) -> Any:
-    """On PostgreSQL outside any transaction: a raw psycopg cursor on which ``sql`` has
-    run, its waits for row locks bounded by ``seconds`` as in :func:`bounded_wait`, in one
-    round trip; None elsewhere (the caller runs it in :func:`bounded_wait`'s transaction).
+) -> tuple[Any, ...] | None:
+    """Run one statement of the app's bookkeeping on the lease database, its waits for row
+    locks bounded by ``seconds`` as in :func:`bounded_wait`, and return its first row (or
+    None). ``setup(cursor)`` is called with psycopg's cursor before it runs (its loaders,
+    say).
 
-    The bound and the statement go as one query (``SELECT set_config('lock_timeout', ...,
-    true); sql``): the server runs the statements of one simple query as one transaction,
-    so the bound is the statement's and ends with it, and the transaction ends with no
-    ``BEGIN`` or ``COMMIT`` of its own; an error rolls all of it back. Behind a
+    On PostgreSQL outside any transaction, in one round trip: the bound and the statement
+    go as one query (``SELECT set_config('lock_timeout', ..., true); sql``), which the
+    server runs as one transaction, so the bound is the statement's and ends with it, with
+    no ``BEGIN`` or ``COMMIT`` of their own; an error rolls all of it back. Behind a
     transaction pooler the query is one transaction, on one server session. Only where
-    :func:`_bundling` allows it. ``setup(cursor)`` is called before the query (its
-    loaders, say). Close the cursor when done with its rows.
+    :func:`_bundling` allows it; else in :func:`bounded_wait`'s transaction.
     """
     connection = connections[lease_db()]
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
-        return None
-    connection.ensure_connection()
-    raw = _bundling(connection)
+    raw = None
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        connection.ensure_connection()
+        raw = _bundling(connection)
     if raw is None or not raw.autocommit or raw.info.transaction_status != _idle():
-        return None
-    cursor = raw.cursor()
-    try:
+        with bounded_wait(seconds), connection.cursor() as wrapped:
+            setup(wrapped.cursor)
+            wrapped.execute(sql, params)
+            row: tuple[Any, ...] | None = wrapped.fetchone()
+            return row
+    with raw.cursor() as cursor:
         setup(cursor)
         with connection.wrap_database_errors:
             cursor.execute(
@@ -169,10 +172,8 @@ def bounded_statement(
                 params,
             )
             cursor.nextset()  # past set_config's result, to the statement's
-    except BaseException:
-        cursor.close()
-        raise
-    return cursor
+            found: tuple[Any, ...] | None = cursor.fetchone()
+            return found
 
 
 def is_lock_timeout(exc: BaseException) -> bool:

@@ -33,7 +33,7 @@ from django.db.models import Case, Count, F, Min, Q, Value, When
 from django.db.models.functions import Greatest
 
 from django_fencedjobs import outcomes
-from django_fencedjobs.db import bounded_statement, bounded_wait, first_statement, lease_db
+from django_fencedjobs.db import bounded_row, first_statement, lease_db
 from django_fencedjobs.models import (
     LEASE_FREE,
     Backfill,
@@ -1016,7 +1016,7 @@ def end_run(
     """PostgreSQL: :func:`end` and the run's row in one statement (None when the run was
     recorded already, by its supervisor or a successor's takeover), its wait for either
     row's lock bounded by ``lock_wait`` seconds; one round trip, the statement's own
-    transaction, when no transaction is open (:func:`~django_fencedjobs.db.bounded_statement`).
+    transaction, when no transaction is open (:func:`~django_fencedjobs.db.bounded_row`).
 
     The lease row first, then the run's, as every path that locks both (so a finishing run
     and its successor cannot deadlock): the run's row moves from running (or abandoned) to
@@ -1095,17 +1095,9 @@ def end_run(
             Outcome.ABANDONED,
         ],
     )
-    cursor = bounded_statement(
-        sql, params, lock_wait, setup=lambda raw: _load_instants_in_c(connection, raw)
+    row = bounded_row(
+        sql, params, lock_wait, setup=lambda cursor: _load_instants_in_c(connection, cursor)
     )
-    if cursor is not None:
-        with cursor:
-            row = cursor.fetchone()
-    else:
-        with bounded_wait(lock_wait), connection.cursor() as wrapped:
-            _load_instants_in_c(connection, wrapped.cursor)
-            wrapped.execute(sql, params)
-            row = wrapped.fetchone()
     return Ended(*row) if row is not None else None
 
 
