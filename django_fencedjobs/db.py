@@ -134,17 +134,16 @@ def bounded_wait(seconds: float = LOCK_WAIT) -> Iterator[BaseDatabaseWrapper]:
         yield connection
 
 
-def bounded_row(
+def bounded_rows(
     sql: str,
     params: list[Any],
     seconds: float = LOCK_WAIT,
     *,
     setup: Callable[[Any], None] = lambda cursor: None,
-) -> tuple[Any, ...] | None:
+) -> list[tuple[Any, ...]]:
     """Run one statement of the app's bookkeeping on the lease database, its waits for row
-    locks bounded by ``seconds`` as in :func:`bounded_wait`, and return its first row (or
-    None). ``setup(cursor)`` is called with psycopg's cursor before it runs (its loaders,
-    say).
+    locks bounded by ``seconds`` as in :func:`bounded_wait`, and return its rows.
+    ``setup(cursor)`` is called with psycopg's cursor before it runs (its loaders, say).
 
     On PostgreSQL outside any transaction, in one round trip: the bound and the statement
     go as one query (``SELECT set_config('lock_timeout', ..., true); sql``), which the
@@ -162,8 +161,7 @@ def bounded_row(
         with bounded_wait(seconds), connection.cursor() as wrapped:
             setup(wrapped.cursor)
             wrapped.execute(sql, params)
-            row: tuple[Any, ...] | None = wrapped.fetchone()
-            return row
+            return list(wrapped.fetchall())
     with raw.cursor() as cursor:
         setup(cursor)
         with connection.wrap_database_errors:
@@ -172,8 +170,8 @@ def bounded_row(
                 params,
             )
             cursor.nextset()  # past set_config's result, to the statement's
-            found: tuple[Any, ...] | None = cursor.fetchone()
-            return found
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+            return rows
 
 
 def is_lock_timeout(exc: BaseException) -> bool:

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,7 +34,7 @@ from django.db.models import Case, Count, F, Min, Q, Value, When
 from django.db.models.functions import Greatest
 
 from django_fencedjobs import outcomes
-from django_fencedjobs.db import bounded_row, first_statement, lease_db
+from django_fencedjobs.db import bounded_rows, first_statement, lease_db
 from django_fencedjobs.models import (
     LEASE_FREE,
     Backfill,
@@ -577,16 +578,29 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
         return _take_elsewhere(batch, now)
-    records = [item.record for item in batch]
     run_table = connection.ops.quote_name(JobRun._meta.db_table)
-    columns = _RECORD_COLUMNS
+    columns = ", ".join(_RECORD_COLUMNS)
+    # A row whose last run did not end its lease (killed, or given up on) may have runs
+    # still marked running; a batch of rows all freed by their runs' ends has none, and
+    # its statement does without that part.
+    abandoned = any(item.row.lease_until != LEASE_FREE for item in batch)
+    marking: list[Any] = [
+        Outcome.ABANDONED,
+        now,
+        outcomes.ABANDONED,
+        Outcome.RUNNING,
+        RunKind.SCHEDULED,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(
-            "WITH claimed AS (SELECT * FROM unnest("
-            "  %s::text[], %s::bigint[], %s::timestamptz[], %s::timestamptz[],"
-            "  %s::timestamptz[], %s::timestamptz[], %s::integer[], %s::integer[])"
-            "  AS claimed(name, fence, slot, next_run_at, lease_until, run_slot, attempt,"
-            "  dropped)),"
+            # The batch is one JSON parameter, its rows unpacked by the server: quoting
+            # a value at a time on the client costs more than the statement. Each LIMIT
+            # tells the planner how many rows the JSON holds (it guesses 100 for any
+            # set-returning function, and would scan every lease row to join them).
+            "WITH claimed AS (SELECT * FROM json_to_recordset(%s::json)"
+            "  AS claimed(name text, fence bigint, slot timestamptz, next_run_at timestamptz,"
+            "  lease_until timestamptz, run_slot timestamptz, attempt integer,"
+            "  dropped integer) LIMIT %s),"
             " granted AS ("
             f" UPDATE {_table(connection)} AS lease SET fence = lease.fence + 1,"
             "  owner = %s, lease_until = claimed.lease_until,"
@@ -596,38 +610,48 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
             "  FROM claimed WHERE lease.name = claimed.name AND lease.fence = claimed.fence"
             "  AND lease.next_run_at = claimed.slot AND lease.lease_until < %s"
             "  AND NOT lease.paused RETURNING lease.name),"
-            " abandoned AS ("
-            # Every run of these jobs still marked running has an older fence: this
-            # statement's own inserts are not visible to it. (Rows of kind "scheduled"
-            # only: a backfill slot's runs are recorded under their job's name.)
-            f" UPDATE {run_table} SET outcome = %s, finished_at = %s, error = %s"
-            "  WHERE outcome = %s AND kind = %s AND job IN (SELECT name FROM granted)),"
-            " inserted AS ("
-            f" INSERT INTO {run_table} ({', '.join(columns)})"
-            f"  SELECT {', '.join('run.' + c for c in columns)} FROM unnest("
-            f"  {', '.join(f'%s::{kind}[]' for kind in _RECORD_TYPES)})"
-            f"  AS run({', '.join(columns)})"
-            "  WHERE run.job IN (SELECT name FROM granted)"
+            + (
+                " abandoned AS ("
+                # Every run of these jobs still marked running has an older fence: this
+                # statement's own inserts are not visible to it. (Rows of kind
+                # "scheduled" only: a backfill slot's runs are recorded under their
+                # job's name.)
+                f" UPDATE {run_table} SET outcome = %s, finished_at = %s, error = %s"
+                "  WHERE outcome = %s AND kind = %s AND job IN (SELECT name FROM granted)),"
+                if abandoned
+                else ""
+            )
+            + " inserted AS ("
+            f" INSERT INTO {run_table} ({columns})"
+            f"  SELECT {columns} FROM (SELECT * FROM json_populate_recordset("
+            f"  NULL::{run_table}, %s::json) LIMIT %s) AS run"
+            "  WHERE job IN (SELECT name FROM granted)"
             "  ON CONFLICT ON CONSTRAINT fencedjobs_run_once DO NOTHING RETURNING id, job)"
             " SELECT granted.name, inserted.id FROM granted"
             " LEFT JOIN inserted ON inserted.job = granted.name",
             [
-                [item.row.name for item in batch],
-                [item.row.fence for item in batch],
-                [item.row.next_run_at for item in batch],
-                [item.next_run_at for item in batch],
-                [item.lease_until for item in batch],
-                [item.run_slot for item in batch],
-                [item.attempt for item in batch],
-                [int(item.dropped_retry) for item in batch],
-                records[0].owner,
+                _json(
+                    {
+                        "name": item.row.name,
+                        "fence": item.row.fence,
+                        "slot": item.row.next_run_at,
+                        "next_run_at": item.next_run_at,
+                        "lease_until": item.lease_until,
+                        "run_slot": item.run_slot,
+                        "attempt": item.attempt,
+                        "dropped": int(item.dropped_retry),
+                    }
+                    for item in batch
+                ),
+                len(batch),
+                batch[0].record.owner,
                 now,
-                Outcome.ABANDONED,
-                now,
-                outcomes.ABANDONED,
-                Outcome.RUNNING,
-                RunKind.SCHEDULED,
-                *([getattr(record, column) for record in records] for column in columns),
+                *(marking if abandoned else []),
+                _json(
+                    {column: getattr(item.record, column) for column in _RECORD_COLUMNS}
+                    for item in batch
+                ),
+                len(batch),
             ],
         )
         result = dict(cursor.fetchall())
@@ -646,7 +670,7 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
     return recorded, skipped
 
 
-#: The columns of a run's row that :func:`take` inserts, and their PostgreSQL types.
+#: The columns of a run's row that :func:`take` inserts.
 _RECORD_COLUMNS = (
     "job",
     "scheduled_for",
@@ -666,25 +690,17 @@ _RECORD_COLUMNS = (
     "kind",
     "interval_start",
 )
-_RECORD_TYPES = (
-    "text",
-    "timestamptz",
-    "timestamptz",
-    "timestamptz",
-    "text",
-    "boolean",
-    "bigint",
-    "integer",
-    "bigint",
-    "text",
-    "integer",
-    "text",
-    "text",
-    "text",
-    "integer",
-    "text",
-    "timestamptz",
-)
+
+
+def _json(rows: Iterable[dict[str, Any]]) -> str:
+    """``rows`` as one JSON array, instants in ISO 8601 (what ``timestamptz`` reads)."""
+    return json.dumps(list(rows), default=_iso)
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _take_elsewhere(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
@@ -997,108 +1013,138 @@ class Ended:
     retry_at: datetime | None = None
 
 
-def end_run(
-    name: str,
-    fence: int,
-    run_pk: int,
-    *,
-    outcome: str,
-    error: str,
-    capped: bool,
-    loose_items: int,
-    succeeded_at: datetime | None,
-    late_after: datetime | None,
-    finished_at: datetime | None,
-    retry: Retry | None = None,
-    final: bool = True,
-    lock_wait: float,
-) -> Ended | None:
-    """PostgreSQL: :func:`end` and the run's row in one statement (None when the run was
-    recorded already, by its supervisor or a successor's takeover), its wait for either
-    row's lock bounded by ``lock_wait`` seconds; one round trip, the statement's own
-    transaction, when no transaction is open (:func:`~django_fencedjobs.db.bounded_row`).
+@dataclass(frozen=True)
+class RunEnd:
+    """How one run ended, for :func:`end_runs` to record: the run's lease (``name``,
+    ``fence``) and row (``run_pk``). ``finished_at`` None: the database's clock.
+    ``retry`` and ``final``: as :func:`end`'s."""
 
-    The lease row first, then the run's, as every path that locks both (so a finishing run
-    and its successor cannot deadlock): the run's row moves from running (or abandoned) to
-    ``outcome`` only, never from an outcome already recorded. A run that timed out after a
-    successor had taken its lease over (the lease was not released) is recorded
-    ``fence_lost``: being paused or slow past its lease is what ended it. ``finished_at``
-    None: the database's clock. Returns what the row says, items, batches and watermark
-    included, as the run's own transactions committed them. ``retry`` and ``final``: as
-    :func:`end`'s.
+    name: str
+    fence: int
+    run_pk: int
+    outcome: str
+    error: str
+    capped: bool
+    loose_items: int
+    succeeded_at: datetime | None
+    late_after: datetime | None
+    finished_at: datetime | None
+    retry: Retry | None = None
+    final: bool = True
+
+
+def end_run(end: RunEnd, *, lock_wait: float) -> Ended | None:
+    """:func:`end_runs` for one run: what its row now says, or None when it was recorded
+    already."""
+    return end_runs([end], lock_wait=lock_wait).get(end.run_pk)
+
+
+#: The lease of a run that failed (in :func:`end_runs`'s statement) goes to its retry:
+#: always for a backfill slot or one-off, for a scheduled slot only before its next one.
+_RETRYING_END = (
+    f"(ending.retry_at IS NOT NULL AND (lease.kind <> '{RunKind.SCHEDULED}'"
+    " OR ending.retry_at < lease.next_run_at))"
+)
+
+
+def end_runs(ends: list[RunEnd], *, lock_wait: float) -> dict[int, Ended]:
+    """PostgreSQL: :func:`end` and the run's row for each of ``ends``, all in one statement,
+    its waits for row locks bounded by ``lock_wait`` seconds; one round trip, the
+    statement's own transaction, when no transaction is open
+    (:func:`~django_fencedjobs.db.bounded_rows`). What each run's row now says, by its
+    primary key; a run recorded already (by its supervisor, or a successor's takeover) is
+    left as it is and missing from the result.
+
+    Every lease row first, then the runs' rows, as every path that locks both (so a
+    finishing run and its successor cannot deadlock): ``lease`` aggregates the lease rows'
+    UPDATE, so all of it is done (waiting for a lease row if need be) before any run's row
+    can be updated, and so locked; a data-modifying CTE nobody reads would run after the
+    main statement instead. A run's row moves from running (or abandoned) to its outcome
+    only, never from an outcome already recorded. A run that timed out after a successor
+    had taken its lease over (the lease was not released) is recorded ``fence_lost``:
+    being paused or slow past its lease is what ended it. The values are the app's own,
+    in one JSON parameter; the constants of the statement are literals.
     """
+    if not ends:
+        return {}
     connection = connections[lease_db()]
     run_table = connection.ops.quote_name(JobRun._meta.db_table)
-    failed = outcome in {Outcome.FAILED, Outcome.TIMED_OUT}
-    timed_out = outcome == Outcome.TIMED_OUT
-    params: list[Any]
-    sql, params = (
-        # The lease row first, the run's row only then: `lease` is counted in full
-        # (its UPDATE done, waiting for the lease row if need be) before the run's row
-        # can be updated, and so locked; a data-modifying CTE nobody reads would run
-        # after the main statement instead.
-        "WITH retry AS (SELECT COALESCE(%s, clock_timestamp()) + %s::interval AS at),"
+    retrying = _RETRYING_END
+    scheduled, running, abandoned = (
+        f"'{RunKind.SCHEDULED}'",
+        f"'{Outcome.RUNNING}'",
+        f"'{Outcome.ABANDONED}'",
+    )
+    sql = (
+        "WITH ending AS (SELECT *, COALESCE(finished_at, clock_timestamp()) + backoff"
+        "  AS retry_at FROM (SELECT * FROM json_to_recordset(%s::json) AS ending("
+        "  name text, fence bigint, run_pk bigint, outcome text, error text, capped boolean,"
+        "  loose_items bigint, succeeded_at timestamptz, late_after timestamptz,"
+        "  finished_at timestamptz, backoff interval, retry_slot timestamptz,"
+        "  retry_attempt integer, final boolean, failed boolean, timed_out boolean,"
+        # LIMIT: how many rows the JSON holds, for the planner (see take).
+        "  lost_error text) LIMIT %s) AS ending),"
         " released AS ("
-        f" UPDATE {_table(connection)} AS lease SET fence = fence + 1, lease_until = %s,"
-        "  owner = '', last_success_at = COALESCE(%s, last_success_at),"
-        "  consecutive_failures = CASE WHEN %s::timestamptz IS NOT NULL THEN 0"
-        f"   WHEN %s AND NOT {_RETRYING} THEN consecutive_failures + 1"
-        "   ELSE consecutive_failures END,"
-        "  late_after = COALESCE(%s, late_after),"
-        f"  next_run_at = CASE WHEN {_RETRYING} THEN retry.at ELSE next_run_at END,"
-        f"  run_slot = CASE WHEN {_RETRYING} THEN %s ELSE run_slot END,"
-        f"  attempt = CASE WHEN {_RETRYING} THEN %s ELSE attempt END,"
-        f"  paused = paused OR (%s AND lease.kind <> %s AND NOT {_RETRYING})"
-        "  FROM retry WHERE name = %s AND fence = %s"
-        f"  RETURNING CASE WHEN {_RETRYING} THEN retry.at END AS retry_at),"
-        " lease AS (SELECT count(*) = 1 AS released, max(retry_at) AS retry_at"
-        "  FROM released)"
+        f" UPDATE {_table(connection)} AS lease SET fence = lease.fence + 1,"
+        "  lease_until = %s, owner = '',"
+        "  last_success_at = COALESCE(ending.succeeded_at, lease.last_success_at),"
+        "  consecutive_failures = CASE WHEN ending.succeeded_at IS NOT NULL THEN 0"
+        f"   WHEN ending.failed AND NOT {retrying} THEN lease.consecutive_failures + 1"
+        "   ELSE lease.consecutive_failures END,"
+        "  late_after = COALESCE(ending.late_after, lease.late_after),"
+        f"  next_run_at = CASE WHEN {retrying} THEN ending.retry_at ELSE lease.next_run_at END,"
+        f"  run_slot = CASE WHEN {retrying} THEN ending.retry_slot ELSE lease.run_slot END,"
+        f"  attempt = CASE WHEN {retrying} THEN ending.retry_attempt ELSE lease.attempt END,"
+        "  paused = lease.paused OR"
+        f"   (ending.final AND lease.kind <> {scheduled} AND NOT {retrying})"
+        "  FROM ending WHERE lease.name = ending.name AND lease.fence = ending.fence"
+        f"  RETURNING lease.name, CASE WHEN {retrying} THEN ending.retry_at END AS retry_at),"
+        " lease AS (SELECT COALESCE(array_agg(name), '{}') AS names,"
+        "  COALESCE(array_agg(retry_at), '{}') AS retry_at FROM released),"
+        " settled AS (SELECT ending.*, array_position(lease.names, ending.name) AS place,"
+        "  lease.retry_at AS retries FROM ending, lease)"
         f" UPDATE {run_table} AS run SET"
-        "  outcome = CASE WHEN %s AND NOT lease.released THEN %s ELSE %s END,"
-        "  error = CASE WHEN %s AND NOT lease.released THEN %s ELSE %s END,"
-        "  finished_at = COALESCE(%s, clock_timestamp()), capped = %s,"
-        "  items = run.items + %s"
-        " FROM lease WHERE run.id = %s AND run.outcome IN (%s, %s)"
-        " RETURNING lease.released, run.outcome, run.error, run.finished_at, run.items,"
-        "  run.batches, run.watermark_after, lease.retry_at",
-        [
-            finished_at,
-            retry.backoff if retry is not None else None,
-            LEASE_FREE,
-            succeeded_at,
-            succeeded_at,
-            failed,
-            RunKind.SCHEDULED,
-            late_after,
-            RunKind.SCHEDULED,
-            RunKind.SCHEDULED,
-            retry.slot if retry is not None else None,
-            RunKind.SCHEDULED,
-            retry.attempt if retry is not None else None,
-            final,
-            RunKind.SCHEDULED,
-            RunKind.SCHEDULED,
-            name,
-            fence,
-            RunKind.SCHEDULED,
-            timed_out,
-            Outcome.FENCE_LOST,
-            outcome,
-            timed_out,
-            outcomes.fence_lost(fence),
-            error,
-            finished_at,
-            capped,
-            loose_items,
-            run_pk,
-            Outcome.RUNNING,
-            Outcome.ABANDONED,
-        ],
+        "  outcome = CASE WHEN settled.timed_out AND settled.place IS NULL"
+        f"   THEN '{Outcome.FENCE_LOST}' ELSE settled.outcome END,"
+        "  error = CASE WHEN settled.timed_out AND settled.place IS NULL"
+        "   THEN settled.lost_error ELSE settled.error END,"
+        "  finished_at = COALESCE(settled.finished_at, clock_timestamp()),"
+        "  capped = settled.capped, items = run.items + settled.loose_items"
+        f" FROM settled WHERE run.id = settled.run_pk AND run.outcome IN ({running}, {abandoned})"
+        " RETURNING run.id, settled.place IS NOT NULL, run.outcome, run.error,"
+        "  run.finished_at, run.items, run.batches, run.watermark_after,"
+        "  settled.retries[settled.place]"
     )
-    row = bounded_row(
-        sql, params, lock_wait, setup=lambda cursor: _load_instants_in_c(connection, cursor)
+    payload = _json(
+        {
+            "name": end.name,
+            "fence": end.fence,
+            "run_pk": end.run_pk,
+            "outcome": end.outcome,
+            "error": end.error,
+            "capped": end.capped,
+            "loose_items": end.loose_items,
+            "succeeded_at": end.succeeded_at,
+            "late_after": end.late_after,
+            "finished_at": end.finished_at,
+            # An interval PostgreSQL reads: seconds, with their fraction.
+            "backoff": f"{end.retry.backoff.total_seconds()} seconds" if end.retry else None,
+            "retry_slot": end.retry.slot if end.retry else None,
+            "retry_attempt": end.retry.attempt if end.retry else None,
+            "final": end.final,
+            "failed": end.outcome in {Outcome.FAILED, Outcome.TIMED_OUT},
+            "timed_out": end.outcome == Outcome.TIMED_OUT,
+            "lost_error": outcomes.fence_lost(end.fence),
+        }
+        for end in ends
     )
-    return Ended(*row) if row is not None else None
+    rows = bounded_rows(
+        sql,
+        [payload, len(ends), LEASE_FREE],
+        lock_wait,
+        setup=lambda cursor: _load_instants_in_c(connection, cursor),
+    )
+    return {pk: Ended(*values) for pk, *values in rows}
 
 
 # -- the handler's transaction ------------------------------------------------------------

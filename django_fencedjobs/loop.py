@@ -70,9 +70,9 @@ RETRY_LOCKED = timedelta(seconds=1)
 #: of an index, whatever the number of instances: bench P10).
 INSTANCES_POLL = timedelta(seconds=1)
 
-#: Due instances and a worker free while the others are busy: wait this long at most for
-#: more of them to free up, so that one claim serves several (in a stampede the workers
-#: free up one after another, and a claim per worker costs a transaction per run).
+#: Due instances and fewer than three quarters of the workers free: wait this long at most
+#: for more of them to free up, so that one claim serves several (in a stampede the
+#: workers free up one after another, and a claim costs a transaction whatever its size).
 CLAIM_GATHER = timedelta(milliseconds=10)
 
 #: While other processes drain the same due jobs (a fleet), the loop reads the due rows
@@ -466,9 +466,9 @@ class Dispatcher:
 
     def _gather(self, pool: Pool, free: int) -> bool:
         """Whether to put the claim off for a moment (:data:`CLAIM_GATHER`): fewer than
-        half the workers are free, the others busy, and it was not put off that long
-        already."""
-        if free * 2 >= pool.size:
+        three quarters of the workers are free, the others busy, and it was not put off
+        that long already."""
+        if free * 4 >= pool.size * 3:
             self._gathering = None
             return False
         now = time.monotonic()

@@ -601,10 +601,16 @@ def _log_retry(run: RunState, retry: lease.Retry | None, retry_at: datetime | No
 def _end_rows_in_one(run: RunState, outcome: str, error: str, wait: float) -> dict[str, Any] | None:
     """:func:`_end_rows` on PostgreSQL: one statement (:func:`lease.end_run`), in one round
     trip, the clock read by that statement."""
+    end = _run_end(run, outcome, error)
+    ended = lease.end_run(end, lock_wait=wait)
+    return None if ended is None else _ended(run, end, ended)
+
+
+def _run_end(run: RunState, outcome: str, error: str) -> lease.RunEnd:
+    """What :func:`lease.end_runs` records of ``run``'s end."""
     job, record = run.job, run.record
     succeeded_at = record.started_at if outcome == Outcome.SUCCEEDED else None
-    retry = retries.next_attempt(job, record, outcome)
-    ended = lease.end_run(
+    return lease.RunEnd(
         job.name,
         run.fence,
         record.pk,
@@ -615,18 +621,21 @@ def _end_rows_in_one(run: RunState, outcome: str, error: str, wait: float) -> di
         succeeded_at=succeeded_at,
         late_after=_late_after(job, succeeded_at),
         finished_at=None if clock.get_clock() is clock.database_now else clock.now(),
-        retry=retry,
+        retry=retries.next_attempt(job, record, outcome),
         final=outcome in retries.FINAL_OUTCOMES,
-        lock_wait=wait,
     )
-    if ended is None:
-        return None
+
+
+def _ended(run: RunState, end: lease.RunEnd, ended: lease.Ended) -> dict[str, Any]:
+    """Log what recording ``run``'s ``end`` found (its retry, a lease taken over meanwhile);
+    what the run's row now says."""
+    record = run.record
     if ended.released:
-        _log_retry(run, retry, ended.retry_at)
+        _log_retry(run, end.retry, ended.retry_at)
     if not ended.released and ended.outcome != Outcome.FENCE_LOST:
         logger.warning(
             "run of %s finished after its lease was taken over (fence %d)",
-            job.name,
+            run.job.name,
             run.fence,
             extra=_log_fields(record, event="run_superseded"),
         )

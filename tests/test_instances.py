@@ -340,6 +340,42 @@ def test_a_batch_claim_costs_four_round_trips_whatever_its_size_and_an_end_one(j
     assert JobRun.objects.get(pk=acquired.record.pk).outcome == Outcome.SUCCEEDED
 
 
+@pytest.mark.postgres_only
+def test_a_batch_claim_takes_its_leases_by_their_index_however_many_rows_the_table_has(jobs):
+    """The batch of a claim comes as one JSON parameter, and PostgreSQL guesses 100 rows for
+    any set-returning function: unless told the batch's size, its plan joined the batch to
+    every lease row in a sequential scan, at every claim."""
+    from django.db import connection, transaction
+
+    from django_fencedjobs import runner
+
+    digest = _declare_digest()
+    for n in range(3):
+        digest.instances.upsert(f"k{n}", every=timedelta(minutes=1), kwargs={"tenant_id": n})
+    far = fake_clock() + timedelta(days=365)
+    JobLease.objects.bulk_create(
+        JobLease(name=f"t.other{n}", next_run_at=far, created_at=far) for n in range(3000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE fencedjobs_joblease")
+    fake_clock.advance(timedelta(minutes=1))
+    statements: list[tuple[str, object]] = []
+
+    def capture(execute, sql, params, many, context):
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        assert len(runner.claim({"t.digest": digest.job}, 2)) == 2
+    (take,) = [(sql, params) for sql, params in statements if "granted AS" in sql]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + take[0], take[1])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    assert "on fencedjobs_joblease" in plan
+    assert "Seq Scan on fencedjobs_joblease" not in plan, plan
+
+
 def test_an_upsert_racing_another_for_a_new_key_changes_what_the_other_made(jobs, monkeypatch):
     from django_fencedjobs.instances import Instances
 
