@@ -444,7 +444,9 @@ class Dispatcher:
         if self._due_parents and free and not self.stop.is_set():
             if self._gather(pool, free):
                 return
-            # Due instances, the earliest first, for every free worker: one claim.
+            # Due instances, the earliest first, for every free worker: one claim, after
+            # the ends of the runs that freed them.
+            self.unrecorded.record()
             due = {name: self._bases[name] for name in self._due_parents}
             claimed = claim(due, free)
             for acquired in claimed:
@@ -478,6 +480,13 @@ class Dispatcher:
             return True
         self._gathering = None
         return False
+
+    def _ends_wait(self) -> bool:
+        """Due instances wait for workers: the ends of the runs that free them wait for the
+        next claim, which records them just before it claims (:meth:`hand_out`), several
+        in one statement. It comes as soon as three quarters of the workers are free, or
+        :data:`CLAIM_GATHER` after the first."""
+        return bool(self._due_parents)
 
     def _gather_left(self) -> float | None:
         """Seconds until a claim put off to gather workers is made anyway; None if none is."""
@@ -560,6 +569,9 @@ class Dispatcher:
         meanwhile.
         """
         max_sleep = get_settings().LOOP_MAX_SLEEP.total_seconds()
+        # On PostgreSQL the ends of runs whose handler returned are recorded here, several
+        # in one statement, at the next pass (lease.end_runs).
+        self.unrecorded.deferring = connections[db.lease_db()].vendor == "postgresql"
         pool = self._pool()
         #: This runner's row: registered, then a beat every RUNNER_BEAT (never raises).
         presence = runners.Presence(self.jobs, pool.size)
@@ -568,7 +580,8 @@ class Dispatcher:
             while not self.stop.is_set():
                 self.wake.clear()
                 try:
-                    self.unrecorded.record()
+                    if not self._ends_wait():
+                        self.unrecorded.record()
                     if not self.has_work:
                         if max_ticks is not None and ticks >= max_ticks:
                             break
@@ -596,6 +609,8 @@ class Dispatcher:
                 self.wake.wait(min(sleep, presence.due_in()))
         finally:
             pool.shutdown()
+            self.unrecorded.deferring = False
+            self._record_before_exit()
             presence.stop()
         self._give_up_if(pool)
 
@@ -618,22 +633,25 @@ class Dispatcher:
             and pool.passed_over() > 0
         )
 
+    def _record_before_exit(self) -> None:
+        """Once the workers are done: record the ends still waiting (one try). A run left
+        unrecorded reads running until its lease expires, then abandoned."""
+        try:
+            self.unrecorded.record()
+        except DatabaseError as exc:
+            logger.warning(
+                "could not record every run before exiting: %s",
+                exc,
+                extra={"event": "record_failed"},
+            )
+
     def _give_up_if(self, pool: Pool) -> None:
         """After a pool's shutdown: if it stopped at its limit of abandoned handlers, record
         what could not be recorded yet (one try) and raise
         :class:`TooManyAbandonedHandlers`."""
         if not pool.gave_up:
             return
-        try:
-            self.unrecorded.record()
-        except DatabaseError as exc:
-            # Left running: the next run of each job marks it abandoned, once its lease
-            # expires.
-            logger.warning(
-                "could not record every run before exiting: %s",
-                exc,
-                extra={"event": "record_failed"},
-            )
+        self._record_before_exit()
         raise TooManyAbandonedHandlers(pool.gave_up, pool.max_abandoned)
 
 

@@ -121,7 +121,7 @@ def run_acquired(
         signals.send(signals.run_finished, job=job, record=record)
         return record
     state = RunState(job, record, watermarks=acquired.watermarks, stop_requested=stop)
-    return _execute(state, now, unrecorded or Unrecorded(), on_abandon)
+    return _execute(state, now, Unrecorded() if unrecorded is None else unrecorded, on_abandon)
 
 
 def _acquire(job: Job, row: lease.LeaseRow) -> Acquired | None:
@@ -382,6 +382,9 @@ def _execute(state: RunState, now: datetime, unrecorded: Unrecorded, on_abandon:
     if supervisor.fired is not None or supervisor.abandoned:
         # What the supervisor delivered decided the outcome already (outcomes.decide).
         _discard_connection(db.lease_db())
+    elif unrecorded.deferring and not isinstance(exc, KeyboardInterrupt):
+        unrecorded.defer(state, outcome, error)  # recorded with other runs' ends
+        return record
     record = _record(state, outcome, error, unrecorded)
     if isinstance(exc, KeyboardInterrupt):
         raise exc
@@ -710,35 +713,69 @@ def _record(run: RunState, outcome: str, error: str, unrecorded: Unrecorded) -> 
 
 
 class Unrecorded:
-    """Runs whose end could not be recorded because the database was unreachable: their
-    runner records them (:meth:`record`) before it next scans. Thread-safe: workers add,
-    the dispatching thread records."""
+    """Runs whose end is still to be recorded, for their runner to record (:meth:`record`)
+    before it next scans. Thread-safe: workers add, the dispatching thread records.
+
+    Two kinds: the end of a run whose handler returned on a loop's worker (:meth:`defer`,
+    when :attr:`deferring`), recorded a moment later with the others' in one statement, so
+    that the runs of a stampede do not each pay for a statement of their own; and one that
+    could not be recorded because the database was unreachable (:meth:`add`). Until it is
+    recorded the run reads running, and its lease stays held: a runner killed in between
+    leaves it to be read abandoned, as one killed mid-run does, never succeeded.
+    """
 
     def __init__(self) -> None:
-        self._runs: list[tuple[RunState, str, str]] = []
+        self._runs: list[tuple[RunState, str, str, bool]] = []
         self._lock = threading.Lock()
+        #: Whether ends of runs whose handler returned wait here (a loop on PostgreSQL).
+        self.deferring = False
 
     def add(self, run: RunState, outcome: str, error: str) -> None:
+        """An end that could not be recorded: the database was unreachable."""
         with self._lock:
-            self._runs.append((run, outcome, error))
+            self._runs.append((run, outcome, error, True))
+
+    def defer(self, run: RunState, outcome: str, error: str) -> None:
+        """The end of a run whose handler returned, to record with the others'."""
+        run.stop()  # its fenced blocks are over; none may begin from now on
+        with self._lock:
+            self._runs.append((run, outcome, error, False))
 
     def record(self) -> None:
         """Record each, oldest first; raises ``DatabaseError`` (keeping the rest) when the
-        database is still away."""
-        while True:
-            with self._lock:
-                if not self._runs:
-                    return
-                run, outcome, error = self._runs[0]
-            record_end(run, outcome, error)
-            with self._lock:
-                self._runs.pop(0)
-            logger.info(
-                "recorded the outcome of %s after reconnecting: %s",
-                run.job.name,
-                outcome,
-                extra=_log_fields(run.record, event="run_recorded_late"),
-            )
+        database is still away. On PostgreSQL all of them in one statement."""
+        with self._lock:
+            runs = list(self._runs)
+        if not runs:
+            return
+        if connections[db.lease_db()].vendor != "postgresql":
+            for run, outcome, error, late in runs:
+                record_end(run, outcome, error)
+                with self._lock:
+                    self._runs.pop(0)
+                if late:
+                    _log_recorded_late(run, outcome)
+            return
+        ends = [_run_end(run, outcome, error) for run, outcome, error, _ in runs]
+        ended = lease.end_runs(ends, lock_wait=db.LOCK_WAIT)
+        with self._lock:
+            del self._runs[: len(runs)]  # only this thread removes, from the front
+        for (run, outcome, _, late), end in zip(runs, ends, strict=True):
+            found = ended.get(end.run_pk)
+            if found is None:
+                continue  # recorded already: by its supervisor, or a successor's takeover
+            _report_end(run, _ended(run, end, found))
+            if late:
+                _log_recorded_late(run, outcome)
+
+
+def _log_recorded_late(run: RunState, outcome: str) -> None:
+    logger.info(
+        "recorded the outcome of %s after reconnecting: %s",
+        run.job.name,
+        outcome,
+        extra=_log_fields(run.record, event="run_recorded_late"),
+    )
 
 
 def _log_fields(record: JobRun, *, event: str, **more: Any) -> dict[str, Any]:

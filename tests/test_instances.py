@@ -341,6 +341,37 @@ def test_a_batch_claim_costs_four_round_trips_whatever_its_size_and_an_end_one(j
 
 
 @pytest.mark.postgres_only
+def test_the_loop_records_the_ends_of_the_runs_that_freed_its_workers_in_one_statement(
+    jobs, monkeypatch
+):
+    """A stampede of instances: each worker used to record its run's end in a statement of
+    its own. The loop records the ends waiting when it next claims, together, and the rest
+    when it stops: every run reads succeeded."""
+    from django_fencedjobs import lease
+    from django_fencedjobs.loop import Dispatcher
+
+    digest = _declare_digest()
+    for n in range(8):
+        digest.instances.upsert(f"k{n}", every=timedelta(minutes=1), kwargs={"tenant_id": n})
+    fake_clock.advance(timedelta(minutes=1))
+    # A claim waits for three of the four workers to be free (as long as it takes here).
+    monkeypatch.setattr(loop, "CLAIM_GATHER", timedelta(seconds=30))
+    batches: list[int] = []
+    real = lease.end_runs
+
+    def counted(ends, **kwargs):
+        batches.append(len(ends))
+        return real(ends, **kwargs)
+
+    monkeypatch.setattr(lease, "end_runs", counted)
+    Dispatcher([digest.job], workers=4).loop(max_ticks=2)
+    outcomes = list(JobRun.objects.values_list("outcome", flat=True))
+    assert outcomes == [Outcome.SUCCEEDED] * 8
+    assert sum(batches) == 8
+    assert max(batches) >= 3, batches  # the ends of the runs that freed three workers
+
+
+@pytest.mark.postgres_only
 def test_a_batch_claim_takes_its_leases_by_their_index_however_many_rows_the_table_has(jobs):
     """The batch of a claim comes as one JSON parameter, and PostgreSQL guesses 100 rows for
     any set-returning function: unless told the batch's size, its plan joined the batch to
