@@ -70,9 +70,9 @@ RETRY_LOCKED = timedelta(seconds=1)
 #: of an index, whatever the number of instances: bench P10).
 INSTANCES_POLL = timedelta(seconds=1)
 
-#: Due instances and fewer than three quarters of the workers free: wait this long at most
-#: for more of them to free up, so that one claim serves several (in a stampede the
-#: workers free up one after another, and a claim costs a transaction whatever its size).
+#: Due instances and some of the workers busy: wait this long at most for them to free up,
+#: so that one claim serves every worker (in a stampede the workers free up one after
+#: another, and a claim costs a transaction whatever its size).
 CLAIM_GATHER = timedelta(milliseconds=10)
 
 #: While other processes drain the same due jobs (a fleet), the loop reads the due rows
@@ -467,10 +467,9 @@ class Dispatcher:
                 self._retry_soon = True
 
     def _gather(self, pool: Pool, free: int) -> bool:
-        """Whether to put the claim off for a moment (:data:`CLAIM_GATHER`): fewer than
-        three quarters of the workers are free, the others busy, and it was not put off
-        that long already."""
-        if free * 4 >= pool.size * 3:
+        """Whether to put the claim off for a moment (:data:`CLAIM_GATHER`): some workers
+        are busy, and it was not put off that long already."""
+        if free >= pool.size:
             self._gathering = None
             return False
         now = time.monotonic()
@@ -484,7 +483,7 @@ class Dispatcher:
     def _ends_wait(self) -> bool:
         """Due instances wait for workers: the ends of the runs that free them wait for the
         next claim, which records them just before it claims (:meth:`hand_out`), several
-        in one statement. It comes as soon as three quarters of the workers are free, or
+        in one statement. It comes as soon as every worker is free, or
         :data:`CLAIM_GATHER` after the first."""
         return bool(self._due_parents)
 

@@ -354,7 +354,7 @@ def test_the_loop_records_the_ends_of_the_runs_that_freed_its_workers_in_one_sta
     for n in range(8):
         digest.instances.upsert(f"k{n}", every=timedelta(minutes=1), kwargs={"tenant_id": n})
     fake_clock.advance(timedelta(minutes=1))
-    # A claim waits for three of the four workers to be free (as long as it takes here).
+    # A claim waits for the four workers to be free (as long as it takes here).
     monkeypatch.setattr(loop, "CLAIM_GATHER", timedelta(seconds=30))
     batches: list[int] = []
     real = lease.end_runs
@@ -368,7 +368,7 @@ def test_the_loop_records_the_ends_of_the_runs_that_freed_its_workers_in_one_sta
     outcomes = list(JobRun.objects.values_list("outcome", flat=True))
     assert outcomes == [Outcome.SUCCEEDED] * 8
     assert sum(batches) == 8
-    assert max(batches) >= 3, batches  # the ends of the runs that freed three workers
+    assert max(batches) >= 3, batches  # the ends of the runs that freed the workers
 
 
 @pytest.mark.postgres_only
