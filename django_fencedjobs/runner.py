@@ -60,7 +60,7 @@ from django_fencedjobs.registry import Job
 from django_fencedjobs.run import Run, watermark_text
 from django_fencedjobs.runstate import RunState, WatermarkValue
 from django_fencedjobs.supervisor import Supervisor
-from django_fencedjobs.text import bounded, error_excerpt
+from django_fencedjobs.text import bounded, error_excerpt, storable
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -481,7 +481,8 @@ def _discard_connection(alias: str) -> None:
 
 
 def _bounded_traceback(exc: BaseException) -> str:
-    return bounded("".join(traceback.format_exception(exc)), get_settings().ERROR_MAX_CHARS)
+    text = storable("".join(traceback.format_exception(exc)))
+    return bounded(text, get_settings().ERROR_MAX_CHARS)
 
 
 def record_end(run: RunState, outcome: str, error: str, *, wait: float = db.LOCK_WAIT) -> bool:

@@ -22,6 +22,20 @@ def error_excerpt(error: str, limit: int = ERROR_EXCERPT_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def storable(text: str) -> str:
+    """``text`` as any database stores it: a NUL character (which PostgreSQL refuses in
+    text) written ``\\x00``, a lone surrogate (which no encoding takes) as ``?``. A
+    handler's exception message may hold either, and its run's end must still be
+    recorded."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def bounded(text: str, limit: int) -> str:
     """``text`` cut to its last ``limit`` characters, marked with a leading ``…`` when cut:
     a traceback's end says what failed."""

@@ -211,3 +211,29 @@ def test_a_savepoint_that_rolled_back_inside_a_committed_block_takes_its_progres
     assert Write.objects.filter(job="t.records.savepoints").count() == 2
     assert not Watermark.objects.filter(job="t.records.savepoints").exists()
     assert (record.items, record.batches, record.watermark_after) == (2, 0, "")
+
+
+def test_a_failure_whose_message_holds_a_nul_or_a_lone_surrogate_is_recorded_and_the_loop_goes_on(
+    jobs,
+):
+    """PostgreSQL refuses a NUL character in text, and no encoding takes a lone surrogate:
+    a run's error holding either could not be recorded, and kept the loop that records the
+    ends of its runs together failing at every pass, every other run unrecorded too."""
+    from django_fencedjobs.loop import Dispatcher
+
+    @job(every=timedelta(minutes=1), name="t.nul")
+    def nul(run):
+        raise ValueError("a NUL \x00 and a lone surrogate \ud800 in the message")
+
+    @job(every=timedelta(minutes=1), name="t.fine")
+    def fine(run):
+        with fenced_atomic():
+            Write.objects.create(job="t.fine", fence=run.fence, seq=1)
+
+    tick()  # creates the lease rows
+    fake_clock.set(T0 + timedelta(minutes=6))
+    Dispatcher([nul.job, fine.job], workers=2).loop(max_ticks=2)
+    failed = JobRun.objects.get(job="t.nul")
+    assert failed.outcome == Outcome.FAILED
+    assert "a NUL \\x00 and a lone surrogate ? in the message" in failed.error
+    assert JobRun.objects.get(job="t.fine").outcome == Outcome.SUCCEEDED
