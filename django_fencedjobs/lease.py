@@ -920,12 +920,6 @@ class Retry:
     attempt: int
 
 
-#: Whether the retry an end asks for is scheduled, in SQL over the lease row and a
-#: ``retry(at)`` relation: a scheduled row's retry only if it comes before the row's next
-#: slot (never at or past it); a backfill slot's or one-off's always.
-_RETRYING = "(retry.at IS NOT NULL AND (lease.kind <> %s OR retry.at < lease.next_run_at))"
-
-
 def end(
     name: str,
     fence: int,
@@ -1041,7 +1035,7 @@ def end_run(end: RunEnd, *, lock_wait: float) -> Ended | None:
 
 #: The lease of a run that failed (in :func:`end_runs`'s statement) goes to its retry:
 #: always for a backfill slot or one-off, for a scheduled slot only before its next one.
-_RETRYING_END = (
+_RETRYING = (
     f"(ending.retry_at IS NOT NULL AND (lease.kind <> '{RunKind.SCHEDULED}'"
     " OR ending.retry_at < lease.next_run_at))"
 )
@@ -1069,7 +1063,7 @@ def end_runs(ends: list[RunEnd], *, lock_wait: float) -> dict[int, Ended]:
         return {}
     connection = connections[lease_db()]
     run_table = connection.ops.quote_name(JobRun._meta.db_table)
-    retrying = _RETRYING_END
+    retrying = _RETRYING
     scheduled, running, abandoned = (
         f"'{RunKind.SCHEDULED}'",
         f"'{Outcome.RUNNING}'",
