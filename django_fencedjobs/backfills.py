@@ -23,7 +23,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from django_fencedjobs import clock, instances, oneshots
+from django_fencedjobs import clock, instances, lease, oneshots
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.instants import iso_utc
@@ -258,7 +258,9 @@ def _queue(
         return
     try:
         with transaction.atomic(using=alias):
-            JobLease.objects.using(alias).create(name=name, created_at=clock.now(), **fields)
+            lease.create(
+                [JobLease(name=name, created_at=clock.now(), **fields)], ignore_conflicts=False
+            )
     except IntegrityError:
         raise BackfillError(f"{name} is queued already") from None
 

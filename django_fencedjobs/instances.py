@@ -37,7 +37,7 @@ from django.db.models import QuerySet
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
-from django_fencedjobs import clock, db
+from django_fencedjobs import clock, db, lease
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.models import INSTANCE_KEY, JobInstance, JobLease, validate_instance
@@ -230,7 +230,7 @@ def _write_lease(instance: JobInstance, now: datetime) -> None:
     rows = JobLease.objects.using(alias).select_for_update().filter(instance=instance)
     row = rows.first()
     if row is None:
-        JobLease.objects.using(alias).create(
+        row = JobLease(
             name=instance.name,
             instance=instance,
             parent=instance.job,
@@ -240,6 +240,7 @@ def _write_lease(instance: JobInstance, now: datetime) -> None:
             paused=not runnable,
             created_at=now,
         )
+        lease.create([row], ignore_conflicts=False)
         return
     changes: dict[str, Any] = {
         "paused": not runnable,

@@ -169,9 +169,35 @@ def _text_array(names: tuple[str, ...]) -> str:
     return "{" + ",".join(f'"{name}"' for name in quoted) + "}"
 
 
-def create(rows: list[JobLease]) -> None:
-    """Create missing lease rows. Racing creators are harmless: the unique name wins once."""
-    JobLease.objects.using(lease_db()).bulk_create(rows, ignore_conflicts=True)
+#: A lease row's fences start at its id times this (:func:`create`).
+FENCE_EPOCH = 2**32
+
+
+def create(rows: list[JobLease], *, ignore_conflicts: bool = True) -> None:
+    """Create lease rows, each with its first fence: with ``ignore_conflicts``, a row whose
+    name exists already is left as it is (racing creators are harmless: the unique name
+    wins once); without, :class:`~django.db.IntegrityError`.
+
+    A fence must never repeat for a name, whatever happened to the rows that carried it
+    before: an instance deleted and created again under the same key, a row deleted in the
+    admin or by the ORM, or by hand. A run of the old row still holding fence 7 would
+    otherwise pass the fence check of the new row's seventh run, and write as it. So a row's
+    fences do not start at 0: they start at its id times :data:`FENCE_EPOCH`, set in the
+    transaction that inserts the row (nobody sees it before). Ids never repeat (a sequence
+    on PostgreSQL, ``AUTOINCREMENT`` on SQLite, even once the highest row is deleted), so a
+    row created again under a name starts above every fence the rows before it reached, as
+    long as no row is acquired and ended more than 2**32 times (over a century at a run a
+    second). Rows written before this rule began start at 0; every row created since has a
+    larger id, so it starts above them too.
+    """
+    alias = lease_db()
+    with transaction.atomic(using=alias):
+        JobLease.objects.using(alias).bulk_create(rows, ignore_conflicts=ignore_conflicts)
+        # fence = 0: only rows never acquired (those just inserted, and rows of an older
+        # release never run, which no run holds).
+        JobLease.objects.using(alias).filter(
+            name__in=[row.name for row in rows], fence=0
+        ).update(fence=F("id") * FENCE_EPOCH)
 
 
 def reschedule(name: str, old_fingerprint: str, fingerprint: str, next_run_at: datetime) -> bool:

@@ -871,7 +871,10 @@ def test_a_running_job_shows_its_owner_fence_and_lease_expiry(superuser_client):
     assert badges(html) == [("running", "m.busy")]
     last_run = text(cell(row_of(html, "m.busy"), "last_outcome"))
     # Started at 09:15:00; lease_ttl 2 minutes.
-    assert last_run == "running 2026-11-29 09:15:00 UTC worker-1 (fence 1), lease until 09:17:00"
+    fence = JobRun.objects.get(job="m.busy").fence
+    assert last_run == (
+        f"running 2026-11-29 09:15:00 UTC worker-1 (fence {fence}), lease until 09:17:00"
+    )
 
 
 def test_a_job_removed_from_code_is_listed_as_removed_and_cannot_be_run(history, superuser_client):

@@ -197,3 +197,55 @@ def test_a_runner_killed_with_a_batch_in_flight_leaves_no_instance_stuck(spawn, 
         assert Write.objects.filter(job=name).count() == 1
     b.signal(signal.SIGTERM)
     assert b.wait_exit() == 0, b.log()
+
+
+@pytest.mark.postgres_only
+def test_a_run_of_a_deleted_instance_writes_nothing_once_it_is_created_again(spawn, tmp_path):
+    # A runs the instance and is SIGSTOPped before its fenced block; the instance is deleted
+    # and created again under the same key (a new lease row); B runs the new one. A's fence
+    # must not be the new row's: resumed, A's write is refused and B's run is undisturbed.
+    holding = Instances(jobs.HOLDING_INSTANCES)
+    name = f"{jobs.HOLDING_INSTANCES}[again]"
+    holding.upsert("again", every=timedelta(hours=1), kwargs={"n": 1, "hold": True})
+    JobLease.objects.filter(name=name).update(next_run_at=now())
+    a = spawn("loop", jobs.HOLDING_INSTANCES, "A", workers=1)
+    old_fence = a.wait_for("holding")[0]["fence"]
+    a.signal(signal.SIGSTOP)
+
+    assert holding.delete("again")
+    holding.upsert("again", every=timedelta(hours=1), kwargs={"n": 2, "hold": True})
+    JobLease.objects.filter(name=name).update(next_run_at=now())
+    b = spawn("loop", jobs.HOLDING_INSTANCES, "B", workers=1)
+    new_fence = b.wait_for("holding")[0]["fence"]
+    assert new_fence > old_fence
+
+    (tmp_path / "release-A").touch()
+    a.signal(signal.SIGCONT)
+    wait_until(
+        lambda: (
+            JobRun.objects.filter(job=name, fence=old_fence)
+            .exclude(outcome=Outcome.RUNNING)
+            .exists()
+        ),
+        what="the deleted instance's run to end",
+        diagnostics=lambda: a.log() + b.log(),
+    )
+    old = JobRun.objects.get(job=name, fence=old_fence)
+    assert old.outcome == Outcome.FENCE_LOST, (old.outcome, old.error)
+    assert not Write.objects.filter(job=name, seq=1).exists()
+    # B still holds its lease, untouched by A's supervisor and end.
+    row = JobLease.objects.get(name=name)
+    assert (row.fence, row.owner != "") == (new_fence, True)
+
+    (tmp_path / "release-B").touch()
+    wait_until(
+        lambda: JobRun.objects.filter(
+            job=name, fence=new_fence, outcome=Outcome.SUCCEEDED
+        ).exists(),
+        what="the new instance's run to succeed",
+        diagnostics=lambda: a.log() + b.log(),
+    )
+    assert list(Write.objects.filter(job=name).values_list("seq", "fence")) == [(2, new_fence)]
+    for worker in (a, b):
+        worker.signal(signal.SIGTERM)
+        assert worker.wait_exit() == 0, worker.log()

@@ -14,6 +14,7 @@ from django_fencedjobs import job, loop
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.fencing import fenced_atomic
+from django_fencedjobs.lease import FENCE_EPOCH
 from django_fencedjobs.models import JobInstance, JobLease, JobRun, Outcome, Watermark
 from django_fencedjobs.registry import registry
 
@@ -57,7 +58,7 @@ def test_an_instance_runs_at_its_own_time_in_its_own_zone_with_its_arguments(job
     assert CALLS[-1] == ("t.digest[utc]", {"tenant_id": 2, "greeting": "yo"})
     run = JobRun.objects.get(job="t.digest[utc]")
     assert run.outcome == Outcome.SUCCEEDED
-    assert run.fence == 1
+    assert run.fence == JobLease.objects.get(name="t.digest[utc]").id * FENCE_EPOCH + 1
 
 
 def test_an_edit_takes_effect_at_the_next_tick(jobs):
@@ -154,7 +155,10 @@ def test_each_instance_has_its_own_fence_and_watermark(jobs):
         "t.wm[a]": datetime(2026, 11, 29, 10, 0, tzinfo=UTC),
         "t.wm[b]": datetime(2026, 11, 29, 10, 0, tzinfo=UTC),
     }
-    assert {r.fence for r in runs} == {1}
+    leases = dict(JobLease.objects.values_list("name", "id"))
+    assert {r.job: r.fence for r in runs} == {
+        name: pk * FENCE_EPOCH + 1 for name, pk in leases.items()
+    }
 
 
 def test_health_lists_the_instances_that_need_attention_and_counts_the_rest(jobs):
