@@ -195,9 +195,9 @@ def create(rows: list[JobLease], *, ignore_conflicts: bool = True) -> None:
         JobLease.objects.using(alias).bulk_create(rows, ignore_conflicts=ignore_conflicts)
         # fence = 0: only rows never acquired (those just inserted, and rows of an older
         # release never run, which no run holds).
-        JobLease.objects.using(alias).filter(
-            name__in=[row.name for row in rows], fence=0
-        ).update(fence=F("id") * FENCE_EPOCH)
+        JobLease.objects.using(alias).filter(name__in=[row.name for row in rows], fence=0).update(
+            fence=F("id") * FENCE_EPOCH
+        )
 
 
 def reschedule(name: str, old_fingerprint: str, fingerprint: str, next_run_at: datetime) -> bool:
@@ -484,6 +484,9 @@ class DueOneShot:
 
     row: LeaseRow
     kwargs: dict[str, Any] | None
+    #: The row's last run committed fenced work and never recorded its end
+    #: (:func:`note_commit`): the runner died after the commit.
+    committed: bool = False
 
 
 def claim_oneshots(parents: list[str], now: datetime, limit: int) -> list[DueOneShot]:
@@ -494,9 +497,10 @@ def claim_oneshots(parents: list[str], now: datetime, limit: int) -> list[DueOne
     By the partial index on ``(parent, next_run_at)`` of unpaused one-shot rows, ``FOR
     UPDATE SKIP LOCKED`` as :func:`claim_instances`. A backfill's bound is decided under
     a lock on its :class:`~django_fencedjobs.models.Backfill` row, taken after the
-    candidates are locked: two runners claiming slots of the same backfill count, one
-    after the other, the rows held (by a lease not expired) when it is their turn, so
-    together they never exceed it.
+    candidates are locked, ``SKIP LOCKED`` too: of two runners claiming slots of the same
+    backfill at once, one counts the rows held (by a lease not expired) and claims, the
+    other claims none of that backfill's slots at this pass, so together they never exceed
+    it, and neither waits.
     """
     alias = lease_db()
     features = connections[alias].features
@@ -506,28 +510,37 @@ def claim_oneshots(parents: list[str], now: datetime, limit: int) -> list[DueOne
         .filter(parent__in=parents, paused=False, next_run_at__lte=now, lease_until__lt=now)
         .exclude(kind=RunKind.SCHEDULED)
         .order_by("next_run_at")
-        .values_list(*_ROW_FIELDS, "kwargs", "backfill_id")[:limit]
+        .values_list(*_ROW_FIELDS, "kwargs", "committed_fence", "backfill_id")[:limit]
     )
     room = _backfill_room(sorted({row[-1] for row in rows if row[-1] is not None}), now)
     claimed = []
-    for *fields, kwargs, backfill_id in rows:
+    for *fields, kwargs, committed_fence, backfill_id in rows:
         if backfill_id is not None:
             if room.get(backfill_id, 0) < 1:
                 continue
             room[backfill_id] -= 1
-        claimed.append(DueOneShot(LeaseRow(*fields), kwargs))
+        row = LeaseRow(*fields)
+        claimed.append(DueOneShot(row, kwargs, committed=committed_fence == row.fence))
     return claimed
 
 
 def _backfill_room(ids: list[int], now: datetime) -> dict[int, int]:
     """How many more slots each backfill may start now: its concurrency less its rows
-    held, under a lock on each backfill's row (in id order: no deadlock)."""
+    held, under a lock on each backfill's row. ``FOR NO KEY UPDATE SKIP LOCKED``
+    (PostgreSQL): a backfill whose row another session holds (a runner claiming its slots,
+    retention deleting it) has no room at this pass, and none of its slots is claimed; the
+    dispatcher never waits for that lock, and looks again in a moment. (``NO KEY``: rows
+    queued for the backfill, whose foreign key shares its row, are no reason to skip it.)"""
     if not ids:
         return {}
     alias = lease_db()
+    features = connections[alias].features
     bounds = dict(
         Backfill.objects.using(alias)
-        .select_for_update()
+        .select_for_update(
+            skip_locked=features.has_select_for_update_skip_locked,
+            no_key=features.has_select_for_no_key_update,
+        )
         .filter(id__in=ids)
         .order_by("id")
         .values_list("id", "concurrency")
@@ -562,13 +575,33 @@ def oneshot_wakeups(parents: list[str]) -> dict[str, datetime]:
     return {parent: earliest for parent, earliest in pending if parent in wanted}
 
 
-def mark_oneshot_abandoned(job: str, kind: str, slot: datetime, fence: int, now: datetime) -> None:
+def mark_oneshot_abandoned(
+    job: str, kind: str, slot: datetime, fence: int, now: datetime, error: str = outcomes.ABANDONED
+) -> None:
     """:func:`mark_abandoned` for a backfill slot or one-off: its earlier attempts still
     marked running are recorded abandoned (they are recorded as the target ``job``, whose
     own runs have fences of another row)."""
     JobRun.objects.using(lease_db()).filter(
         job=job, kind=kind, scheduled_for=slot, outcome=Outcome.RUNNING, fence__lt=fence
-    ).update(outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED)
+    ).update(outcome=Outcome.ABANDONED, finished_at=now, error=error)
+
+
+def note_commit(connection: BaseDatabaseWrapper, name: str, fence: int) -> None:
+    """In a backfill slot's or one-off's fenced transaction, just before it commits: the
+    row says that the run holding ``fence`` committed work, in the same transaction as the
+    work (so it is true exactly when the work committed). The row is locked already by
+    the block's fence check; a stale fence matches nothing.
+
+    A one-shot row stays due while its run holds it, so that a run whose runner died is
+    run again: the next claim reads this to tell a run that died before committing
+    anything from one that committed and died before its end was recorded
+    (:attr:`DueOneShot.committed`), whose slot must not be run again by accident."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_table(connection)} SET committed_fence = fence"
+            " WHERE name = %s AND fence = %s",
+            [name, fence],
+        )
 
 
 @dataclass(frozen=True)
@@ -1065,6 +1098,13 @@ _RETRYING = (
     f"(ending.retry_at IS NOT NULL AND (lease.kind <> '{RunKind.SCHEDULED}'"
     " OR ending.retry_at < lease.next_run_at))"
 )
+#: :data:`_RETRYING` as ``RETURNING`` reads it, from the row as updated (its
+#: ``next_run_at`` is the retry's by then, never before it): the row holds the retry. A
+#: scheduled row's ``run_slot`` is set only while a retry of it is pending.
+_RETRIED = (
+    f"(ending.retry_at IS NOT NULL AND (lease.kind <> '{RunKind.SCHEDULED}'"
+    " OR lease.run_slot IS NOT NULL))"
+)
 
 
 def end_runs(ends: list[RunEnd], *, lock_wait: float) -> dict[int, Ended]:
@@ -1118,7 +1158,7 @@ def end_runs(ends: list[RunEnd], *, lock_wait: float) -> dict[int, Ended]:
         "  paused = lease.paused OR"
         f"   (ending.final AND lease.kind <> {scheduled} AND NOT {retrying})"
         "  FROM ending WHERE lease.name = ending.name AND lease.fence = ending.fence"
-        f"  RETURNING lease.name, CASE WHEN {retrying} THEN ending.retry_at END AS retry_at),"
+        f"  RETURNING lease.name, CASE WHEN {_RETRIED} THEN ending.retry_at END AS retry_at),"
         " lease AS (SELECT COALESCE(array_agg(name), '{}') AS names,"
         "  COALESCE(array_agg(retry_at), '{}') AS retry_at FROM released),"
         " settled AS (SELECT ending.*, array_position(lease.names, ending.name) AS place,"

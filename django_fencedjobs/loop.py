@@ -189,9 +189,10 @@ class Pool:
         """Run ``job`` on a free worker: acquired from ``row`` there, or already acquired
         (an instance of a batch claim)."""
         with self._lock:
-            if len(self._busy) >= self.size or job.name in self._busy:
-                raise RuntimeError(f"no free worker for {job.name}")
-            self._busy.add(job.name)
+            name = _lease_of(row)
+            if len(self._busy) >= self.size or name in self._busy:
+                raise RuntimeError(f"no free worker for {name}")
+            self._busy.add(name)
             idle = len(self._busy) > sum(1 for w in self._workers if not w.retired.is_set())
             if idle:
                 self._start_worker()
@@ -249,7 +250,7 @@ class Pool:
                 record = self._run(worker, job, row)
                 if worker.retired.is_set():
                     return  # given up on, and replaced: the job is not ours any more
-                self._finish(job.name, record)
+                self._finish(_lease_of(row), record)
         finally:
             try:
                 connections.close_all()  # this thread's connections only
@@ -274,7 +275,7 @@ class Pool:
                 self.stop.set()
             # Its record (a claimed run's is at hand; one acquired in this thread is read).
             given_up = row.record if isinstance(row, Acquired) else _latest_run(job.name)
-            self._finish(job.name, given_up)
+            self._finish(_lease_of(row), given_up)
 
         try:
             _keep_or_replace(connections[db.lease_db()])
@@ -317,6 +318,12 @@ def _keep_or_replace(connection: BaseDatabaseWrapper) -> None:
     if connection.settings_dict.get("CONN_MAX_AGE") == 0:
         connection.close_at = None
     connection.close_if_unusable_or_obsolete()
+
+
+def _lease_of(row: lease.LeaseRow | Acquired) -> str:
+    """The lease row a handed-out run holds, by name: what the pool counts busy (a job's
+    backfill slots and one-offs each hold a row of their own, beside the job's)."""
+    return row.lease_name if isinstance(row, Acquired) else row.name
 
 
 def _latest_run(name: str) -> JobRun | None:
@@ -368,6 +375,8 @@ class Dispatcher:
         self._backlog: list[lease.LeaseRow] = []
         self._wakeup: datetime | None = None
         self._scanned = 0.0
+        #: How many times the loop failed on an error that was not the database's.
+        self.errors = 0
         #: A due job was held back since the last scan: look at it again in a moment.
         self._retry_soon = False
 
@@ -555,7 +564,8 @@ class Dispatcher:
     def loop(self, *, max_ticks: int | None = None) -> None:
         """Run due jobs until :meth:`request_stop`: scan, hand out, sleep until the earliest
         next slot (at most ``LOOP_MAX_SLEEP``) or until a worker is free; survive the
-        database going away by reconnecting with backoff. On a stop request, return once
+        database going away by reconnecting with backoff, and any other error by logging
+        and counting it (:attr:`errors`), with the same backoff. On a stop request, return once
         every worker's run is recorded. When the workers' handlers given up on and still
         running reach ``MAX_ABANDONED_HANDLERS``, stop the same way, then raise
         :class:`TooManyAbandonedHandlers`.
@@ -593,18 +603,11 @@ class Dispatcher:
                         self.scan()
                     self.hand_out(pool)
                     sleep, backoff = self.sleep_time(max_sleep), 0.5
-                except DatabaseError as exc:
-                    logger.error(
-                        "database unavailable, retrying in %.1fs: %s",
-                        backoff,
-                        exc,
-                        extra={"event": "database_unavailable"},
-                    )
-                    connections.close_all()
-                    self._backlog, self._due_parents, self._due_oneshots = [], [], []
+                except Exception as exc:
                     sleep, backoff = backoff, min(backoff * 2, max_sleep)
+                    self._failed(exc, sleep)
                 pool.finished()  # the loop keeps no history of its runs: drop them
-                presence.beat()
+                presence.beat(unrecorded_for=self.unrecorded.waited())
                 self.wake.wait(min(sleep, presence.due_in()))
         finally:
             pool.shutdown()
@@ -624,6 +627,31 @@ class Dispatcher:
             unrecorded=self.unrecorded,
         )
 
+    def _failed(self, exc: Exception, retry_in: float) -> None:
+        """A pass of the loop failed: log it, drop what the pass had read, and go on after
+        ``retry_in`` seconds. The database away is the expected failure (reconnect); any
+        other is a fault of ours or of a job's code: logged with its traceback and counted
+        (:attr:`errors`), and it does not end the loop either."""
+        if isinstance(exc, DatabaseError):
+            logger.error(
+                "database unavailable, retrying in %.1fs: %s",
+                retry_in,
+                exc,
+                extra={"event": "database_unavailable"},
+            )
+            connections.close_all()
+        else:
+            self.errors += 1
+            logger.error(
+                "the runner's loop failed (%d time(s) so far), going on in %.1fs: %s",
+                self.errors,
+                retry_in,
+                exc,
+                exc_info=exc,
+                extra={"event": "loop_failed", "errors": self.errors},
+            )
+        self._backlog, self._due_parents, self._due_oneshots = [], [], []
+
     def _is_stale(self, pool: Pool) -> bool:
         """The last scan is stale: a job from it was passed over (another process took it)
         and it is at least :data:`RESCAN_AFTER` old."""
@@ -637,10 +665,11 @@ class Dispatcher:
         unrecorded reads running until its lease expires, then abandoned."""
         try:
             self.unrecorded.record()
-        except DatabaseError as exc:
+        except Exception as exc:
             logger.warning(
                 "could not record every run before exiting: %s",
                 exc,
+                exc_info=not isinstance(exc, DatabaseError),
                 extra={"event": "record_failed"},
             )
 

@@ -11,6 +11,12 @@ next slot to the first one after now.
 Pause, resume and skip change the job's lease row with the admin's bounded wait
 (:data:`~django_fencedjobs.db.LOCK_WAIT`): a row a run keeps locked inside a fenced
 transaction for longer raises :class:`JobBusy`, and nothing is changed.
+
+Every slot an operator skips (a skip, a resume from now) is recorded, in the transaction
+that moves the row past it: a run of outcome ``skipped`` for the latest of them, its
+``missed_slots`` counting the others, its ``owner`` naming who skipped them
+(:func:`_record_skipped`). So every slot of the schedule has a run that ran it, counted
+it, or says who skipped it.
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 
 from django_fencedjobs import clock, db, declared, lease, operations, runner, slots
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.instants import format_instant, format_wait, format_with_utc
+from django_fencedjobs.lease import LeaseRow
 from django_fencedjobs.models import JobLease, JobRun, Outcome
 from django_fencedjobs.registry import Job
 
@@ -34,6 +41,9 @@ logger = logging.getLogger("django_fencedjobs")
 #: How many times :func:`skip_next_slot` reads the row again when a run took the job
 #: between its read and its change.
 SKIP_ATTEMPTS = 3
+
+#: Who skipped a slot, when the caller does not say (``manage.py jobctl`` and the admin do).
+OPERATOR = "jobctl"
 
 
 class JobBusy(FencedJobsError):
@@ -115,29 +125,36 @@ def pause(job: Job) -> Operated:
     )
 
 
-def resume(job: Job, *, from_now: bool = False) -> Operated:
+def resume(job: Job, *, from_now: bool = False, by: str = OPERATOR) -> Operated:
     """Resume ``job``: it runs from its next slot, or at a runner's next pass when slots
     fell due while it was paused: they catch up by the job's ``catchup`` policy (one run
     for them all, by default). ``from_now``: those slots are skipped instead, recorded as
-    one missed run (the latest of them, counting the others), and the job runs from its
-    next slot after now."""
+    one skipped run by ``by`` (the latest of them, counting the others), and the job runs
+    from its next slot after now."""
     now = _seen(job)
     before = _row(job)[3]
+    skipped: list[int] = []
     if from_now:
         upcoming = job.valid_schedule.next_after(now)
-        change = operations.resume_from_now(job.name, now, upcoming)
+
+        def record() -> None:
+            why = "the job was resumed from now"
+            skipped.append(_record_skipped(job, before, upcoming, now, by=by, why=why))
+
+        change = operations.resume_from_now(
+            job.name, now, upcoming, then=record if before <= now else None
+        )
     else:
         change = operations.set_paused(job.name, False)
     _refuse_if_locked(job, change)
     if not change:
         return Operated(job.name, False, f"{job.name} is not paused: nothing changed")
-    if from_now and before <= now:
-        skipped = _record_skipped(job, before, now)
+    if sum(skipped):
         return _done(
             job,
             "job_resumed",
-            f"resumed {job.name} from now: {skipped} slot(s) due while it was paused skipped "
-            f"(recorded missed); next run {format_with_utc(upcoming, job.valid_schedule.tz)}",
+            f"resumed {job.name} from now: {sum(skipped)} slot(s) due while it was paused skipped "
+            f"(recorded skipped); next run {format_with_utc(upcoming, job.valid_schedule.tz)}",
         )
     _, _, _, next_run_at = _row(job)
     when = format_with_utc(next_run_at, job.valid_schedule.tz)
@@ -148,34 +165,68 @@ def resume(job: Job, *, from_now: bool = False) -> Operated:
     return _done(job, "job_resumed", f"resumed {job.name}: {then}")
 
 
-def _record_skipped(job: Job, first: datetime, now: datetime) -> int:
-    """Record the slots from ``first`` (due) to ``now`` that a resume from now skipped: one
-    missed run for the latest, counting the others. Returns how many were skipped."""
-    later = job.valid_schedule.fire_times(first, now, limit=slots.MAX_COUNTED_SLOTS)
-    due = [first, *later]
-    with contextlib.suppress(IntegrityError):  # that slot is recorded already
-        JobRun.objects.using(db.lease_db()).create(
-            job=job.name,
-            scheduled_for=due[-1],
-            finished_at=now,
-            outcome=Outcome.MISSED,
-            missed_slots=len(due) - 1,
-            error=f"skipped: the job was resumed from now ({len(due)} slot(s) due while paused)",
-        )
+def _record_skipped(
+    job: Job, first: datetime, until: datetime, now: datetime, *, by: str, why: str
+) -> int:
+    """Record the slots from ``first`` to ``until`` (excluded) that ``by`` skipped: one run
+    of outcome ``skipped`` for the latest, its ``missed_slots`` counting the others. In
+    the transaction that moved the row past them. Returns how many."""
+    later = job.valid_schedule.fire_times(first, until, limit=slots.MAX_COUNTED_SLOTS)
+    due = [slot for slot in (first, *later) if slot < until]
+    if not due:
+        return 0
+    error = f"skipped by {by}: {why} ({len(due)} slot(s))"
+    _skipped_run(job, due[-1], 1, now, by, error, counted=len(due) - 1)
     return len(due)
 
 
-def skip_next_slot(job: Job) -> Operated:
+def _skipped_run(
+    job: Job, slot: datetime, attempt: int, now: datetime, by: str, error: str, counted: int = 0
+) -> None:
+    """One run of outcome ``skipped``: ``attempt`` of ``slot``, counting ``counted`` earlier
+    slots; nothing when that attempt is recorded already."""
+    with contextlib.suppress(IntegrityError), transaction.atomic(using=db.lease_db()):
+        JobRun.objects.using(db.lease_db()).create(
+            job=job.name,
+            scheduled_for=slot,
+            attempt=attempt,
+            finished_at=now,
+            outcome=Outcome.SKIPPED,
+            owner=by[:200],
+            missed_slots=counted,
+            error=error,
+        )
+
+
+def _skip(job: Job, row: LeaseRow, target: datetime, now: datetime, by: str) -> operations.Change:
+    """Move ``row`` past its next slot to ``target`` and record what that skipped, in one
+    transaction: a pending retry (its attempt, skipped), and the slots from the next one
+    up to ``target``."""
+
+    def record() -> None:
+        first = row.next_run_at
+        if row.run_slot is not None:  # a failed slot's retry was next: that attempt is skipped
+            error = f"skipped by {by}: the retry of a failed attempt was next"
+            _skipped_run(job, row.run_slot, row.attempt, now, by, error)
+            first = job.valid_schedule.next_after(row.run_slot)
+        _record_skipped(job, first, target, now, by=by, why="its next run was skipped")
+
+    return operations.skip_slot(row, next_run_at=target, then=record)
+
+
+def skip_next_slot(job: Job, *, by: str = OPERATOR) -> Operated:
     """Skip ``job``'s next run: its next slot moves to the first fire time after that slot,
     or, when the job is due (slots it did not run yet, a paused job's included), after now.
-    A run in progress goes on; the slot skipped is the one after it."""
+    A run in progress goes on; the slot skipped is the one after it. A pending retry of a
+    failed slot is skipped the same way. What was skipped is recorded, by ``by``
+    (:func:`_record_skipped`)."""
     schedule = job.valid_schedule
     _seen(job)
     for _ in range(SKIP_ATTEMPTS):
         now = clock.now()
         row = lease.read([job.name])[job.name]
         target = schedule.next_after(max(row.next_run_at, now))
-        change = operations.skip_slot(row, next_run_at=target)
+        change = _skip(job, row, target, now, by)
         _refuse_if_locked(job, change)
         if change:
             slot = format_with_utc(row.next_run_at, schedule.tz)

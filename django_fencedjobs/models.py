@@ -169,6 +169,12 @@ class JobLease(models.Model):
         related_name="rows",
         verbose_name=_("backfill"),
     )
+    #: A backfill slot's or one-off's row: the fence of the run whose fenced work last
+    #: committed, written in that work's own transaction. Still equal to the row's fence
+    #: when the row is due again, it says that the run committed and never recorded its
+    #: end (its runner died): the slot is not run again unless that run's work is tracked
+    #: by a watermark a next attempt resumes from (:func:`django_fencedjobs.runner.claim_oneshots`).
+    committed_fence = models.BigIntegerField(_("committed fence"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -213,6 +219,9 @@ class Outcome(models.TextChoices):
     TIMED_OUT = "timed_out", _("timed out")
     FENCE_LOST = "fence_lost", _("fence lost")
     MISSED = "missed", _("missed")
+    #: Not run: an operator skipped the slot (``jobctl skip``, ``resume --from-now``, the
+    #: admin); the record's ``owner`` names who.
+    SKIPPED = "skipped", _("skipped")
     ABANDONED = "abandoned", _("abandoned")
     INTERRUPTED = "interrupted", _("interrupted")
 

@@ -7,9 +7,12 @@ So each has what any run has: its own lease and fence, and a record; the runners
 rows by the index on ``(parent, next_run_at)`` (:func:`django_fencedjobs.lease.claim_oneshots`)
 as they claim instances.
 
-* Its runs are recorded as the target's (``JobRun.job`` is the target, ``kind`` says
-  which), so they are in the target's history and timeline, and a slot is judged by its
-  last attempt whichever kind it was.
+* Its runs are the target's: the handler's ``run.job`` is the target (its name, an
+  instance's ``key`` and ``parent``, :func:`job_for`), and they are recorded as the
+  target's (``JobRun.job`` is the target, ``kind`` says which), so they are in the
+  target's history and timeline, and a slot is judged by its last attempt whichever kind
+  it was. Only the lease the run holds is the row's: its fence checks, renewals and end
+  address the row by its name (``RunState.lease_name``).
 * Its watermarks are the row's own (``Watermark.job`` is the row's name): a backfill run's
   windows tile its own interval from its own progress, and the target's live watermark
   is neither read nor moved.
@@ -43,19 +46,16 @@ def target_of(name: str) -> str:
 
 
 def job_for(name: str, kwargs: dict[str, Any] | None) -> Job:
-    """The job the one-shot row ``name`` runs as: its target's, named after the row (its
-    lease, fence and watermarks), recorded as the target, with the one-off's arguments
-    over the target's. :class:`~django_fencedjobs.exceptions.UnknownJob` when the target
-    is gone (an instance deleted)."""
+    """The job the one-shot row ``name`` runs as: its target (a declared job, or an
+    instance with its ``parent`` and ``key``), with the one-off's arguments over the
+    target's. The handler sees this job, as a scheduled run of the target does; the lease
+    the run holds is the row's (``RunState.lease_name``).
+    :class:`~django_fencedjobs.exceptions.UnknownJob` when the target is gone (an instance
+    deleted)."""
     target = instances.get_job(target_of(name))
-    return dataclasses.replace(
-        target,
-        name=name,
-        occurrence_of=target.name,
-        parent=None,
-        key=None,
-        kwargs={**target.kwargs, **(kwargs or {})},
-    )
+    if not kwargs:
+        return target
+    return dataclasses.replace(target, kwargs={**target.kwargs, **kwargs})
 
 
 __all__ = ["job_for", "row_name", "target_of"]

@@ -8,6 +8,7 @@ actions call them; the runner moves past a slot it cannot record with :func:`ski
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from datetime import datetime
 
 from django.db import DatabaseError
@@ -36,17 +37,27 @@ class Change(enum.Enum):
         return self is Change.DONE
 
 
-def _locked_update(name: str, changes: dict[str, object], **conditions: object) -> Change:
+#: What to write with a change, in its transaction, once the row was changed (the record
+#: of the slots an operator skipped).
+Then = Callable[[], object] | None
+
+
+def _locked_update(
+    name: str, changes: dict[str, object], *, then: Then = None, **conditions: object
+) -> Change:
     """An operator's change of one lease row, waiting at most
     :data:`~django_fencedjobs.db.LOCK_WAIT` for it: :attr:`Change.DONE`,
     :attr:`Change.UNCHANGED` when the row does not match, or :attr:`Change.BUSY` when it
     stayed locked (a run is inside a fenced transaction): the caller reports which, and the
-    operator tries a busy row again."""
+    operator tries a busy row again. ``then()`` runs in the same transaction once the row
+    changed: both commit, or neither."""
     try:
         with bounded_wait():
             updated = (
                 JobLease.objects.using(lease_db()).filter(name=name, **conditions).update(**changes)
             )
+            if updated == 1 and then is not None:
+                then()
     except DatabaseError as exc:
         if is_lock_timeout(exc):
             return Change.BUSY
@@ -66,23 +77,33 @@ def set_paused(name: str, paused: bool) -> Change:
     return _locked_update(name, {"paused": paused}, paused=not paused)
 
 
-def resume_from_now(name: str, now: datetime, next_run_at: datetime) -> Change:
+def resume_from_now(
+    name: str, now: datetime, next_run_at: datetime, *, then: Then = None
+) -> Change:
     """Resume a paused job from now: its slots that fell due while it was paused are
     skipped (its next slot moves to ``next_run_at``, the first fire time after ``now``, if
-    it is due); :attr:`Change.UNCHANGED` when it is not paused."""
+    it is due); :attr:`Change.UNCHANGED` when it is not paused. ``then()`` records them,
+    in the same transaction."""
     due = Case(
         When(next_run_at__lte=now, then=Value(next_run_at)),
         default=F("next_run_at"),
         output_field=DateTimeField(),
     )
-    return _locked_update(name, {"paused": False, "next_run_at": due}, paused=True)
+    return _locked_update(name, {"paused": False, "next_run_at": due}, then=then, paused=True)
 
 
-def skip_slot(seen: LeaseRow, *, next_run_at: datetime) -> Change:
+def skip_slot(seen: LeaseRow, *, next_run_at: datetime, then: Then = None) -> Change:
     """Move the job's next slot from the one in ``seen`` to ``next_run_at``: past a slot
-    that cannot be recorded (its run row already exists), or a slot an operator skips.
-    Conditional on the row as seen (fence and slot): :attr:`Change.UNCHANGED` when a run
-    took the job meanwhile, or the slot moved on."""
+    that cannot be recorded (its run row already exists), or a slot an operator skips. A
+    pending retry (``seen.run_slot``) is dropped with it: the row's next run is
+    ``next_run_at``'s first attempt. Conditional on the row as seen (fence and slot):
+    :attr:`Change.UNCHANGED` when a run took the job meanwhile, or the slot moved on.
+    ``then()`` records what was skipped, in the same transaction
+    (:func:`django_fencedjobs.manual.skip_next_slot`)."""
     return _locked_update(
-        seen.name, {"next_run_at": next_run_at}, fence=seen.fence, next_run_at=seen.next_run_at
+        seen.name,
+        {"next_run_at": next_run_at, "run_slot": None, "attempt": 1},
+        then=then,
+        fence=seen.fence,
+        next_run_at=seen.next_run_at,
     )

@@ -30,6 +30,14 @@ ABANDONED = (
     "The lease expired before this run finished and a later run took over (the process "
     "died, or was paused past its lease)."
 )
+#: A backfill slot's or one-off's run that committed fenced work and died before its end
+#: was recorded: its slot is not run again by itself.
+ABANDONED_AFTER_COMMIT = (
+    "The lease expired before this run's end was recorded (the process died, or was paused "
+    "past its lease), after its fenced work had committed: the slot is not run again, "
+    "since a second run would redo that work. Backfill the slot or run it once again to "
+    "redo it."
+)
 
 
 def timed_out(job: Job) -> str:
@@ -75,6 +83,16 @@ def fence_refused(job: Job, fence: int) -> str:
     )
 
 
+def end_refused(why: str) -> str:
+    """A run whose end, as it was, could not be recorded (``why``: the exception, on one
+    line): the database refused one of its values, or it could not be sent. It is recorded
+    failed instead, on its own, so that it holds no other run's end."""
+    return (
+        f"This run's end could not be recorded as it was ({why}); recorded failed instead, "
+        "without the items counted outside fenced blocks."
+    )
+
+
 def decide(
     job: Job,
     fence: int,
@@ -104,4 +122,13 @@ def decide(
     return Outcome.FAILED, ""
 
 
-__all__ = ["ABANDONED", "INTERRUPTED", "decide", "fence_gone", "fence_lost", "fence_refused"]
+__all__ = [
+    "ABANDONED",
+    "ABANDONED_AFTER_COMMIT",
+    "INTERRUPTED",
+    "decide",
+    "end_refused",
+    "fence_gone",
+    "fence_lost",
+    "fence_refused",
+]

@@ -106,14 +106,6 @@ class Job(JobOptions):
     parent: str | None = None
     key: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
-    #: For the run of a backfill slot or a one-off (:mod:`django_fencedjobs.oneshots`),
-    #: whose lease row is its own: the job (or instance) its runs are recorded as.
-    occurrence_of: str | None = None
-
-    @property
-    def records_as(self) -> str:
-        """The job name its runs are recorded under (``JobRun.job``)."""
-        return self.occurrence_of or self.name
 
     @functools.cached_property
     def _problem(self) -> tuple[CheckId, JobError] | None:

@@ -12,10 +12,17 @@ until the next slot is due, that slot runs instead (:func:`django_fencedjobs.slo
 Attempt ``n`` waits ``retry_backoff * 2 ** (n - 1)`` after attempt ``n``'s end: 30 s,
 1 min, 2 min... by default. A failed attempt that is retried does not count towards
 ``consecutive_failures``: the slot is judged by its last attempt.
+
+A retry redoes exactly the data interval of the attempt it retries
+(:func:`interval_start`): when that attempt coalesced missed slots, so does its retry
+(the slots are counted once, in the first attempt's ``missed_slots``).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.lease import Retry
 from django_fencedjobs.models import FAILURE_OUTCOMES, JobRun, RunKind
 from django_fencedjobs.registry import Job
@@ -33,6 +40,18 @@ def next_attempt(job: Job, record: JobRun, outcome: str) -> Retry | None:
         return None
     backoff = job.retry_backoff * 2 ** min(tried - 1, MAX_DOUBLINGS)
     return Retry(backoff=backoff, slot=record.scheduled_for, attempt=record.attempt + 1)
+
+
+def interval_start(job: Job, slot: datetime, attempt: int) -> datetime | None:
+    """Where the data interval of ``job``'s retry ``attempt`` of ``slot`` starts: where
+    the attempt it retries (the one before) started, read from that attempt's record. None,
+    as for any run, when it is the slot before (or the record is gone)."""
+    return (
+        JobRun.objects.using(lease_db())
+        .filter(job=job.name, scheduled_for=slot, attempt=attempt - 1)
+        .values_list("interval_start", flat=True)
+        .first()
+    )
 
 
 def _tried(record: JobRun) -> int:
@@ -56,4 +75,4 @@ def _tried(record: JobRun) -> int:
 #: An interrupted run (the runner was stopping) or one that lost its lease is not.
 FINAL_OUTCOMES = frozenset({"succeeded", "failed", "timed_out", "missed"})
 
-__all__ = ["FINAL_OUTCOMES", "MAX_DOUBLINGS", "next_attempt"]
+__all__ = ["FINAL_OUTCOMES", "MAX_DOUBLINGS", "interval_start", "next_attempt"]

@@ -11,6 +11,9 @@ which the runner (:mod:`django_fencedjobs.runner`) creates, supervises and recor
 from __future__ import annotations
 
 import functools
+import operator
+import reprlib
+import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,6 +35,10 @@ if TYPE_CHECKING:
 
 ModelT = TypeVar("ModelT", bound=Model)
 
+#: The most items a run's record holds: its ``items`` column is a ``BigIntegerField``, a
+#: signed 64-bit integer on every database. ``add_items`` keeps a run within it.
+ITEMS_MAX = 2**63 - 1
+
 
 @dataclass(frozen=True)
 class Window:
@@ -47,7 +54,12 @@ class Run:
 
     def __init__(self, state: RunState, *, now: datetime) -> None:
         self._state = state
+        #: The job this run is for, whatever kind of run it is: the declared job, or the
+        #: instance's (``name``, ``key``, ``parent``), with a one-off's arguments.
         self.job = state.job
+        #: The lease row the run holds (:attr:`RunState.lease_name`): the job's own, or a
+        #: backfill slot's or one-off's row. Its watermarks and renewals are that row's.
+        self.lease_name: str = state.lease_name
         self.record = state.record
         #: The fence this run was given; every fenced write checks it is still current.
         self.fence: int = state.fence
@@ -64,6 +76,9 @@ class Run:
         self._watermarks_at_start = dict(state.watermarks)
         #: The end of the window each windows() key is in: advancing to it completes a batch.
         self._window_ends: dict[str, datetime] = {}
+        #: Every item :meth:`add_items` counted (committed or not): what it keeps in range.
+        self._tally = 0
+        self._tally_lock = threading.Lock()
 
     def __repr__(self) -> str:
         slot = f"{self.scheduled_for:%Y-%m-%dT%H:%M:%SZ}"
@@ -118,12 +133,17 @@ class Run:
                 )
             column = "position"
         elif isinstance(value, int) and not isinstance(value, bool):
+            if not -ITEMS_MAX - 1 <= value <= ITEMS_MAX:  # the cursor's column, as items'
+                raise WatermarkError(
+                    f"job {self.job.name!r}: an int watermark is a signed 64-bit integer, "
+                    f"got {_digits(value)}"
+                )
             column = "cursor"
         else:
             raise WatermarkError(
                 f"job {self.job.name!r}: a watermark is an aware datetime or an int, got {value!r}"
             )
-        rows = Watermark.objects.using(alias).filter(job=self.job.name, key=key)
+        rows = Watermark.objects.using(alias).filter(job=self.lease_name, key=key)
         forward = Q(**{f"{column}__isnull": True}) | Q(**{f"{column}__lte": value})
         changed = rows.filter(forward).update(
             **{column: value}, fence=self.fence, updated_at=dj_timezone.now()
@@ -136,7 +156,7 @@ class Run:
                     f"{current!r}; it only moves forward, not to {value!r}"
                 )
             Watermark.objects.using(alias).create(
-                job=self.job.name, key=key, fence=self.fence, **{column: value}
+                job=self.lease_name, key=key, fence=self.fence, **{column: value}
             )
         # The run's own view follows what commits: if this transaction rolls back (the
         # handler caught the error and went on), the window it covered is not done.
@@ -301,7 +321,13 @@ class Run:
         the block's transaction, so it counts only if the block commits, and it stays
         counted whatever happens to the process after that. Outside, it is counted at once
         (so too in a thread of the handler's own, which is in none of the run's blocks).
+
+        ``n`` is checked here, so that no count can keep the run's end from being recorded:
+        an int (``TypeError`` for anything else: a bool, a float, a ``Decimal``), 0 or more,
+        and the run's items stay within what its record holds (:data:`ITEMS_MAX`)
+        (``ValueError``). Raised from the handler, either is the run's failure.
         """
+        n = self._count(n)
         try:
             inside = current_holder() is self._state and in_fenced_block(db.lease_db())
         except NotInRun:  # a thread without the run's context
@@ -310,6 +336,31 @@ class Run:
             self._state.note(Progress(items=n))
         else:
             self._state.loose_items += n
+
+    def _count(self, n: Any) -> int:
+        """``n`` as a count of items :meth:`add_items` takes, added to this run's tally."""
+        job = self.job.name
+        try:
+            if isinstance(n, bool):
+                raise TypeError
+            count = operator.index(n)  # an int, or a type that is one (numpy's)
+        except TypeError:
+            raise TypeError(
+                f"job {job!r}: add_items() takes an int count of items, got "
+                f"{type(n).__name__} {reprlib.repr(n)}"
+            ) from None
+        if count < 0:
+            raise ValueError(
+                f"job {job!r}: add_items({_digits(count)}): a count of items is 0 or more"
+            )
+        with self._tally_lock:  # a handler's own threads may count too
+            if count > ITEMS_MAX - self._tally:
+                raise ValueError(
+                    f"job {job!r}: add_items() of {_digits(count)} items would take the run "
+                    f"past the {ITEMS_MAX} items its record holds"
+                )
+            self._tally += count
+        return count
 
     def heartbeat(self) -> None:
         """Renew the lease now; raises :class:`FenceLost` when it is no longer this run's.
@@ -327,10 +378,10 @@ class Run:
             # statement.
             if not in_fenced_block(connection.alias):  # else the block's check covers it
                 self._state.check_fence(connection)
-            renewed = lease.renew(self.job.name, self.fence, until)
+            renewed = lease.renew(self.lease_name, self.fence, until)
         else:
             with db.bounded_wait():
-                renewed = lease.renew(self.job.name, self.fence, until)
+                renewed = lease.renew(self.lease_name, self.fence, until)
         if not renewed:
             self._state.stop()
             self._state.raise_if_stopped()
@@ -339,6 +390,14 @@ class Run:
     def stopping(self) -> bool:
         """True once the runner was asked to stop (SIGTERM): finish what is committed."""
         return self._state.stop_requested.is_set()
+
+
+def _digits(n: int) -> str:
+    """``n`` written out, or its size in bits past Python's limit for writing one out."""
+    try:
+        return str(n)
+    except ValueError:
+        return f"a {n.bit_length()}-bit number"
 
 
 def _floor(value: datetime, step: timedelta) -> datetime:

@@ -25,11 +25,19 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, connections, transaction
-from django.db.models import F
+from django.db import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    NotSupportedError,
+    ProgrammingError,
+    connections,
+    transaction,
+)
+from django.db.models import F, Max
 
 from django_fencedjobs import (
     clock,
@@ -47,6 +55,7 @@ from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.fencing import reset_current_holder, set_current_holder
 from django_fencedjobs.instances import instance_job
+from django_fencedjobs.instants import format_instant
 from django_fencedjobs.models import (
     ENDABLE_OUTCOMES,
     FAILURE_OUTCOMES,
@@ -60,7 +69,7 @@ from django_fencedjobs.registry import Job
 from django_fencedjobs.run import Run, watermark_text
 from django_fencedjobs.runstate import RunState, WatermarkValue
 from django_fencedjobs.supervisor import Supervisor
-from django_fencedjobs.text import bounded, error_excerpt, storable
+from django_fencedjobs.text import bounded, error_excerpt, one_line, storable
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -78,6 +87,12 @@ class Acquired:
     now: datetime
     #: The job's watermarks as committed, by key.
     watermarks: dict[str, WatermarkValue]
+    #: The lease row the run holds, by name: the job's own (the default), or a backfill
+    #: slot's or one-off's row (:mod:`django_fencedjobs.oneshots`), whose watermarks these are.
+    lease_name: str = ""
+
+    def __post_init__(self) -> None:
+        self.lease_name = self.lease_name or self.job.name
 
 
 def run_job(
@@ -120,7 +135,13 @@ def run_acquired(
         )
         signals.send(signals.run_finished, job=job, record=record)
         return record
-    state = RunState(job, record, watermarks=acquired.watermarks, stop_requested=stop)
+    state = RunState(
+        job,
+        record,
+        watermarks=acquired.watermarks,
+        stop_requested=stop,
+        lease_name=acquired.lease_name,
+    )
     return _execute(state, now, Unrecorded() if unrecorded is None else unrecorded, on_abandon)
 
 
@@ -160,9 +181,12 @@ def _acquire(job: Job, row: lease.LeaseRow) -> Acquired | None:
                 # The last run did not end its lease (a run's end frees it, in the
                 # transaction that records it): runs of it may still read running.
                 lease.mark_abandoned(job.name, fence, now)
-            watermarks = _watermarks(job, alias)
+            watermarks = _watermarks(job.name, alias)
             record = _new_record(job, fence, owner, now, slot, watermarks)
-            record.save(using=alias, force_insert=True)
+            if slot.attempt > 1:  # a retry: after whatever ran the slot meanwhile
+                _insert_as_next_attempt(record, alias)
+            else:
+                record.save(using=alias, force_insert=True)
             if record.outcome == Outcome.MISSED:
                 lease.end(job.name, fence, succeeded_at=None, failed=False)
     except IntegrityError:
@@ -260,22 +284,62 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
             )
             if fence is None:
                 continue
-            if row.lease_until != LEASE_FREE:
-                lease.mark_oneshot_abandoned(
-                    job.records_as, row.kind, slot.scheduled_for, fence, now
-                )
-            watermarks = _watermarks(job, alias)
-            record = _new_record(job, fence, owner, now, slot, watermarks)
-            try:
-                with transaction.atomic(using=alias):
-                    record.save(using=alias, force_insert=True)
-            except IntegrityError:  # this attempt at the slot is recorded already: done
-                lease.end(row.name, fence, succeeded_at=None, failed=False)
+            watermarks = _watermarks(row.name, alias)
+            if item.committed and not watermarks:
+                _done_after_commit(job, row, slot.scheduled_for, fence, now)
                 continue
+            if row.lease_until != LEASE_FREE:
+                lease.mark_oneshot_abandoned(job.name, row.kind, slot.scheduled_for, fence, now)
+            record = _new_record(job, fence, owner, now, slot, watermarks)
+            _insert_as_next_attempt(record, alias)
             if record.outcome == Outcome.MISSED:
                 lease.end(row.name, fence, succeeded_at=None, failed=False)
-            acquired.append(Acquired(job, record, now, watermarks))
+            acquired.append(Acquired(job, record, now, watermarks, row.name))
     return acquired
+
+
+def _insert_as_next_attempt(record: JobRun, alias: str) -> None:
+    """Insert a retry's, backfill slot's or one-off's run as its slot's next attempt.
+
+    Its attempt number was read when its row was queued or last ended, but the slot's
+    history may have grown since: a retry of the job's own run of that slot, a backfill
+    or one-off of it. Their number taken, this run is the one after the slot's latest: it
+    is never dropped for it (its lease is taken, and its slot must run). (A first attempt
+    of a scheduled slot that finds the slot recorded is skipped instead: :func:`_acquire`.)"""
+    for tries_left in range(4, -1, -1):
+        try:
+            with transaction.atomic(using=alias):
+                record.save(using=alias, force_insert=True)
+            return
+        except IntegrityError:
+            if not tries_left:  # not a taken number: another constraint refused the row
+                raise
+            latest = (
+                JobRun.objects.using(alias)
+                .filter(job=record.job, scheduled_for=record.scheduled_for)
+                .aggregate(latest=Max("attempt"))["latest"]
+            )
+            record.attempt = (latest or 0) + 1
+            record.pk = None
+            record._state.adding = True
+
+
+def _done_after_commit(
+    job: Job, row: lease.LeaseRow, slot: datetime, fence: int, now: datetime
+) -> None:
+    """A one-shot row whose last run committed fenced work and died before its end was
+    recorded (:attr:`lease.DueOneShot.committed`), with no watermark for a next attempt to
+    resume from: a second run would redo the work, so the slot is done. The dead run is
+    recorded abandoned, saying so; an operator may run the slot again explicitly."""
+    error = outcomes.ABANDONED_AFTER_COMMIT
+    lease.mark_oneshot_abandoned(job.name, row.kind, slot, fence, now, error)
+    lease.end(row.name, fence, succeeded_at=None, failed=False)
+    logger.warning(
+        "%s: its last run committed its fenced work and its runner died before recording "
+        "its end; the slot is not run again",
+        row.name,
+        extra={"event": "oneshot_done_after_commit", "job": row.name},
+    )
 
 
 def _plan(
@@ -311,12 +375,12 @@ def _plan(
     return planned
 
 
-def _watermarks(job: Job, alias: str) -> dict[str, WatermarkValue]:
-    """The job's watermarks as committed, by key."""
+def _watermarks(name: str, alias: str) -> dict[str, WatermarkValue]:
+    """The watermarks of lease row ``name`` as committed, by key."""
     return {
         key: value
         for key, position, cursor in Watermark.objects.using(alias)
-        .filter(job=job.name)
+        .filter(job=name)
         .values_list("key", "position", "cursor")
         if (value := position if position is not None else cursor) is not None
     }
@@ -339,7 +403,7 @@ def _new_record(
         and now - scheduled_for > job.starting_deadline
     )
     return JobRun(
-        job=job.records_as,
+        job=job.name,
         scheduled_for=scheduled_for,
         attempt=slot.attempt,
         kind=slot.kind,
@@ -451,7 +515,7 @@ def _database_failure(run: RunState, outcome: str, error: str) -> tuple[str, str
     transaction past the lease, typically paused, and another run took over): fence_lost."""
     _discard_connection(db.lease_db())
     try:
-        row = lease.read([run.job.name]).get(run.job.name)
+        row = lease.read([run.lease_name]).get(run.lease_name)
     except DatabaseError:
         return outcome, error
     if row is not None and row.fence != run.fence:
@@ -518,7 +582,7 @@ def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str,
         succeeded_at = record.started_at if outcome == Outcome.SUCCEEDED else None
         now = clock.now()
         released = lease.end(
-            job.name,
+            run.lease_name,
             run.fence,
             succeeded_at=succeeded_at,
             failed=outcome in FAILURE_OUTCOMES,
@@ -527,7 +591,7 @@ def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str,
             final=outcome in retries.FINAL_OUTCOMES,
             now=now,
         )
-        retry_at = _retry_scheduled(job, retry, now) if released else None
+        retry_at = _retry_scheduled(run.lease_name, retry, now) if released else None
         if not released and outcome == Outcome.TIMED_OUT:
             # Its timeout came after a successor had taken the lease over: the run was
             # paused (or stalled) past its lease, which is what ended it.
@@ -571,34 +635,43 @@ def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str,
     return ended
 
 
-def _retry_scheduled(job: Job, retry: lease.Retry | None, now: datetime) -> datetime | None:
-    """When the retry :func:`lease.end` was asked for is due, if it scheduled it."""
+def _retry_scheduled(name: str, retry: lease.Retry | None, now: datetime) -> datetime | None:
+    """When the retry :func:`lease.end` was asked for (of lease row ``name``) is due, if it
+    scheduled it."""
     if retry is None:
         return None
-    at = now + retry.backoff
-    row = lease.read([job.name]).get(job.name)
-    return at if row is not None and row.next_run_at == at else None
+    row = lease.read([name]).get(name)
+    # As lease.end_runs tells it: a scheduled row's run_slot is set only while a retry of
+    # it is pending; a backfill slot's or one-off's row always takes its retry.
+    if row is None or (row.kind == RunKind.SCHEDULED and row.run_slot is None):
+        return None
+    return now + retry.backoff
 
 
 def _log_retry(run: RunState, retry: lease.Retry | None, retry_at: datetime | None) -> None:
     if retry is None:
         return
+    record = run.record
+    slot = format_instant(record.scheduled_for, UTC)
     if retry_at is not None:
         logger.warning(
-            "%s: attempt %d of slot %s will be at %s",
+            "%s: attempt %d of the %s run of slot %s will be at %s",
             run.job.name,
             retry.attempt,
-            run.record.scheduled_for.isoformat(),
-            retry_at.isoformat(),
-            extra=_log_fields(run.record, event="retry_scheduled", retry_at=retry_at.isoformat()),
+            record.kind,
+            slot,
+            format_instant(retry_at, UTC, ref=record.scheduled_for),
+            extra=_log_fields(record, event="retry_scheduled", retry_at=retry_at.isoformat()),
         )
     else:
         logger.warning(
-            "%s: no retry of slot %s: attempt %d would not start before the next slot",
+            "%s: no retry of the %s run of slot %s: attempt %d would not start before the"
+            " next slot",
             run.job.name,
-            run.record.scheduled_for.isoformat(),
+            record.kind,
+            slot,
             retry.attempt,
-            extra=_log_fields(run.record, event="retry_skipped"),
+            extra=_log_fields(record, event="retry_skipped"),
         )
 
 
@@ -615,7 +688,7 @@ def _run_end(run: RunState, outcome: str, error: str) -> lease.RunEnd:
     job, record = run.job, run.record
     succeeded_at = record.started_at if outcome == Outcome.SUCCEEDED else None
     return lease.RunEnd(
-        job.name,
+        run.lease_name,
         run.fence,
         record.pk,
         outcome=outcome,
@@ -689,10 +762,11 @@ def _report_end(run: RunState, ended: dict[str, Any]) -> None:
 
 def _record(run: RunState, outcome: str, error: str, unrecorded: Unrecorded) -> JobRun:
     """:func:`record_end`, retried once across a dropped connection; left pending for the
-    loop to retry if the database stays away."""
+    loop to retry if the database stays away. An end the database refuses is recorded
+    failed, with the reason (:func:`_record_alone`)."""
     for attempt in (1, 2):
         try:
-            if record_end(run, outcome, error):
+            if _record_alone(run, outcome, error):
                 return run.record  # what it wrote is on the record already
             break
         except DatabaseError as exc:
@@ -713,6 +787,61 @@ def _record(run: RunState, outcome: str, error: str, unrecorded: Unrecorded) -> 
     return run.record
 
 
+def _refused(exc: Exception) -> bool:
+    """Whether recording an end failed on the end itself rather than because the database
+    is away (unreachable, restarting, a lock held past the bound): the database refused one
+    of its values (``DataError``, ``IntegrityError``...), or the end could not even be sent
+    (an error that is not the database's). Trying it again would fail again."""
+    return not isinstance(exc, DatabaseError) or isinstance(exc, _REFUSALS)
+
+
+_REFUSALS = (DataError, IntegrityError, NotSupportedError, ProgrammingError)
+
+
+def _record_alone(run: RunState, outcome: str, error: str) -> bool:
+    """:func:`record_end` for one run; an end the database refuses is recorded failed
+    instead (:func:`_record_refused`). Raises ``DatabaseError`` when the database is away
+    (the end is still to record)."""
+    try:
+        return record_end(run, outcome, error)
+    except Exception as exc:
+        if not _refused(exc):
+            raise
+        return _record_refused(run, error, exc)
+
+
+def _record_refused(run: RunState, error: str, exc: Exception) -> bool:
+    """Record ``run``'s end, which recording as it was failed on (``exc``, :func:`_refused`),
+    as ``failed``, with the reason after ``error``, and only what the run's row can store:
+    the items counted outside fenced blocks, the one count of the end that comes from the
+    handler, are left out (those that committed are on the row already). If even that is
+    refused, the run is left to read abandoned once its lease expires; never retried."""
+    logger.error(
+        "recording the end of %s failed on the end itself; recording it failed, with the reason",
+        run.job.name,
+        exc_info=exc,
+        extra=_log_fields(run.record, event="end_refused"),
+    )
+    run.loose_items = 0
+    why = error_excerpt(f"{type(exc).__name__}: {one_line(exc)}")
+    reason = outcomes.end_refused(why)
+    text = f"{error}\n\n{reason}" if error else reason
+    try:
+        return record_end(
+            run, Outcome.FAILED, bounded(storable(text), get_settings().ERROR_MAX_CHARS)
+        )
+    except Exception as again:
+        if not _refused(again):
+            raise
+        logger.exception(
+            "the end of %s cannot be recorded: it reads running until its lease expires, "
+            "then abandoned",
+            run.job.name,
+            extra=_log_fields(run.record, event="end_unrecordable"),
+        )
+        return False
+
+
 class Unrecorded:
     """Runs whose end is still to be recorded, for their runner to record (:meth:`record`)
     before it next scans. Thread-safe: workers add, the dispatching thread records.
@@ -722,11 +851,13 @@ class Unrecorded:
     that the runs of a stampede do not each pay for a statement of their own; and one that
     could not be recorded because the database was unreachable (:meth:`add`). Until it is
     recorded the run reads running, and its lease stays held: a runner killed in between
-    leaves it to be read abandoned, as one killed mid-run does, never succeeded.
+    leaves it to be read abandoned, as one killed mid-run does, never succeeded. How long
+    the oldest has waited (:meth:`waited`) decides whether the runner beats.
     """
 
     def __init__(self) -> None:
-        self._runs: list[tuple[RunState, str, str, bool]] = []
+        #: (run, outcome, error, late: could not be recorded at once, since: monotonic).
+        self._runs: list[tuple[RunState, str, str, bool, float]] = []
         self._lock = threading.Lock()
         #: Whether ends of runs whose handler returned wait here (a loop on PostgreSQL).
         self.deferring = False
@@ -734,40 +865,65 @@ class Unrecorded:
     def add(self, run: RunState, outcome: str, error: str) -> None:
         """An end that could not be recorded: the database was unreachable."""
         with self._lock:
-            self._runs.append((run, outcome, error, True))
+            self._runs.append((run, outcome, error, True, time.monotonic()))
 
     def defer(self, run: RunState, outcome: str, error: str) -> None:
         """The end of a run whose handler returned, to record with the others'."""
         run.stop()  # its fenced blocks are over; none may begin from now on
         with self._lock:
-            self._runs.append((run, outcome, error, False))
+            self._runs.append((run, outcome, error, False, time.monotonic()))
+
+    def waited(self) -> float:
+        """How long, in seconds, the oldest end here has waited to be recorded (0: none)."""
+        with self._lock:
+            return time.monotonic() - self._runs[0][4] if self._runs else 0.0
 
     def record(self) -> None:
         """Record each, oldest first; raises ``DatabaseError`` (keeping the rest) when the
-        database is still away. On PostgreSQL all of them in one statement."""
+        database is still away. On PostgreSQL all of them in one statement, unless the
+        database refuses it: then each on its own, so that no end holds another's, and
+        one refused on its own is recorded failed, with the reason (:func:`_record_alone`).
+        """
         with self._lock:
             runs = list(self._runs)
         if not runs:
             return
-        if connections[db.lease_db()].vendor != "postgresql":
-            for run, outcome, error, late in runs:
-                record_end(run, outcome, error)
-                with self._lock:
-                    self._runs.pop(0)
-                if late:
-                    _log_recorded_late(run, outcome)
+        if connections[db.lease_db()].vendor == "postgresql" and self._record_together(runs):
             return
-        ends = [_run_end(run, outcome, error) for run, outcome, error, _ in runs]
-        ended = lease.end_runs(ends, lock_wait=db.LOCK_WAIT)
+        for run, outcome, error, late, _ in runs:
+            recorded = _record_alone(run, outcome, error)
+            with self._lock:
+                self._runs.pop(0)  # only this thread removes, from the front
+            if late and recorded:
+                _log_recorded_late(run, outcome)
+
+    def _record_together(self, runs: list[tuple[RunState, str, str, bool, float]]) -> bool:
+        """``runs``' ends in one statement (:func:`lease.end_runs`); False, having recorded
+        none, when that failed on one of them (:func:`_refused`)."""
+        try:
+            ends = [_run_end(run, outcome, error) for run, outcome, error, _, _ in runs]
+            ended = lease.end_runs(ends, lock_wait=db.LOCK_WAIT)
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            logger.warning(
+                "recording %d run end(s) in one statement failed on one of them (%s); "
+                "recording each on its own",
+                len(runs),
+                one_line(exc),
+                extra={"event": "ends_split"},
+            )
+            return False
         with self._lock:
             del self._runs[: len(runs)]  # only this thread removes, from the front
-        for (run, outcome, _, late), end in zip(runs, ends, strict=True):
+        for (run, outcome, _, late, _), end in zip(runs, ends, strict=True):
             found = ended.get(end.run_pk)
             if found is None:
                 continue  # recorded already: by its supervisor, or a successor's takeover
             _report_end(run, _ended(run, end, found))
             if late:
                 _log_recorded_late(run, outcome)
+        return True
 
 
 def _log_recorded_late(run: RunState, outcome: str) -> None:

@@ -6,7 +6,9 @@ runner serves.
   and **beats**: one ``UPDATE`` of its own row's ``last_beat_at`` every ``RUNNER_BEAT``
   (5 s), from the loop itself (:class:`Presence`), so a loop that is stuck stops beating
   too. When it stops it writes ``stopped_at``. A beat that fails (the database is away) is
-  logged once and tried again at the next; it never stops the loop.
+  logged once and tried again at the next; it never stops the loop. A loop whose runs'
+  ends wait to be recorded longer than ``RUNNER_BEAT`` holds its beats until they are
+  (:meth:`Presence.beat`): a runner that cannot record its runs reads gone too.
 * A **pass** (``runjobs --once``, from cron) records itself with :func:`record_pass`: one row
   per host and set of jobs, whose ``last_beat_at`` is the start of its latest pass.
 * With ``FENCEDJOBS["NOTIFY"]`` on, a loop also evaluates every job's state every third
@@ -109,6 +111,8 @@ class Presence:
         self._next_beat = 0.0
         self._next_purge = 0.0
         self._failing = False
+        #: No beat now: an end of the loop's runs waits to be recorded (:meth:`beat`).
+        self._held = False
 
     @property
     def interval(self) -> float:
@@ -118,15 +122,43 @@ class Presence:
         """Seconds until the next beat is due (0: now)."""
         return max(0.0, self._next_beat - time.monotonic())
 
-    def beat(self) -> None:
-        """Register, or beat, if a beat is due; a no-op otherwise."""
+    def beat(self, *, unrecorded_for: float = 0.0) -> None:
+        """Register, or beat, if a beat is due; a no-op otherwise.
+
+        ``unrecorded_for``: how long, in seconds, the oldest end of the loop's runs has
+        waited to be recorded. A beat says the runner works, recording its runs included:
+        while an end has waited longer than ``RUNNER_BEAT`` there is no beat (one line in
+        the log), and ``RUNNER_TIMEOUT`` after its last one the runner reads gone, as a
+        dead one does (``no_runner``), until the end is recorded and it beats again."""
         if time.monotonic() < self._next_beat:
             return
         self._next_beat = time.monotonic() + self.interval
-        self._safely("beat", self._beat)
+        if unrecorded_for > self.interval:
+            self._hold(unrecorded_for)
+        else:
+            if self._held:
+                self._held = False
+                logger.info(
+                    "runner %s: its runs' ends are recorded again; beating again",
+                    self.owner,
+                    extra={"event": "runner_beat_resumed", "owner": self.owner},
+                )
+            self._safely("beat", self._beat)
         if not self._failing:
             # Notifications evaluate from it (with NOTIFY on); their module is above this one.
             signals.send(signals.runner_beat, interval=self.interval)
+
+    def _hold(self, unrecorded_for: float) -> None:
+        """No beat: an end has waited ``unrecorded_for`` seconds to be recorded."""
+        if not self._held:
+            logger.error(
+                "runner %s: a run's end has waited %.1fs to be recorded; no beat until it "
+                "is, so that the runner reads not working after RUNNER_TIMEOUT",
+                self.owner,
+                unrecorded_for,
+                extra={"event": "runner_beat_held", "owner": self.owner},
+            )
+        self._held = True
 
     def stop(self) -> None:
         """The loop ends: ``stopped_at`` and a last beat. A live runner until

@@ -21,7 +21,7 @@ from django.db import transaction
 
 from django_fencedjobs import lease, outcomes
 from django_fencedjobs.exceptions import FenceLost
-from django_fencedjobs.models import JobRun
+from django_fencedjobs.models import JobRun, RunKind
 from django_fencedjobs.savepoints import Ledger
 
 if TYPE_CHECKING:
@@ -61,8 +61,14 @@ class RunState:
         *,
         watermarks: dict[str, WatermarkValue],
         stop_requested: threading.Event | None = None,
+        lease_name: str | None = None,
     ) -> None:
+        #: The job the run is for, as its handler sees it (``run.job``).
         self.job = job
+        #: The lease row the run holds, by name: the job's own, or for a backfill slot or a
+        #: one-off its row's (:mod:`django_fencedjobs.oneshots`). Its fence checks,
+        #: renewals, end and watermarks address this row.
+        self.lease_name = job.name if lease_name is None else lease_name
         self.record = record
         #: The fence this run was given; every fenced write checks it is still current.
         self.fence: int = record.fence
@@ -123,7 +129,7 @@ class RunState:
         transaction; :class:`FenceLost` when it is gone. The transaction that passes is the
         one the supervisor would end, and it may sit idle no longer than the lease lasts."""
         job = self.job
-        held = lease.guard(connection, job.name, self.fence, job.exclusion, job.lease_ttl)
+        held = lease.guard(connection, self.lease_name, self.fence, job.exclusion, job.lease_ttl)
         if held is None:
             if job.exclusion != "advisory":
                 self.stop()
@@ -146,6 +152,8 @@ class RunState:
         committed, whoever records the run's end (itself, its supervisor at the timeout, a
         successor finding it abandoned after a SIGKILL)."""
         ledger, self._pending = self._pending, None
+        if self.record.kind != RunKind.SCHEDULED:  # a one-shot row stays due: it must know
+            lease.note_commit(connection, self.lease_name, self.fence)
         progress = Progress()
         for done in ledger.kept() if ledger is not None else ():
             progress.add(done)

@@ -20,9 +20,10 @@ One function, :func:`plan`, decides it for every way a row becomes due:
   that exists twice fires once, at its first occurrence. A run that starts later than
   the job's ``starting_deadline`` after its slot is recorded missed whatever the policy.
 * **a retry** (``run_slot`` set on a scheduled row, by :mod:`django_fencedjobs.retries`):
-  the failed slot again, as the next attempt, unless a later slot is due by now; then
-  that slot runs instead and the retry is dropped (a retry never runs at or past the
-  next slot).
+  the failed slot again, as the next attempt, over the same data interval as the attempt
+  it retries (a coalescing attempt's retry coalesces the same slots), unless a later slot
+  is due by now; then that slot runs instead and the retry is dropped (a retry never runs
+  at or past the next slot).
 * **a backfill slot or a one-off** (a row of kind ``backfill`` or ``once``,
   :mod:`django_fencedjobs.oneshots`): its ``run_slot``, as its next attempt. The row
   stays due while the run holds it, so that a run whose runner died is run again once its
@@ -34,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django_fencedjobs import retries
 from django_fencedjobs.lease import LeaseRow
 from django_fencedjobs.models import RunKind
 from django_fencedjobs.registry import Job
@@ -48,7 +50,8 @@ class Slot:
     """A run's slot, and what taking its lease writes on the row."""
 
     scheduled_for: datetime
-    #: Earlier due slots coalesced into this run (or skipped by its catch-up policy).
+    #: Earlier due slots coalesced into this run (or skipped by its catch-up policy); a
+    #: retry's interval covers its first attempt's, which counted them.
     missed: int
     #: The start of the run's data interval when it is not simply the slot before
     #: (a coalesced run's), else None.
@@ -86,8 +89,9 @@ def plan(job: Job, row: LeaseRow, now: datetime) -> Slot:
     dropped = False
     if row.run_slot is not None:
         later = schedule.fire_times(row.run_slot, now, limit=1)
-        if not later:  # nothing later due yet: the retry runs
-            return Slot(row.run_slot, 0, None, row.attempt, RunKind.SCHEDULED, after, None, 1)
+        if not later:  # nothing later due yet: the retry runs, over the same interval
+            start = retries.interval_start(job, row.run_slot, row.attempt)
+            return Slot(row.run_slot, 0, start, row.attempt, RunKind.SCHEDULED, after, None, 1)
         first, dropped = later[0], True  # a later slot supersedes the retry
     count, tail = _due(schedule, first, now, keep=job.catchup_limit if job.catchup == "each" else 1)
     if job.catchup == "each":

@@ -153,7 +153,7 @@ class Supervisor(threading.Thread):
         run = self.state
         try:
             with db.bounded_wait(wait):
-                return lease.renew(run.job.name, run.fence, clock.now() + run.job.lease_ttl)
+                return lease.renew(run.lease_name, run.fence, clock.now() + run.job.lease_ttl)
         except DatabaseError as exc:
             if db.is_lock_timeout(exc):
                 return None

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--print-plan", action="store_true", help="print the plan and exit")
     parser.add_argument(
         "--sabotage",
-        choices=["time-only-lease", "check-then-act"],
+        choices=["time-only-lease", "check-then-act", "restart-fences"],
         help="break the app on purpose in the runners (soak/sabotage.py): the checker must "
         "then report safety violations",
     )
@@ -72,12 +72,13 @@ def main(argv: list[str]) -> int:
     command = f"make {target} SOAK_SECONDS={args.seconds:g} SOAK_SEED={seed}"
     print(
         f"soak: seed {seed}, plan {plan.digest}: {len(plan.faults)} faults "
-        f"({', '.join(f'{k} {n}' for k, n in plan.counts().items())})",
+        f"({', '.join(f'{k} {n}' for k, n in plan.counts().items())}); {len(plan.ops)} "
+        f"operations ({', '.join(f'{k} {n}' for k, n in plan.op_counts().items())})",
         flush=True,
     )
     if args.print_plan:
-        for fault in plan.faults:
-            print(fault.describe())
+        for event in sorted((*plan.faults, *plan.ops), key=lambda e: e.at):
+            print(event.describe())
         return 0
 
     if args.pgbouncer:
@@ -130,7 +131,10 @@ def main(argv: list[str]) -> int:
         import django
 
         django.setup()
-        from soak import check, report
+        from soak import check, report, sabotage
+
+        if args.sabotage == "restart-fences":  # the driver creates lease rows too
+            sabotage.apply(args.sabotage)
 
         soak = driver.Driver(
             plan, workdir=workdir, database=database, pg_ctl=pg_ctl, sabotage=args.sabotage

@@ -6,12 +6,16 @@ why it is the right one):
 ``safety``
     The data is wrong: a stale write committed (S1), an item was lost or done twice (S2),
     a window gap or overlap (S3), the counter chain forked (S4), a rolled-back block's write
-    is there (S5), an acknowledged commit is missing (S6), data without its audit row (S7).
+    is there (S5), an acknowledged commit is missing (S6), data without its audit row (S7),
+    a fence that repeats for a name (S8), a one-off's, backfill slot's or scheduled slot's
+    work committed twice (S9; a backfill's watermark windows: each window once).
 ``accounting``
     The record is wrong: a slot neither run nor counted as coalesced (A1), a fence change
     that is neither an acquisition with its run nor a revocation of a timed-out run (A2), a
     write by a fence no run was recorded for (A3), a succeeded run's counts differ from
-    what it committed (A4), a finished run without ``finished_at`` (A5).
+    what it committed (A4), a finished run without ``finished_at`` (A5), a backfill slot or
+    one-off queued and never run (A6), a retry that covers another interval than the attempt
+    it retries (A7), a run recorded ``fence_lost`` whose fence nobody took (A8).
 ``liveness``
     Something did not recover: a run left ``running`` at the end (L1), a job without
     progress for longer than its bound after the final SIGCONT (L2), items left pending
@@ -22,6 +26,7 @@ why it is the right one):
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -83,7 +88,13 @@ def check(seen: Outcomes, acks_dir: Path) -> Findings:
     _windows(data, found)
     _chain(data, found)
     _acks(data, acks_dir, found)
+    _repeated_fences(data, found)
+    _slot_once(data, found)
+    _backfill_windows(data, found)
     _slots(data, found)
+    _oneshots(data, found)
+    _retry_intervals(data, found)
+    _lost_to_nobody(data, found)
     _fences_recorded(data, found)
     _records(data, found)
     _liveness(data, seen, found)
@@ -102,6 +113,7 @@ def _load() -> dict[str, Any]:
         FenceEvent,
         Item,
         ItemLog,
+        SlotRow,
         SlowRow,
         WindowRow,
     )
@@ -109,8 +121,8 @@ def _load() -> dict[str, Any]:
 
     names = list(SPECS)
     runs = list(
-        JobRun.objects.filter(job__in=names)
-        .order_by("job", "scheduled_for")
+        JobRun.objects.filter(job__startswith="soak.")
+        .order_by("job", "scheduled_for", "attempt")
         .values(
             "job",
             "scheduled_for",
@@ -123,6 +135,8 @@ def _load() -> dict[str, Any]:
             "missed_slots",
             "watermark_after",
             "capped",
+            "attempt",
+            "kind",
         )
     )
     return {
@@ -130,22 +144,30 @@ def _load() -> dict[str, Any]:
         "runs": runs,
         "run_by_fence": {(r["job"], r["fence"]): r for r in runs},
         "leases": {row.name: row for row in JobLease.objects.filter(name__in=names)},
+        "oneshots": list(
+            JobLease.objects.exclude(kind="scheduled").values("name", "kind", "run_slot", "paused")
+        ),
         "watermarks": {(w.job, w.key): w.value for w in Watermark.objects.filter(job__in=names)},
         "events": list(
             FenceEvent.objects.order_by("job", "tick").values(
-                "job", "old_fence", "new_fence", "old_owner", "new_owner", "tick", "at"
+                "job", "op", "old_fence", "new_fence", "old_owner", "new_owner", "tick", "at"
             )
         ),
         "audits": list(
             Audit.objects.order_by("job", "tick").values(
-                "job", "fence", "kind", "key", "tick", "txid", "at"
+                "job", "lease", "fence", "kind", "key", "tick", "txid", "at"
             )
         ),
         "items": list(Item.objects.values_list("id", "done_at", "done_fence")),
         "item_logs": list(ItemLog.objects.values_list("item_id", "job", "fence")),
         "windows": list(
             WindowRow.objects.order_by("job", "start", "id").values_list(
-                "job", "fence", "start", "end"
+                "job", "fence", "start", "end", "lease"
+            )
+        ),
+        "slot_rows": list(
+            SlotRow.objects.order_by("id").values(
+                "job", "lease", "fence", "kind", "slot", "attempt", "interval_start", "done"
             )
         ),
         "slow": list(SlowRow.objects.values_list("job", "fence", "seq")),
@@ -153,94 +175,136 @@ def _load() -> dict[str, Any]:
     }
 
 
+def target_of(row: str) -> str:
+    """The name a lease row's runs are recorded as: a backfill slot's or one-off's row
+    (``target@backfill:<slot>``, ``target@once:<instant>``) runs as its target; a job's or
+    an instance's row as itself."""
+    return re.sub(r"@(backfill|once):[^\[\]@]*$", "", row)
+
+
 # -- safety -------------------------------------------------------------------------------------
 
 
-def _fence_history(data: dict[str, Any], found: Findings) -> dict[str, dict[int, list[float]]]:
-    """Per job and fence, ``[tick it became current, tick it was superseded]``."""
-    intervals: dict[str, dict[int, list[float]]] = {name: {0: [0, INF]} for name in data["names"]}
-    current = dict.fromkeys(data["names"], 0)
+def _fence_history(
+    data: dict[str, Any], found: Findings
+) -> dict[str, dict[int, list[list[float]]]]:
+    """Per lease row name and fence, the spans ``[tick it became current, tick it was
+    superseded]`` (a name's row deleted and created again: one span per row). A row's
+    first fence change that is not an acquisition, from the fence it was created with,
+    sets its first fence (``data["inits"]``: not a run's end)."""
+    intervals: dict[str, dict[int, list[list[float]]]] = defaultdict(dict)
+    current: dict[str, int | None] = {}
+    fresh: set[str] = set()
+    data["inits"] = inits = set()
     for event in data["events"]:
-        job, old, new = event["job"], event["old_fence"], event["new_fence"]
-        if job not in intervals:
+        row, op, tick = event["job"], event.get("op", "changed"), event["tick"]
+        old, new = event["old_fence"], event["new_fence"]
+        if op == "created":
+            if current.get(row) is not None:
+                found.add("accounting", "A2 fence history", f"{row}: created twice (tick {tick})")
+            current[row] = new
+            intervals[row].setdefault(new, []).append([tick, INF])
+            fresh.add(row)
             continue
-        if old != current[job]:
+        if row not in current:  # no creation recorded: a row that existed at fence old
+            current[row] = old
+            intervals[row].setdefault(old, []).append([0, INF])
+        if op == "deleted":
+            if current[row] is not None:
+                intervals[row][current[row]][-1][1] = tick
+            current[row] = None
+            continue
+        if old != current[row]:
             found.add(
                 "accounting",
                 "A2 fence history",
-                f"{job}: fence changed from {old} at tick {event['tick']}, but the last "
-                f"recorded change left it at {current[job]}",
+                f"{row}: fence changed from {old} at tick {tick}, but the last recorded change "
+                f"left it at {current[row]}",
             )
         if new <= old:
             found.add(
                 "safety",
                 "S1 stale write",
-                f"{job}: the fence went down from {old} to {new} at tick {event['tick']}",
+                f"{row}: the fence went down from {old} to {new} at tick {tick}",
             )
-        intervals[job].setdefault(old, [0, INF])[1] = event["tick"]
-        intervals[job][new] = [event["tick"], INF]
-        current[job] = new
+        if row in fresh and not event["old_owner"] and not event["new_owner"]:
+            inits.add((row, tick))
+        fresh.discard(row)
+        spans = intervals[row].setdefault(old, [[0, INF]])
+        spans[-1][1] = tick
+        intervals[row].setdefault(new, []).append([tick, INF])
+        current[row] = new
     return intervals
 
 
 def _stale_writes(
-    data: dict[str, Any], intervals: dict[str, dict[int, list[float]]], found: Findings
+    data: dict[str, Any], intervals: dict[str, dict[int, list[list[float]]]], found: Findings
 ) -> None:
-    """S1: every write committed while its fence was current: after the fence change that
-    made it current, before the one that superseded it (in tick order: commit order)."""
-    superseded_by = {(e["job"], e["old_fence"]): e for e in data["events"]}
+    """S1: every write committed while its fence was current on the lease row its run
+    held: after the fence change that made it current, before the one that superseded it
+    or the row's deletion (in tick order: commit order)."""
+    superseded_by = {
+        (e["job"], e["old_fence"]): e for e in data["events"] if e.get("op") != "created"
+    }
     for row in data["audits"]:
-        job, fence, tick = row["job"], row["fence"], row["tick"]
-        span = intervals.get(job, {}).get(fence)
-        if span is None:
+        lease, fence, tick = row.get("lease") or row["job"], row["fence"], row["tick"]
+        spans = intervals.get(lease, {}).get(fence)
+        if spans is None:
             found.add(
                 "safety",
                 "S1 stale write",
-                f"{job}: a write under fence {fence}, which was never current "
+                f"{lease}: a write under fence {fence}, which was never current "
                 f"({row['kind']} {row['key']}, tick {tick})",
             )
-        elif not span[0] < tick < span[1]:
-            event = superseded_by.get((job, fence))
-            how = (
-                f"superseded at tick {span[1]} by fence {event['new_fence']} "
-                f"({'revocation' if not event['new_owner'] else 'taken by ' + event['new_owner']}"
-                f", at {event['at']:%H:%M:%S.%f})"
-                if event
-                else f"current from tick {span[0]}"
-            )
+        elif not any(a < tick < b for a, b in spans):
+            event = superseded_by.get((lease, fence))
+            if event is None:
+                how = f"current from tick {spans[0][0]}"
+            elif event.get("op") == "deleted":
+                how = f"deleted with its row at tick {event['tick']} ({event['at']:%H:%M:%S.%f})"
+            else:
+                by = "revocation" if not event["new_owner"] else "taken by " + event["new_owner"]
+                how = (
+                    f"superseded at tick {event['tick']} by fence {event['new_fence']} "
+                    f"({by}, at {event['at']:%H:%M:%S.%f})"
+                )
             found.add(
                 "safety",
                 "S1 stale write",
-                f"{job}: {row['kind']} {row['key']} of fence {fence} committed at tick {tick} "
+                f"{lease}: {row['kind']} {row['key']} of fence {fence} committed at tick {tick} "
                 f"({row['at']:%H:%M:%S.%f}), but fence {fence} was {how}",
             )
 
 
 def _fence_order(data: dict[str, Any], found: Findings) -> None:
-    """S1, cross-checked without the fence history: per job, in commit (tick) order, the
-    writes' fences never go down. Implied by S1 (fence spans are disjoint and ordered);
-    kept apart so that a fault in the fence-history trigger could not hide a stale write."""
+    """S1, cross-checked without the fence history: per lease row name, in commit (tick)
+    order, the writes' fences never go down (a row deleted and created again included).
+    Implied by S1 (fence spans are disjoint and ordered); kept apart so that a fault in the
+    fence-history trigger could not hide a stale write."""
     highest: dict[str, tuple[int, int]] = {}
-    for row in data["audits"]:  # ordered by job, tick
-        job, fence, tick = row["job"], row["fence"], row["tick"]
-        top = highest.get(job)
+    for row in sorted(data["audits"], key=lambda a: (a.get("lease") or a["job"], a["tick"])):
+        lease, fence, tick = row.get("lease") or row["job"], row["fence"], row["tick"]
+        top = highest.get(lease)
         if top is not None and fence < top[0]:
             found.add(
                 "safety",
                 "S1 fence order",
-                f"{job}: {row['kind']} {row['key']} of fence {fence} committed at tick {tick}, "
+                f"{lease}: {row['kind']} {row['key']} of fence {fence} committed at tick {tick}, "
                 f"after a write of fence {top[0]} (tick {top[1]})",
             )
         if top is None or fence > top[0]:
-            highest[job] = (fence, tick)
+            highest[lease] = (fence, tick)
 
 
 def _audit_matches_data(data: dict[str, Any], found: Findings) -> None:
     """S7: each unit of work and its audit row committed together (the same transaction)."""
     audited = Counter((a["job"], a["fence"], a["kind"], a["key"]) for a in data["audits"])
     written: Counter[tuple[str, int, str, str]] = Counter()
-    for job, fence, start, _ in data["windows"]:
+    for job, fence, start, *_ in data["windows"]:
         written[(job, fence, "window", start.isoformat())] += 1
+    for slot in data.get("slot_rows", []):
+        key = f"{slot['slot'].isoformat()}#{slot['attempt']}"
+        written[(slot["job"], slot["fence"], "slot" if slot["done"] else "attempt", key)] += 1
     for item_id, job, fence in data["item_logs"]:
         written[(job, fence, "item", str(item_id))] += 1
     for job, fence, seq in data["slow"]:
@@ -303,7 +367,9 @@ def _windows(data: dict[str, Any], found: Findings) -> None:
     from soak.specs import WINDOW_STEPS
 
     by_job: dict[str, list[tuple[int, datetime, datetime]]] = defaultdict(list)
-    for job, fence, start, end in data["windows"]:
+    for job, fence, start, end, *lease in data["windows"]:
+        if lease and lease[0] not in ("", job):  # a backfill slot's: _backfill_windows
+            continue
         by_job[job].append((fence, start, end))
     for job, (step, key) in WINDOW_STEPS.items():
         rows = by_job.get(job, [])
@@ -360,11 +426,14 @@ def _chain(data: dict[str, Any], found: Findings) -> None:
 def _acks(data: dict[str, Any], acks_dir: Path, found: Findings) -> None:
     """S6: every unit of work a handler saw commit is in the database."""
     acked: Counter[tuple[str, int, str, str]] = Counter()
+    runs: dict[tuple[str, int], set[str]] = defaultdict(set)
     for path in sorted(acks_dir.glob("*.jsonl")):
         for line in path.read_text().splitlines():
             if line.endswith("}"):
                 ack = json.loads(line)
                 acked[(ack["job"], ack["fence"], ack["kind"], ack["key"])] += 1
+                runs[(ack["job"], ack["fence"])].add(ack.get("run", ""))
+    data["ack_runs"] = runs
     audited = Counter((a["job"], a["fence"], a["kind"], a["key"]) for a in data["audits"])
     for key, count in sorted(acked.items(), key=str):
         if audited[key] < count:
@@ -377,22 +446,111 @@ def _acks(data: dict[str, Any], acks_dir: Path, found: Findings) -> None:
     data["acks"] = sum(acked.values())
 
 
+#: Outcomes of runs that never held a fence (a skipped slot's record, a missed one's).
+FENCELESS = ("skipped", "missed")
+
+
+def _repeated_fences(data: dict[str, Any], found: Findings) -> None:
+    """S8: a fence never repeats for a name. Per name (a job, an instance; a backfill
+    slot's or one-off's row counts as its target's), every fence acquired is acquired
+    once, whichever lease row (deleted and created again or not) gave it; no two recorded
+    runs of a name hold the same fence; no two runs acknowledged writes under one."""
+    acquired: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for event in data["events"]:
+        if event.get("op", "changed") == "changed" and event["new_owner"]:
+            acquired[(target_of(event["job"]), event["new_fence"])].append(event["job"])
+    for (name, fence), rows in sorted(acquired.items()):
+        if len(rows) > 1:
+            found.add(
+                "safety",
+                "S8 fence repeated",
+                f"{name}: fence {fence} acquired {len(rows)} times (lease rows {sorted(rows)})",
+            )
+    held: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for run in data["runs"]:
+        if run["outcome"] not in FENCELESS:
+            held[(run["job"], run["fence"])].append(run)
+    for (name, fence), runs in sorted(held.items(), key=str):
+        if len(runs) > 1:
+            which = ", ".join(
+                f"{r['scheduled_for']:%H:%M:%S.%f} #{r['attempt']} {r['kind']} {r['outcome']}"
+                for r in runs
+            )
+            found.add(
+                "safety", "S8 fence repeated", f"{name}: {len(runs)} runs of fence {fence}: {which}"
+            )
+    for (name, fence), idents in sorted(data.get("ack_runs", {}).items(), key=str):
+        if len(idents) > 1:
+            found.add(
+                "safety",
+                "S8 fence repeated",
+                f"{name}: writes of fence {fence} acknowledged by {len(idents)} runs: "
+                f"{sorted(idents)}",
+            )
+
+
+def _slot_once(data: dict[str, Any], found: Findings) -> None:
+    """S9: a slot's work (a done :class:`SlotRow`) commits once: per lease row of a
+    backfill slot or one-off, and per slot of a job's or instance's schedule (its
+    retries included), at most one fence commits it."""
+    from soak.specs import OPERATOR_KINDS
+
+    fences: dict[tuple[str, Any], set[int]] = defaultdict(set)
+    for row in data.get("slot_rows", []):
+        if row["done"]:
+            where = row["lease"] if row["kind"] in OPERATOR_KINDS else row["job"]
+            fences[(where, row["slot"])].add(row["fence"])
+    for (where, slot), committed in sorted(fences.items(), key=str):
+        if len(committed) > 1:
+            found.add(
+                "safety",
+                "S9 slot once",
+                f"{where}: slot {slot:%H:%M:%S.%f} committed by {len(committed)} fences "
+                f"{sorted(committed)}",
+            )
+
+
+def _backfill_windows(data: dict[str, Any], found: Findings) -> None:
+    """S9 for work tracked by a watermark: a backfill slot's windows (under its row's own
+    watermark) follow each other, each once, whichever attempts wrote them."""
+    by_row: dict[str, list[tuple[int, datetime, datetime]]] = defaultdict(list)
+    for job, fence, start, end, *lease in data["windows"]:
+        if lease and lease[0] not in ("", job):
+            by_row[lease[0]].append((fence, start, end))
+    for row, windows in sorted(by_row.items()):
+        for (f1, _, end1), (f2, start2, _) in pairwise(sorted(windows, key=lambda w: w[1])):
+            if start2 != end1:
+                what = "overlaps the one before" if start2 < end1 else "leaves a gap after"
+                found.add(
+                    "safety",
+                    "S9 slot once",
+                    f"{row}: window at {start2:%H:%M:%S} of fence {f2} {what} "
+                    f"(ending {end1:%H:%M:%S}, fence {f1})",
+                )
+    data["backfill_windows"] = sum(len(w) for w in by_row.values())
+
+
 # -- accounting ---------------------------------------------------------------------------------
 
 
 def _slots(data: dict[str, Any], found: Findings) -> None:
-    """A1: per job, every fire time from the job's first slot to its last run's slot is that
-    run's slot or counted in a run's ``missed_slots``, and the next slot is the one after."""
+    """A1: per job, every fire time from the job's first slot to its last run's slot is a
+    slot with a record (run, retried, or skipped by an operator, who is named) or counted
+    in a record's ``missed_slots`` (the first attempt's, for a slot tried again), and the
+    next slot is the one after (or that slot's retry is pending). Runs an operator asked
+    for (backfills, one-offs) are not the schedule's: :func:`_oneshots`."""
     from django_fencedjobs.registry import registry
+    from soak.specs import OPERATOR_KINDS
 
-    runs_by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    first_attempts: dict[str, dict[datetime, dict[str, Any]]] = defaultdict(dict)
     for run in data["runs"]:
-        runs_by_job[run["job"]].append(run)
+        if run["job"] in data["names"] and run.get("kind", "scheduled") not in OPERATOR_KINDS:
+            first_attempts[run["job"]].setdefault(run["scheduled_for"], run)  # attempt order
     slots = coalesced = 0
     for name in data["names"]:
         schedule = registry.get(name).valid_schedule
         lease = data["leases"].get(name)
-        runs = runs_by_job.get(name, [])
+        runs = sorted(first_attempts.get(name, {}).values(), key=lambda r: r["scheduled_for"])
         if lease is None or not runs:
             found.add("accounting", "A1 slots", f"{name}: no lease row or no run at all")
             continue
@@ -406,11 +564,12 @@ def _slots(data: dict[str, Any], found: Findings) -> None:
                     "accounting",
                     "A1 slots",
                     f"{name}: {fired} slot(s) in ({previous:%H:%M:%S}, "
-                    f"{run['scheduled_for']:%H:%M:%S}], but the run for the last one counts "
-                    f"{run['missed_slots']} coalesced",
+                    f"{run['scheduled_for']:%H:%M:%S}], but the {run['outcome']} run for the "
+                    f"last one counts {run['missed_slots']} coalesced",
                 )
             previous = run["scheduled_for"]
-        if lease.next_run_at != schedule.next_after(previous):
+        retry = getattr(lease, "run_slot", None) is not None and lease.run_slot == previous
+        if not retry and lease.next_run_at != schedule.next_after(previous):
             found.add(
                 "accounting",
                 "A1 slots",
@@ -420,14 +579,74 @@ def _slots(data: dict[str, Any], found: Findings) -> None:
     data["slots"], data["coalesced"] = slots, coalesced
 
 
+def _oneshots(data: dict[str, Any], found: Findings) -> None:
+    """A6: every backfill slot and one-off queued was run: its target has a run of its
+    kind for its slot."""
+    ran = {(r["job"], r["scheduled_for"], r.get("kind")) for r in data["runs"]}
+    for row in data.get("oneshots", []):
+        if (target_of(row["name"]), row["run_slot"], row["kind"]) not in ran:
+            found.add(
+                "accounting",
+                "A6 one-shots run",
+                f"{row['name']}: queued, no {row['kind']} run recorded"
+                f"{'' if row['paused'] else ' (still due)'}",
+            )
+
+
+def _retry_intervals(data: dict[str, Any], found: Findings) -> None:
+    """A7: every attempt at a slot (a retry, a backfill slot's or one-off's next attempt)
+    saw the data interval the slot's first attempt saw."""
+    from soak.specs import OPERATOR_KINDS
+
+    starts: dict[tuple[str, Any], dict[int, datetime]] = defaultdict(dict)
+    for row in data.get("slot_rows", []):
+        where = row["lease"] if row["kind"] in OPERATOR_KINDS else row["job"]
+        starts[(where, row["slot"])][row["attempt"]] = row["interval_start"]
+    for (where, slot), by_attempt in sorted(starts.items(), key=str):
+        if len(set(by_attempt.values())) > 1:
+            seen = ", ".join(f"#{a} from {t:%H:%M:%S}" for a, t in sorted(by_attempt.items()))
+            found.add(
+                "accounting",
+                "A7 retry interval",
+                f"{where}: the attempts at slot {slot:%H:%M:%S} covered different intervals: "
+                f"{seen}",
+            )
+
+
+def _lost_to_nobody(data: dict[str, Any], found: Findings) -> None:
+    """A8: a run recorded ``fence_lost`` lost its fence to someone: the change that
+    superseded its fence is a takeover (another owner) or a revocation, not its own end
+    while the fence was still its own."""
+    superseded = {
+        (target_of(e["job"]), e["old_fence"]): e
+        for e in data["events"]
+        if e.get("op", "changed") == "changed"
+    }
+    for run in data["runs"]:
+        if run["outcome"] != "fence_lost":
+            continue
+        event = superseded.get((run["job"], run["fence"]))
+        if event is not None and not event["new_owner"] and event["old_owner"] == run["owner"]:
+            found.add(
+                "accounting",
+                "A8 fence lost to nobody",
+                f"{run['job']} fence {run['fence']} ({run.get('kind')} attempt "
+                f"{run.get('attempt')}, {run['owner']}) recorded fence_lost, but its fence "
+                f"was current until its own end at {event['at']:%H:%M:%S.%f}",
+            )
+
+
 def _fences_recorded(data: dict[str, Any], found: Findings) -> None:
     """A2: every fence change is either an acquisition, recorded as a run with that fence
     and owner, or the end of a run (owner cleared: finished, timed out, given up on), whose
-    run is recorded with its outcome. A3: every write's fence is a recorded run's."""
+    run is recorded with its outcome (a new row's first fence, set where it is created, is
+    neither). A3: every write's fence is a recorded run's."""
+    inits = data.get("inits", set())
     for event in data["events"]:
-        job = event["job"]
-        if job not in data["leases"]:
+        row = event["job"]
+        if event.get("op", "changed") != "changed" or (row, event["tick"]) in inits:
             continue
+        job = target_of(row)
         if event["new_owner"]:
             run = data["run_by_fence"].get((job, event["new_fence"]))
             if run is None or run["owner"] != event["new_owner"]:
@@ -435,7 +654,7 @@ def _fences_recorded(data: dict[str, Any], found: Findings) -> None:
                 found.add(
                     "accounting",
                     "A2 fence history",
-                    f"{job}: fence {event['new_fence']} taken by {event['new_owner']} has no "
+                    f"{row}: fence {event['new_fence']} taken by {event['new_owner']} has no "
                     f"run recorded for it{other}",
                 )
         else:
@@ -444,7 +663,7 @@ def _fences_recorded(data: dict[str, Any], found: Findings) -> None:
                 found.add(
                     "accounting",
                     "A2 fence history",
-                    f"{job}: the run of fence {event['old_fence']} ended (at "
+                    f"{row}: the run of fence {event['old_fence']} ended (at "
                     f"{event['at']:%H:%M:%S.%f}), but it is recorded "
                     f"{run['outcome'] if run else 'nowhere'}",
                 )
@@ -459,7 +678,7 @@ def _records(data: dict[str, Any], found: Findings) -> None:
 
     committed: Counter[tuple[str, int]] = Counter()
     last_end: dict[tuple[str, int], datetime] = {}
-    for job, fence, _, end in data["windows"]:
+    for job, fence, _, end, *_ in data["windows"]:
         committed[(job, fence)] += 1
         last_end[(job, fence)] = max(end, last_end.get((job, fence), end))
     for _, job, fence in data["item_logs"]:
@@ -581,6 +800,14 @@ def _figures(data: dict[str, Any], seen: Outcomes, found: Findings) -> None:
         acks=data.get("acks", 0),
         slots=data.get("slots", 0),
         coalesced_slots=data.get("coalesced", 0),
+        runs_by_kind=dict(sorted(Counter(r.get("kind", "") for r in data["runs"]).items())),
+        retries=sum(1 for r in data["runs"] if r["attempt"] > 1 and r["kind"] == "scheduled"),
+        instance_runs=sum(1 for r in data["runs"] if "[" in r["job"]),
+        skipped_records=sum(1 for r in data["runs"] if r["outcome"] == "skipped"),
+        lease_rows_deleted=sum(1 for e in data["events"] if e.get("op") == "deleted"),
+        slot_rows=len(data.get("slot_rows", [])),
+        backfill_windows=data.get("backfill_windows", 0),
+        operations=dict(sorted(seen.ops.items())),
         liveness_after_calm=data.get("gaps", {}),
         max_gap_during_faults=gaps_during_faults,
     )

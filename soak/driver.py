@@ -7,7 +7,10 @@
    ``B`` (``manage.py runjobs --job ...``, three of the five jobs) run all along, and a
    cron-like launcher starts ``manage.py runjobs --once`` (``C1``, ``C2``...) every 2 to
    5 s. The plan's faults hit them; a loop runner that dies (SIGKILL, SIGTERM, or by
-   itself) is started again after a drawn delay. New items keep arriving.
+   itself) is started again after a drawn delay. New items keep arriving, and the plan's
+   operations (:class:`~soak.plan.Op`) are applied from the driver's own connection:
+   instances created, edited, disabled, enabled, deleted and re-created, backfills,
+   one-offs and skips.
 3. **Quiet period**, for ``quiet`` seconds: the final SIGCONT of anything still stopped,
    the loops restarted at once if they were down, the file ``calm`` written (the jobs stop
    misbehaving on purpose); runners and cron go on. The checker measures, from this
@@ -37,11 +40,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from soak.plan import AIM_WAIT, INITIAL_ITEMS, Fault, Plan
+from soak.plan import AIM_WAIT, INITIAL_ITEMS, Fault, Op, Plan
 
 REPO = Path(__file__).resolve().parent.parent
 #: A runner asked to stop with SIGTERM must exit within this many seconds.
@@ -126,7 +129,11 @@ class Outcomes:
     #: SIGTERMed runners that did not exit 0 within TERM_WAIT: (label, code or None, tail).
     bad_stops: list[tuple[str, int | None, str]] = field(default_factory=list)
     items_created: list[int] = field(default_factory=list)
+    #: The operations applied, by what they did ("upsert: created", "backfill: 3 slots",
+    #: "delete: failed (OperationalError)"...).
+    ops: Counter[str] = field(default_factory=Counter)
     producer_failures: int = 0
+    backfilled_slots: int = 0
     final_passes: int = 0
     final_labels: list[str] = field(default_factory=list)
     #: The database's clock at the final SIGCONT, and at the end of the quiet period.
@@ -177,6 +184,11 @@ class Driver:
         self._aimed: list[tuple[Fault, float]] = []
         self._calm = False
         self._shutting_down = False
+        #: Per instance key, its arguments' generation (every upsert a new one).
+        self._gen: Counter[str] = Counter()
+        #: Per backfilled job, where its last backfill ended: backfills never overlap, so
+        #: each backfill slot's row is armed once.
+        self._backfilled: dict[str, datetime] = {}
 
     # -- processes ----------------------------------------------------------------------------
 
@@ -489,6 +501,81 @@ class Driver:
             return
         self.seen.items_created.extend(item.pk for item in created)
 
+    # -- operations -----------------------------------------------------------------------
+
+    def operate(self, op: Op) -> None:
+        """Apply one operation; a refusal (the server away, a row locked past the bounded
+        wait, a backfill with nothing to do) is counted, not fatal."""
+        from django.core.exceptions import ValidationError
+        from django.db import Error, connection
+
+        from django_fencedjobs.exceptions import FencedJobsError
+
+        try:
+            what = self._operate(op)
+        except (Error, FencedJobsError, ValidationError) as exc:
+            what = f"refused ({type(exc).__name__})"
+            if isinstance(exc, Error):
+                with contextlib.suppress(Error):
+                    connection.close()
+        self.seen.ops[f"{op.kind}: {what}"] += 1
+
+    def _operate(self, op: Op) -> str:
+        from django_fencedjobs import backfills, manual
+        from django_fencedjobs.instances import Instances
+        from django_fencedjobs.registry import registry
+        from soak.specs import INSTANCES
+
+        instances = Instances(INSTANCES)
+        if op.kind in ("upsert", "recreate"):
+            existed = instances.all().filter(key=op.target).exists()
+            if op.kind == "recreate":
+                if not instances.delete(op.target):
+                    return "nothing to delete"
+            self._gen[op.target] += 1
+            instances.upsert(
+                op.target,
+                every=timedelta(seconds=op.every),
+                kwargs={"gen": self._gen[op.target], "tag": op.kind},
+            )
+            if op.kind == "recreate":
+                return "deleted and created"
+            return "edited" if existed else "created"
+        if op.kind in ("disable", "enable"):
+            changed = instances.set_enabled([op.target], op.kind == "enable")
+            return "done" if changed else "no such instance"
+        if op.kind == "delete":
+            return "deleted" if instances.delete(op.target) else "no such instance"
+        now = self.db_now()
+        if op.kind == "backfill":
+            end = now - timedelta(seconds=0.5)
+            start = max(
+                end - timedelta(seconds=op.span), self._backfilled.get(op.target, self.origin)
+            )
+            if start >= end:
+                return "nothing new to backfill"
+            _, plan = backfills.backfill(
+                op.target,
+                start,
+                end,
+                selection=op.selection,
+                concurrency=op.concurrency,
+                requested_by="soak",
+            )
+            self._backfilled[op.target] = end
+            self.seen.backfilled_slots += len(plan.slots)
+            return f"{min(len(plan.slots), 3)}{'+' if len(plan.slots) > 3 else ''} slot(s)"
+        if op.kind == "once":
+            at = now + timedelta(seconds=op.span)
+            # An instance's one-off runs with an argument of its own over the instance's.
+            kwargs = {"tag": "once"} if op.target.startswith(f"{INSTANCES}[") else None
+            backfills.run_once(op.target, at, kwargs=kwargs)
+            return "queued"
+        if op.kind == "skip":
+            manual.skip_next_slot(registry.get(op.target), by="soak")
+            return "skipped"
+        raise ValueError(f"unknown operation {op.kind!r}")
+
     # -- phases -------------------------------------------------------------------------------
 
     def setup(self) -> None:
@@ -524,6 +611,8 @@ class Driver:
             heapq.heappush(events, (start + at, 2, next(self._order), "cron", None))
         for at, count in self.plan.produce:
             heapq.heappush(events, (start + at, 3, next(self._order), "produce", count))
+        for op in self.plan.ops:
+            heapq.heappush(events, (start + op.at, 4, next(self._order), "op", op))
         calm_at = start + self.plan.seconds
         heapq.heappush(events, (calm_at, 0, next(self._order), "calm", None))
         end = calm_at + self.plan.quiet
@@ -548,6 +637,8 @@ class Driver:
                     self.cron_tick()
                 elif kind == "produce":
                     self.produce(payload)
+                elif kind == "op" and not self._calm:
+                    self.operate(payload)
                 elif kind == "calm":
                     self.calm_down()
             if not self._calm:

@@ -26,6 +26,27 @@ Fault kinds:
     the driver restarts a loop); aimed like ``stop``.
 ``pg_restart``
     ``pg_ctl restart -m fast`` of the server: every connection is cut.
+
+Operations (:class:`Op`), drawn from the same generator, at their own moments during the
+fault phase: what an operator and an application do to the jobs while the faults go on.
+
+``upsert``
+    ``soak.inst.instances.upsert(key, every=..., kwargs={"gen": n})``: creates the instance,
+    or edits its schedule and arguments, or creates it again after a ``delete``.
+``disable`` / ``enable``
+    ``Instances.set_enabled([key], ...)``.
+``delete``
+    ``Instances.delete(key)``: its lease row goes with it.
+``recreate``
+    ``delete`` then ``upsert`` of the same key at once: a new lease row under the old name,
+    whose fences must not repeat the old row's.
+``backfill``
+    ``backfill()`` of the last ``span`` seconds of ``soak.windows`` or ``soak.retrying``
+    (slots ``all`` or ``missing``), at most ``concurrency`` at once.
+``once``
+    ``run_once()`` of ``soak.retrying`` or an instance, ``delay`` seconds from now.
+``skip``
+    ``skip_next_slot()`` of ``soak.retrying`` (``jobctl skip``).
 """
 
 from __future__ import annotations
@@ -51,6 +72,12 @@ PRODUCE_GAP = (0.5, 1.5)
 PRODUCE_COUNT = (0, 5)
 #: Items present before the runners start.
 INITIAL_ITEMS = 40
+OP_KINDS = ("upsert", "disable", "enable", "delete", "recreate", "backfill", "once", "skip")
+OP_WEIGHTS = (0.26, 0.08, 0.08, 0.08, 0.1, 0.14, 0.14, 0.12)
+#: Mean seconds between two operations.
+OP_GAP = 2.0
+#: The instances' schedules: every 3 to 5 s (their timeout is 2 s).
+INSTANCE_EVERY = (3, 4, 5)
 
 
 @dataclass(frozen=True)
@@ -77,6 +104,34 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class Op:
+    """An operation: at ``at`` seconds from the start of the fault phase."""
+
+    at: float
+    kind: str
+    #: An instance's key (upsert, disable, enable, delete, recreate; once of an instance),
+    #: or the job (backfill, skip, once of a declared job).
+    target: str
+    #: upsert, recreate: the schedule's interval (s).
+    every: int = 0
+    #: backfill: how many seconds back it starts; once: seconds from now.
+    span: float = 0.0
+    #: backfill: ``all`` or ``missing``, and how many slots at once.
+    selection: str = ""
+    concurrency: int = 0
+
+    def describe(self) -> str:
+        what = f"{self.kind} {self.target}"
+        if self.every:
+            what += f" every {self.every}s"
+        if self.kind == "backfill":
+            what += f" last {self.span:.1f}s, {self.selection}, {self.concurrency} at once"
+        elif self.kind == "once":
+            what += f" in {self.span:.1f}s"
+        return f"{self.at:8.2f}s  op {what}"
+
+
+@dataclass(frozen=True)
 class Plan:
     seed: int
     #: The fault phase; the quiet period follows it (no faults, runners and cron go on).
@@ -90,6 +145,8 @@ class Plan:
     produce: tuple[tuple[float, int], ...]
     #: Delays before restarting a killed or exited loop runner, used in turn.
     restart_delays: tuple[float, ...]
+    #: The operations, during the fault phase.
+    ops: tuple[Op, ...] = ()
 
     @property
     def digest(self) -> str:
@@ -99,6 +156,12 @@ class Plan:
         counts = dict.fromkeys(KINDS, 0)
         for fault in self.faults:
             counts[fault.kind] += 1
+        return counts
+
+    def op_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(OP_KINDS, 0)
+        for op in self.ops:
+            counts[op.kind] += 1
         return counts
 
 
@@ -154,4 +217,54 @@ def make_plan(seed: int, seconds: float, quiet: float) -> Plan:
         produce.append((_round(at), rng.randint(*PRODUCE_COUNT)))
         at += rng.uniform(*PRODUCE_GAP)
     delays = tuple(_round(rng.uniform(0.3, 3.0)) for _ in range(1000))
-    return Plan(seed, seconds, quiet, tuple(faults), tuple(cron), tuple(produce), delays)
+    ops = _ops(random.Random(f"{seed}:ops"), seconds)
+    return Plan(seed, seconds, quiet, tuple(faults), tuple(cron), tuple(produce), delays, ops)
+
+
+def _op(rng: random.Random, at: float, kind: str) -> Op:
+    from soak.specs import INSTANCE_KEYS, INSTANCES, RETRYING, WINDOWS
+
+    key = rng.choice(INSTANCE_KEYS)
+    if kind in ("upsert", "recreate"):
+        return Op(_round(at), kind, key, every=rng.choice(INSTANCE_EVERY))
+    if kind == "backfill":
+        target = rng.choice((WINDOWS, RETRYING))
+        selection = rng.choice(("all", "missing"))
+        return Op(
+            _round(at),
+            kind,
+            target,
+            span=_round(rng.uniform(6, 20)),
+            selection=selection,
+            concurrency=rng.randint(1, 2),
+        )
+    if kind == "once":
+        target = RETRYING if rng.random() < 0.6 else f"{INSTANCES}[{key}]"
+        return Op(_round(at), kind, target, span=_round(rng.uniform(0, 5)))
+    if kind == "skip":
+        return Op(_round(at), kind, RETRYING)
+    return Op(_round(at), kind, key)
+
+
+def _ops(rng: random.Random, seconds: float) -> tuple[Op, ...]:
+    """The operations: the instances created first (every key, at the start), then one
+    about every :data:`OP_GAP` s; every kind at least once when the phase holds one of
+    each (about 20 s)."""
+    from soak.specs import INSTANCE_KEYS
+
+    ops = [
+        Op(_round(0.2 * i), "upsert", key, every=rng.choice(INSTANCE_EVERY))
+        for i, key in enumerate(INSTANCE_KEYS)
+    ]
+    at = 1.0 + rng.uniform(0, OP_GAP)
+    while at < seconds - 1.0:
+        ops.append(_op(rng, at, rng.choices(OP_KINDS, OP_WEIGHTS)[0]))
+        at += min(max(rng.expovariate(1 / OP_GAP), 0.2), 8.0)
+    drawn = ops[len(INSTANCE_KEYS) :]
+    for kind in OP_KINDS:
+        if len(drawn) >= 2 * len(OP_KINDS) and not any(op.kind == kind for op in drawn):
+            counts = {k: sum(op.kind == k for op in drawn) for k in OP_KINDS}
+            spare = [i for i, op in enumerate(drawn) if counts[op.kind] > 1]
+            index = rng.choice(spare)
+            drawn[index] = _op(rng, drawn[index].at, kind)
+    return (*ops[: len(INSTANCE_KEYS)], *drawn)

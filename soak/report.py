@@ -110,6 +110,11 @@ def text(report: dict[str, Any]) -> str:
         f"items: {fig['items_created']} created, {fig['items_done']} done, "
         f"{fig['items_pending']} pending",
         f"windows: {_counts(fig['windows'])}; counter chain: {fig['counter_chain']}",
+        f"operations: {_counts(fig['operations'])}",
+        f"runs by kind: {_counts(fig['runs_by_kind'])}; retries {fig['retries']}; instance "
+        f"runs {fig['instance_runs']}; skipped records {fig['skipped_records']}; lease rows "
+        f"deleted {fig['lease_rows_deleted']}; slot rows {fig['slot_rows']}; backfill "
+        f"windows {fig['backfill_windows']}",
         f"slots: {fig['slots']} ({fig['coalesced_slots']} coalesced); audit rows "
         f"{fig['audit_rows']}; acknowledged commits {fig['acks']}",
         f"after the final SIGCONT (bound: interval + lease_ttl + timeout + "
@@ -166,6 +171,14 @@ def markdown(report: dict[str, Any]) -> str:
             f"{fig['items_created']} / {fig['items_done']} / {fig['items_pending']}",
         ),
         ("windows", _counts(fig["windows"])),
+        ("operations", _counts(fig["operations"])),
+        ("runs by kind", _counts(fig["runs_by_kind"])),
+        (
+            "retries / instance runs / skipped records / lease rows deleted",
+            f"{fig['retries']} / {fig['instance_runs']} / {fig['skipped_records']} / "
+            f"{fig['lease_rows_deleted']}",
+        ),
+        ("backfill windows", str(fig["backfill_windows"])),
         ("slots (coalesced)", f"{fig['slots']} ({fig['coalesced_slots']})"),
         ("acknowledged commits checked", str(fig["acks"])),
         ("violations: safety", str(v["safety"])),

@@ -20,13 +20,18 @@ internal it needs is gone, :func:`apply` says so and the runner exits.
     Only the fence check is weakened: a plain ``SELECT`` of the fence, no row lock, so a
     successor can take the lease between the check and the commit. The other defences
     (renewal noticing the loss, the server ending idle transactions) stay.
+``restart-fences``
+    Every new lease row's fences start at 0 again, as they did before fences were made
+    never to repeat for a name: an instance deleted and created again, and each backfill
+    slot's and one-off's row, gives out the fences its name has given out before. Applied
+    in the driver too (it creates the instances' and one-shots' rows).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-SABOTAGE = ("time-only-lease", "check-then-act")
+SABOTAGE = ("time-only-lease", "check-then-act", "restart-fences")
 NEEDED = ("lock_fence", "renew", "HeldTransaction")
 
 
@@ -49,6 +54,11 @@ def apply(name: str) -> None:
             cursor.execute(f"{sql} WHERE name = %s AND fence = %s", [name, fence])
             return lease._held(connection, cursor.fetchone())
 
+    if name == "restart-fences":
+        if not hasattr(lease, "FENCE_EPOCH"):
+            raise SystemExit("soak: sabotage needs django_fencedjobs.lease.FENCE_EPOCH")
+        lease.FENCE_EPOCH = 0  # type: ignore[misc]
+        return
     if name == "check-then-act":
         lease.lock_fence = plain_select
         return

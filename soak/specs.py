@@ -12,6 +12,12 @@ WINDOWS_KEYED = "soak.windows_keyed"
 ITEMS = "soak.items"
 SLOW = "soak.slow"
 FAILING = "soak.failing"
+#: A declared job with ``retries=``: its handler fails on some attempts; the target of the
+#: plan's operator skips, one-offs and (with :data:`WINDOWS`) backfills.
+RETRYING = "soak.retrying"
+#: A job declared with ``instances=True``: the plan creates, edits, disables, enables,
+#: deletes and re-creates its instances (``soak.inst[<key>]``).
+INSTANCES = "soak.inst"
 
 
 @dataclass(frozen=True)
@@ -21,6 +27,7 @@ class Spec:
     lease_ttl: timedelta
     timeout: timedelta
     max_batches: int
+    retries: int = 0
     #: Outcomes that count as the job making progress, for the liveness bound. For the job
     #: that fails on purpose a recorded failure is progress too.
     progress: tuple[str, ...] = ("succeeded",)
@@ -45,8 +52,27 @@ SPECS = {
             max_batches=10,
             progress=("succeeded", "failed"),
         ),
+        Spec(
+            RETRYING,
+            every=_s(4),
+            lease_ttl=_s(1),
+            timeout=_s(2),
+            max_batches=10,
+            retries=2,
+            progress=("succeeded", "failed"),
+        ),
     )
 }
+
+#: ``soak.retrying``: each attempt after a failure waits this long (then twice that...).
+RETRY_BACKOFF = _s(0.3)
+#: The declared job of the instances (not in :data:`SPECS`: it has no schedule, its
+#: instances have theirs), its lease and timeout; and the keys the plan draws from (few,
+#: so that a key deleted is soon created again).
+INSTANCE_SPEC = Spec(INSTANCES, every=_s(0), lease_ttl=_s(1), timeout=_s(2), max_batches=10)
+INSTANCE_KEYS = ("k0", "k1", "k2", "k3")
+#: The kinds of run an operator asks for: not the schedule's, not in A1's slot accounting.
+OPERATOR_KINDS = ("backfill", "once", "manual")
 
 #: The windows jobs: their step and watermark key.
 WINDOW_STEPS = {WINDOWS: (_s(1), ""), WINDOWS_KEYED: (_s(2), "k")}

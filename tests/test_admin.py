@@ -229,6 +229,40 @@ def test_slots_a_later_run_caught_up_are_drawn_coalesced(superuser_client):
     assert "caught up by the run of 2026-11-29 10:00:00 UTC" in html
 
 
+def test_slots_a_failed_run_coalesced_read_caught_up_by_its_successful_retry(superuser_client):
+    """The runner was down for 09:30 and 09:45; the run of 10:00 coalesced them and failed,
+    its retry redid the same interval and succeeded: the slot reads as its retry, and the two
+    slots it covered read caught up by it."""
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
+    ):
+
+        @job("*/15 * * * *", name="m.flaky", retries=1, retry_backoff=timedelta(minutes=5))
+        def flaky(run):
+            if run.attempt == 1 and run.scheduled_for == T0 + timedelta(hours=1):
+                raise RuntimeError("attempt 1 fails")
+
+        fake_clock.set(T0)
+        tick()
+        for minutes in (15, 60, 65):  # 10:00 fails, its retry at 10:05 succeeds
+            fake_clock.set(T0 + timedelta(minutes=minutes))
+            tick()
+        html = superuser_client.get(change_page("m.flaky")).content.decode()
+    assert slot_marks(html)[-5:] == [
+        ("succeeded", "09:15:00"),
+        ("coalesced", "09:30:00"),
+        ("coalesced", "09:45:00"),
+        ("succeeded", "10:00:00"),
+        ("upcoming", "10:15:00"),
+    ]
+    titles = slot_titles(html)
+    assert titles["09:30:00"] == (
+        "2026-11-29 09:30:00 UTC: did not run; caught up by the run of 2026-11-29 10:00:00 UTC"
+    )
+    assert titles["10:00:00"].endswith("attempt 2, caught up 2 earlier slots")
+
+
 def slot_titles(html: str) -> dict[str, str]:
     """HH:MM:SS UTC of each mark of a slot timeline: its title."""
     return {

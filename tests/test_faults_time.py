@@ -464,6 +464,32 @@ def test_a_one_off_is_run_once_by_one_of_two_runners_at_its_instant(spawn):
     assert JobLease.objects.get(name=ONCE).next_run_at > now()
 
 
+def test_a_one_off_whose_work_committed_is_not_run_again_when_its_runner_dies(spawn):
+    # The runner dies after the one-off's fenced write committed and before its end was
+    # recorded: the next runner must not run the slot again (its work is done, and tracked
+    # by no watermark that a second attempt could resume from). Its attempt is recorded
+    # abandoned, saying why, and the one-off is done.
+    prepare(ONCE, due=False)
+    victim = spawn("loop", ONCE, "A", workers=1, role="victim")
+    victim.wait_for("ready")
+    name = backfills.run_once(ONCE, now())
+    (wrote,) = victim.wait_for("wrote")
+    victim.signal(signal.SIGKILL)
+    assert victim.wait_exit() == -signal.SIGKILL
+    other = spawn("loop", ONCE, "B", workers=1)
+    wait_until(
+        lambda: JobLease.objects.get(name=name).paused,
+        what="the one-off done",
+        diagnostics=spawn.logs,
+    )
+    stop_all(other)
+    assert other.events("ran") == []
+    assert list(Write.objects.filter(job=ONCE).values_list("fence", flat=True)) == [wrote["fence"]]
+    (record,) = runs_of(ONCE)
+    assert (record.kind, record.attempt, record.outcome) == (RunKind.ONCE, 1, Outcome.ABANDONED)
+    assert "not run again" in record.error
+
+
 def test_a_one_off_no_runner_took_is_late_once_its_grace_has_passed(spawn):
     prepare(LATE_ONCE, due=False)
     late_job = registry.get(LATE_ONCE)

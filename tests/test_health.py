@@ -173,7 +173,8 @@ def test_a_run_in_progress_is_running(jobs):
     fake_clock.set(T0 + timedelta(minutes=15))
     tick()
     (during,) = seen
-    assert (during.state, during.running, during.fence) == (State.RUNNING, True, 1)
+    fence = JobRun.objects.get(job="h.busy").fence
+    assert (during.state, during.running, during.fence) == (State.RUNNING, True, fence)
     assert during.owner and during.lease_until == T0 + timedelta(minutes=17)
     assert during.reason.startswith("running since 2026-11-29 09:15:00 UTC on ")
     assert during.last_run is not None and during.last_run.outcome == "running"

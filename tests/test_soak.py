@@ -85,6 +85,12 @@ def test_two_minutes_of_random_faults_break_no_invariant(tmp_path, via):
     figures = report["figures"]
     assert figures["items_done"] > 100 and all(n > 20 for n in figures["windows"].values())
     assert figures["takeovers"] > 0, output
+    # The operations ran under the faults: instances' runs, a row deleted (and created
+    # again), backfill runs, one-offs, retries and skipped slots.
+    kinds = figures["runs_by_kind"]
+    assert figures["instance_runs"] > 0 and figures["lease_rows_deleted"] > 0, output
+    assert kinds.get("backfill") and kinds.get("once") and figures["retries"] > 0, output
+    assert figures["skipped_records"] > 0, output
 
 
 # -- the plan ---------------------------------------------------------------------------------
@@ -201,3 +207,169 @@ def test_a_forked_counter_chain_is_seen():
     found = check.Findings()
     check._chain({"slow": [("soak.slow", 1, 1), ("soak.slow", 1, 2), ("soak.slow", 2, 2)]}, found)
     assert [v.detail for v in found.violations] == ["soak.slow: seq 2 written 2 times"]
+
+
+# -- the new operations: instances, one-shots, retries, skips ----------------------------------
+
+INST = "soak.inst[k0]"
+
+
+def lease_event(row: str, op: str, old: int, new: int, tick: int, old_owner="", new_owner=""):
+    return {
+        "job": row,
+        "op": op,
+        "old_fence": old,
+        "new_fence": new,
+        "old_owner": old_owner,
+        "new_owner": new_owner,
+        "tick": tick,
+        "at": T0,
+    }
+
+
+def run_record(job: str, fence: int, slot: datetime, **fields) -> dict:
+    record = {
+        "job": job,
+        "fence": fence,
+        "scheduled_for": slot,
+        "attempt": 1,
+        "kind": "scheduled",
+        "outcome": "succeeded",
+        "owner": "A1:1",
+    }
+    return {**record, **fields}
+
+
+def invariants(check_function, data: dict) -> list[str]:
+    found = check.Findings()
+    check_function({"events": [], "runs": [], **data}, found)
+    return [f"{v.invariant}: {v.detail}" for v in found.violations]
+
+
+def test_a_fence_given_out_again_by_a_re_created_row_is_seen_once_per_source():
+    # The instance's row is deleted and created again; the new row starts at 0 again and
+    # gives out fence 1 a second time; two runs hold it, and both acknowledged writes.
+    events = [
+        lease_event(INST, "created", 0, 0, 1),
+        lease_event(INST, "changed", 0, 1, 2, new_owner="A1:1"),
+        lease_event(INST, "deleted", 1, 1, 3, old_owner="A1:1"),
+        lease_event(INST, "created", 0, 0, 4),
+        lease_event(INST, "changed", 0, 1, 5, new_owner="B1:2"),
+    ]
+    runs = [
+        run_record(INST, 1, T0, outcome="fence_lost"),
+        run_record(INST, 1, T0 + timedelta(seconds=4), owner="B1:2"),
+    ]
+    acks = {(INST, 1): {f"{INST}|{T0.isoformat()}|1", f"{INST}|later|1"}}
+    found = invariants(check._repeated_fences, {"events": events, "runs": runs, "ack_runs": acks})
+    assert [f.split(":")[0] for f in found] == ["S8 fence repeated"] * 3, found
+
+
+def test_fences_that_start_above_the_deleted_rows_repeat_nothing():
+    epoch = 2**32
+    events = [
+        lease_event(INST, "created", 0, 0, 1),
+        lease_event(INST, "changed", 0, epoch, 2),  # the row's first fence: its id's epoch
+        lease_event(INST, "changed", epoch, epoch + 1, 3, new_owner="A1:1"),
+        lease_event(INST, "deleted", epoch + 1, epoch + 1, 4, old_owner="A1:1"),
+        lease_event(INST, "created", 0, 0, 5),
+        lease_event(INST, "changed", 0, 2 * epoch, 6),
+        lease_event(INST, "changed", 2 * epoch, 2 * epoch + 1, 7, new_owner="B1:2"),
+    ]
+    runs = [run_record(INST, epoch + 1, T0), run_record(INST, 2 * epoch + 1, T0, owner="B1:2")]
+    data = {"events": events, "runs": runs, "run_by_fence": {}, "audits": []}
+    assert invariants(check._repeated_fences, data) == []
+    found = check.Findings()
+    check._fence_history(data, found)
+    data["run_by_fence"] = {(r["job"], r["fence"]): r for r in runs}
+    check._fences_recorded(data, found)
+    assert found.violations == []  # the rows' first fences are no run's end
+
+
+def test_a_write_committed_after_its_row_was_deleted_is_stale():
+    events = [
+        lease_event(INST, "created", 0, 0, 1),
+        lease_event(INST, "changed", 0, 1, 2, new_owner="A1:1"),
+        lease_event(INST, "deleted", 1, 1, 4, old_owner="A1:1"),
+    ]
+    audits = [
+        {"job": INST, "lease": INST, "fence": 1, "kind": "slot", "key": "a", "tick": 3, "at": T0},
+        {"job": INST, "lease": INST, "fence": 1, "kind": "slot", "key": "b", "tick": 5, "at": T0},
+    ]
+    data = {"names": [], "events": events, "audits": audits}
+    found = check.Findings()
+    check._stale_writes(data, check._fence_history(data, found), found)
+    (stale,) = [v.detail for v in found.violations]
+    assert "slot b of fence 1 committed at tick 5" in stale and "deleted with its row" in stale
+
+
+def slot_row(lease: str, fence: int, slot: datetime, **fields) -> dict:
+    row = {
+        "job": check.target_of(lease),
+        "lease": lease,
+        "fence": fence,
+        "kind": "scheduled",
+        "slot": slot,
+        "attempt": 1,
+        "interval_start": slot - timedelta(seconds=4),
+        "done": True,
+    }
+    return {**row, **fields}
+
+
+def test_a_one_off_or_a_scheduled_slot_committed_twice_is_seen():
+    once = f"soak.retrying@once:{T0.isoformat()}"
+    rows = [
+        slot_row(once, 10, T0, kind="once"),
+        slot_row(once, 12, T0, kind="once", attempt=2),  # the one-off's work, again
+        slot_row("soak.retrying", 3, T0, attempt=1, done=False),  # failed: not done
+        slot_row("soak.retrying", 5, T0, attempt=2),
+        slot_row("soak.retrying", 7, T0 + timedelta(seconds=4)),
+        slot_row("soak.retrying", 9, T0 + timedelta(seconds=4), attempt=2),  # twice
+    ]
+    found = invariants(check._slot_once, {"slot_rows": rows})
+    assert len(found) == 2 and all(f.startswith("S9 slot once") for f in found), found
+    assert "fences [10, 12]" in found[0] + found[1] and "fences [7, 9]" in found[0] + found[1]
+
+
+def test_backfill_windows_done_twice_are_seen_and_resumed_ones_are_not():
+    row = f"soak.windows@backfill:{T0.isoformat()}"
+    s = timedelta(seconds=1)
+    resumed = [("soak.windows", 5, T0, T0 + s, row), ("soak.windows", 7, T0 + s, T0 + 2 * s, row)]
+    assert invariants(check._backfill_windows, {"windows": resumed}) == []
+    twice = [*resumed, ("soak.windows", 9, T0 + s, T0 + 2 * s, row)]
+    (found,) = invariants(check._backfill_windows, {"windows": twice})
+    assert "overlaps" in found
+
+
+def test_a_retry_that_covers_another_interval_is_seen():
+    rows = [
+        slot_row("soak.retrying", 3, T0, done=False, interval_start=T0 - timedelta(seconds=8)),
+        slot_row("soak.retrying", 5, T0, attempt=2, interval_start=T0 - timedelta(seconds=4)),
+    ]
+    (found,) = invariants(check._retry_intervals, {"slot_rows": rows})
+    assert found.startswith("A7 retry interval")
+
+
+def test_a_fence_lost_that_nobody_took_is_seen():
+    row = f"soak.retrying@once:{T0.isoformat()}"
+    events = [
+        lease_event(row, "changed", 4, 5, 1, new_owner="A1:1"),
+        lease_event(row, "changed", 5, 6, 2, old_owner="A1:1"),  # its own end
+        lease_event(row, "changed", 6, 7, 3, new_owner="A1:1"),
+        lease_event(row, "changed", 7, 8, 4, old_owner="A1:1", new_owner="B1:2"),  # taken
+    ]
+    runs = [
+        run_record("soak.retrying", 5, T0, kind="once", outcome="fence_lost"),
+        run_record("soak.retrying", 7, T0, kind="once", attempt=2, outcome="fence_lost"),
+    ]
+    (found,) = invariants(check._lost_to_nobody, {"events": events, "runs": runs})
+    assert "fence 5" in found and found.startswith("A8")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_kind_of_operation_is_planned_in_two_minutes(seed):
+    from soak.plan import OP_KINDS
+
+    counts = make_plan(seed, SOAK_SECONDS, 40).op_counts()
+    assert all(counts[kind] > 0 for kind in OP_KINDS), counts

@@ -147,11 +147,12 @@ def test_a_failed_run_is_retried_with_backoff_before_the_next_slot(jobs):
     assert (row.run_slot, row.next_run_at, row.consecutive_failures) == (None, _h(11), 0)
 
 
-def test_a_retry_that_would_reach_the_next_slot_is_not_made(jobs):
+def test_a_retry_that_would_reach_the_next_slot_is_not_made(jobs, caplog):
     @job("0 * * * *", name="t.flaky", retries=5, retry_backoff=timedelta(minutes=40))
     def flaky(run):
         raise RuntimeError("always")
 
+    caplog.set_level("INFO", logger="django_fencedjobs")
     loop.tick()  # its row, next slot 10:00
     fake_clock.set(_h(10) + timedelta(seconds=1))
     loop.tick()  # attempt 1 fails; attempt 2 at 10:40
@@ -160,6 +161,52 @@ def test_a_retry_that_would_reach_the_next_slot_is_not_made(jobs):
     row = JobLease.objects.get(name="t.flaky")
     assert (row.run_slot, row.next_run_at, row.consecutive_failures) == (None, _h(11), 1)
     assert [a for _, a, _, _, _ in _runs("t.flaky")] == [1, 2]
+    slot = "slot 2026-11-29 10:00:00 UTC"
+    assert [r.getMessage() for r in caplog.records if "retry" in getattr(r, "event", "")] == [
+        f"t.flaky: attempt 2 of the scheduled run of {slot} will be at 10:40:01",
+        f"t.flaky: no retry of the scheduled run of {slot}: attempt 3 would not start before"
+        " the next slot",
+    ]
+
+
+@pytest.mark.parametrize("of", ["job", "instance"])
+def test_a_retry_redoes_the_whole_interval_of_the_coalescing_attempt_it_retries(jobs, of, caplog):
+    """Down from 09:00 to 12:01: attempt 1 of 12:00 coalesces 10:00 and 11:00, covers
+    [09:00, 12:00) and fails; its retry covers the same interval, not [11:00, 12:00). The
+    log says when the retry is, and nothing says that none follows."""
+    seen: list[tuple[int, datetime, datetime]] = []
+
+    def fails_once(run):
+        seen.append((run.attempt, run.interval.start, run.interval.end))
+        if run.attempt == 1:
+            raise RuntimeError("attempt 1 fails")
+
+    options = {"retries": 2, "retry_backoff": timedelta(minutes=10)}
+    if of == "job":
+        name = "t.flaky"
+        job("0 * * * *", name=name, **options)(fails_once)
+    else:  # its lease is taken by the batch claim of instances
+        name = "t.flaky[a]"
+        job(instances=True, name="t.flaky", **options)(fails_once).instances.upsert(
+            "a", cron="0 * * * *"
+        )
+    caplog.set_level("INFO", logger="django_fencedjobs")
+    _outage(3)  # 10:00 and 11:00 missed; 12:00 coalesces them
+    loop.tick()  # attempt 1 fails
+    fake_clock.advance(timedelta(minutes=10, seconds=1))
+    loop.tick()  # attempt 2 succeeds
+    assert seen == [(1, _h(9), _h(12)), (2, _h(9), _h(12))]
+    assert [(a, o, m) for _, a, _, o, m in _runs(name)] == [
+        (1, Outcome.FAILED, 2),
+        (2, Outcome.SUCCEEDED, 0),  # the slots it covers again are counted once, by attempt 1
+    ]
+    starts = JobRun.objects.filter(job=name).order_by("attempt").values_list("interval_start")
+    assert list(starts) == [(_h(9),), (_h(9),)]
+    retried = [r.getMessage() for r in caplog.records if "retry" in getattr(r, "event", "")]
+    assert retried == [
+        f"{name}: attempt 2 of the scheduled run of slot 2026-11-29 12:00:00 UTC"
+        " will be at 12:11:00"
+    ]
 
 
 @pytest.mark.parametrize("of", ["job", "instance"])
@@ -261,7 +308,7 @@ def test_a_resumed_job_catches_up_by_its_policy_or_from_now_skips_recorded(jobs)
     done = manual.resume(hourly.job, from_now=True)
     assert "3 slot(s) due while it was paused skipped" in done.line
     assert loop.tick().runs == []
-    assert _runs()[-1] == (_h(16), 1, RunKind.SCHEDULED, Outcome.MISSED, 2)
+    assert _runs()[-1] == (_h(16), 1, RunKind.SCHEDULED, Outcome.SKIPPED, 2)
     assert JobLease.objects.get(name="t.hourly").next_run_at == _h(17)
 
 
@@ -280,3 +327,62 @@ def test_jobctl_resumes_from_now_and_refuses_from_now_with_another_operation(job
     with pytest.raises(CommandError, match="--from-now goes with resume only"):
         call_command("jobctl", "pause", "t.hourly", "--from-now", stdout=StringIO())
     assert not JobLease.objects.get(name="t.hourly").paused
+
+
+def test_a_one_off_whose_attempt_wrote_and_failed_is_retried_once_and_succeeds(jobs):
+    # Attempt 1 commits a write, then fails: its end is recorded, so the row's mark of
+    # committed work belongs to an ended run, and the retry runs (once) and succeeds.
+    attempts: list[tuple[int, int]] = []
+
+    @job("0 8 * * *", name="t.wobbly", retries=2, retry_backoff=timedelta(minutes=1))
+    def wobbly(run):
+        attempts.append((run.attempt, run.fence))
+        with fenced_atomic():
+            pass
+        if run.attempt == 1:
+            raise RuntimeError("attempt 1 fails")
+
+    at = _h(14)
+    name = backfills.run_once("t.wobbly", at)
+    fake_clock.set(at + timedelta(seconds=1))
+    loop.tick()
+    fake_clock.advance(timedelta(minutes=2))
+    loop.tick()
+    loop.tick()
+    assert [a for a, _ in attempts] == [1, 2]
+    assert [(a, o) for _, a, _, o, _ in _runs("t.wobbly")] == [
+        (1, Outcome.FAILED),
+        (2, Outcome.SUCCEEDED),
+    ]
+    assert JobLease.objects.get(name=name).paused  # done
+
+
+@pytest.mark.parametrize("first", [RunKind.SCHEDULED, RunKind.BACKFILL])
+def test_a_backfill_and_a_retry_of_the_same_slot_both_run_as_its_next_attempts(jobs, first):
+    # The backfill is queued while the slot's attempt 1 has failed and its retry waits:
+    # both were given attempt 2. Whichever is taken second finds that number taken, and
+    # runs as the attempt after it: neither is dropped.
+    @job("0 * * * *", name="t.shaky", retries=1, retry_backoff=timedelta(minutes=5))
+    def shaky(run):
+        if run.attempt == 1:
+            raise RuntimeError("attempt 1 fails")
+
+    loop.tick()  # its row, next slot 10:00
+    fake_clock.set(_h(10) + timedelta(seconds=1))
+    loop.tick()  # attempt 1 fails; its retry is due at 10:05:01
+    backfills.backfill("t.shaky", _h(10), _h(10) + timedelta(seconds=1), selection="failed")
+    later = JobLease.objects.filter(
+        kind=RunKind.SCHEDULED if first == RunKind.BACKFILL else RunKind.BACKFILL
+    )
+    later.update(next_run_at=_h(10) + timedelta(minutes=30))
+    fake_clock.set(_h(10) + timedelta(minutes=6))
+    loop.tick()
+    fake_clock.set(_h(10) + timedelta(minutes=31))
+    while loop.tick().runs:
+        pass
+    second = RunKind.SCHEDULED if first == RunKind.BACKFILL else RunKind.BACKFILL
+    assert [(a, k, o) for slot, a, k, o, _ in _runs("t.shaky") if slot == _h(10)] == [
+        (1, RunKind.SCHEDULED, Outcome.FAILED),
+        (2, first, Outcome.SUCCEEDED),
+        (3, second, Outcome.SUCCEEDED),
+    ]

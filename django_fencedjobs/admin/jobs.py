@@ -543,7 +543,7 @@ class JobLeaseAdmin(_ModelAdmin):
                 outcome.skipped.append(f"{row.name} ({why})")
                 continue
             try:
-                operated = manual.skip_next_slot(job)
+                operated = manual.skip_next_slot(job, by=f"admin ({request.user.get_username()})")
             except manual.JobBusy:
                 outcome.add(row.name, operations.Change.BUSY)
                 continue

@@ -5,7 +5,9 @@ expected slot at its instant, coloured by its run's outcome. A slot with no run 
 hollow, so absence is seen at a glance: *coalesced* (it did not run; a later run took its
 work over: each of the slots a run's ``missed_slots`` counts, wherever it sits), *absent*
 (nothing ran for it and no later run took it over), *missed* (recorded as not started,
-past the job's ``starting_deadline``), *paused*; a slot after the last run and still
+past the job's ``starting_deadline``), *skipped* (an operator skipped it: the skipped
+run's record names who, and counts the slots skipped with it), *paused*; a slot after
+the last run and still
 before its deadline (run timeout plus grace) is *due*, and the ones to come *upcoming*.
 A run that is not on a slot of the schedule (run now) is a half-height mark. Behind the
 marks: the slot the dead man's switch waits for, up to its deadline, and, when that has
@@ -76,7 +78,9 @@ KIND_LABELS: dict[str, str] = {
     "upcoming": "upcoming",
 }
 #: Kinds drawn hollow: the slot has no run that did its work.
-HOLLOW = frozenset({"absent", "coalesced", "paused", "due", "upcoming", Outcome.MISSED.value})
+HOLLOW = frozenset(
+    {"absent", "coalesced", "paused", "due", "upcoming", Outcome.MISSED.value, Outcome.SKIPPED}
+)
 
 #: Fields of a run a timeline reads (the error only on a job's page).
 _RUN_FIELDS = (
@@ -89,6 +93,8 @@ _RUN_FIELDS = (
     "capped",
     "items",
     "missed_slots",
+    "owner",
+    "attempt",
 )
 
 
@@ -213,27 +219,35 @@ class _Event:
     run: JobRun | None = None
     #: A run at an instant that is not a slot of the schedule (run now).
     offslot: bool = False
-    #: For a coalesced slot: the run that caught up on it.
+    #: For a coalesced slot: the run that caught up on it; for a skipped slot without a
+    #: record of its own: the skipped run that counts it.
     caught_up_by: JobRun | None = None
     #: For an upcoming slot: the first of them, the one the job runs next.
     next: bool = False
+    #: For a run: the earlier slots it caught up on (its slot's first attempt counts
+    #: them, and a retry redoes that attempt's interval).
+    covers: int = 0
 
 
 def events(w: Window, runs: Iterable[JobRun], *, paused: bool) -> list[_Event]:
     """Every expected slot and every run in ``w``, in order, each with its kind.
 
     A run that coalesced ``n`` earlier slots (its ``missed_slots``) caught up on the ``n``
-    slots of the schedule before its own: each of them is *coalesced*, however recent. A
-    slot with no run before a later run is never *due*: nothing will run for it any more.
+    slots of the schedule before its own: each of them is *coalesced*, however recent; the
+    ``n`` slots an operator's skipped run counts are *skipped*, as it is. A slot with
+    several attempts is drawn as its last; a retry of a run that coalesced slots redoes
+    its interval, so the slots read caught up by the retry (counted once, by the first
+    attempt). A slot with no run before a later run is never *due*: nothing will run for
+    it any more.
     A paused job's slots after its last run are *paused*, none *due* or *absent*."""
     expected = sorted(w.slots)
     on_schedule = set(expected)
-    by_instant = {run.scheduled_for: run for run in runs if w.start < run.scheduled_for <= w.end}
+    by_instant, covers = _last_attempts(w, runs)
     caught_up: dict[datetime, JobRun] = {}
     for at, catching_up in sorted(by_instant.items()):
-        if catching_up.missed_slots > 0:
+        if covers[at] > 0:
             i = bisect_left(expected, at)
-            for slot in expected[max(0, i - catching_up.missed_slots) : i]:
+            for slot in expected[max(0, i - covers[at]) : i]:
                 if slot not in by_instant:
                     caught_up[slot] = catching_up
     last_run = max(by_instant, default=None)
@@ -243,9 +257,13 @@ def events(w: Window, runs: Iterable[JobRun], *, paused: bool) -> list[_Event]:
         run = by_instant.get(at)
         after_last_run = last_run is None or at > last_run
         if run is not None:
-            found.append(_Event(at, run.outcome, run, offslot=at not in on_schedule))
+            found.append(
+                _Event(at, run.outcome, run, offslot=at not in on_schedule, covers=covers[at])
+            )
         elif at in caught_up:
-            found.append(_Event(at, "coalesced", caught_up_by=caught_up[at]))
+            by = caught_up[at]
+            kind = Outcome.SKIPPED.value if by.outcome == Outcome.SKIPPED else "coalesced"
+            found.append(_Event(at, kind, caught_up_by=by))
         elif at > w.now:
             found.append(_Event(at, "upcoming", next=upcoming == 0))
             upcoming += 1
@@ -256,6 +274,21 @@ def events(w: Window, runs: Iterable[JobRun], *, paused: bool) -> list[_Event]:
         else:
             found.append(_Event(at, "absent"))
     return found
+
+
+def _last_attempts(
+    w: Window, runs: Iterable[JobRun]
+) -> tuple[dict[datetime, JobRun], dict[datetime, int]]:
+    """The last attempt at each slot in ``w`` (a slot is judged by it), and the earlier
+    slots each slot's runs caught up on: its first attempt counts them, and a retry redoes
+    that attempt's interval."""
+    last: dict[datetime, JobRun] = {}
+    covers: dict[datetime, int] = {}
+    for run in sorted(runs, key=lambda run: run.attempt):
+        if w.start < (at := run.scheduled_for) <= w.end:
+            last[at] = run
+            covers[at] = max(covers.get(at, 0), run.missed_slots)
+    return last, covers
 
 
 def render(
@@ -444,6 +477,8 @@ def _title(
 def _no_run(event: _Event, tz: tzinfo, late_after: Callable[[datetime], datetime]) -> str:
     """What became of a slot without a run of its own."""
     by = event.caught_up_by
+    if event.kind == Outcome.SKIPPED and by is not None:
+        return f"did not run; skipped by {by.owner or 'an operator'}"
     if event.kind == "coalesced" and by is not None:
         caught = format_instant(by.scheduled_for, tz)
         if by.outcome == Outcome.SUCCEEDED:
@@ -466,6 +501,10 @@ def _ran(event: _Event, run: JobRun, tz: tzinfo, *, compact: bool) -> str:
     the schedule, the slots it caught up, and on a job's page a failure's error."""
     if run.outcome == Outcome.RUNNING and run.started_at is not None:
         parts = [f"running since {format_instant(run.started_at, tz, ref=event.at)}"]
+    elif run.outcome == Outcome.SKIPPED:
+        n = run.missed_slots
+        with_others = f" with {n} earlier slot{'s' if n != 1 else ''}" if n else ""
+        return f"did not run; skipped by {run.owner or 'an operator'}{with_others}"
     else:
         parts = [str(Outcome(run.outcome).label)]
         if run.duration is not None:
@@ -476,8 +515,10 @@ def _ran(event: _Event, run: JobRun, tz: tzinfo, *, compact: bool) -> str:
         parts.append("capped at max_batches")
     if event.offslot:
         parts.append("not a slot of the schedule (run now)")
-    if run.missed_slots:
-        n = run.missed_slots
+    if run.attempt > 1:
+        parts.append(f"attempt {run.attempt}")
+    if event.covers:
+        n = event.covers
         parts.append(f"caught up {n} earlier slot{'s' if n != 1 else ''}")
     text = ", ".join(parts)
     if not compact and run.outcome in FAILURE_OUTCOMES and (excerpt := error_excerpt(run.error)):
@@ -487,13 +528,15 @@ def _ran(event: _Event, run: JobRun, tz: tzinfo, *, compact: bool) -> str:
 
 def _aria_label(w: Window, drawn: list[_Event]) -> str:
     missing = sum(event.kind in ("absent", "coalesced", "paused") for event in drawn)
+    skipped = sum(event.kind == Outcome.SKIPPED for event in drawn)
+    by_operator = f", {skipped} skipped by an operator" if skipped else ""
     if w.since_first_seen:
         span = "since the job was first seen"
     elif w.day:
         span = "the last day"
     else:
         span = f"the last {w.past_slots} slots"
-    return f"Expected slots {span}: {w.past_slots}, {missing} of them did not run"
+    return f"Expected slots {span}: {w.past_slots}, {missing} of them did not run{by_operator}"
 
 
 #: Tick spacings in minutes (below a day: wall-clock multiples; from a day: midnights).

@@ -124,11 +124,9 @@ def has_monitor(name: str, job: Job | None) -> bool:
     of a job declared with ``instance_series="each"``; not an instance of a job that keeps
     the default, ``"aggregated"``. ``job`` is None in a worker that does not declare it:
     then the declared job whose instance the name would be decides, if it is declared, and
-    otherwise the check-in is sent without a config, which creates no monitor. A backfill
-    run or a one-off sends none: it is not a slot of the schedule the monitor expects."""
+    otherwise the check-in is sent without a config, which creates no monitor. (A backfill
+    run or a one-off sends none either: :func:`_checks_in`.)"""
     if job is not None:
-        if job.occurrence_of is not None:
-            return False
         return job.parent is None or job.instance_series == "each"
     base = instances.declaring(name)
     return base is None or not base.instances or base.instance_series == "each"
@@ -176,7 +174,7 @@ def monitor_config(job: Job) -> dict[str, Any]:
 
 @receiver(signals.run_started, dispatch_uid="django_fencedjobs.integrations.sentry.started")
 def run_started(*, job: Job, record: JobRun, **kwargs: Any) -> None:
-    if not has_monitor(job.name, job) or not enabled():
+    if not _checks_in(job, record) or not enabled():
         return
     from sentry_sdk.crons import capture_checkin
 
@@ -190,7 +188,7 @@ def run_started(*, job: Job, record: JobRun, **kwargs: Any) -> None:
 
 @receiver(signals.run_finished, dispatch_uid="django_fencedjobs.integrations.sentry.finished")
 def run_finished(*, job: Job, record: JobRun, **kwargs: Any) -> None:
-    if record.outcome == Outcome.MISSED or not has_monitor(job.name, job) or not enabled():
+    if record.outcome == Outcome.MISSED or not _checks_in(job, record) or not enabled():
         return
     duration = record.duration
     failed = record.outcome != Outcome.SUCCEEDED
@@ -207,9 +205,7 @@ def run_tasks_finished(*, job: Job | None, record: JobRun, failed: bool, **kwarg
     """The last task of a run finished (in a worker): close the run's check-in, if the run
     succeeded. A run still running is closed by its runner when it ends (its tasks have
     finished by then); one that did not succeed was closed ``error`` already."""
-    if record.kind != RunKind.SCHEDULED:  # a backfill run or one-off: no check-in
-        return
-    if record.outcome != Outcome.SUCCEEDED or not has_monitor(record.job, job) or not enabled():
+    if record.outcome != Outcome.SUCCEEDED or not _checks_in(job, record) or not enabled():
         return
     tasks = _tasks_of(record)
     last = tasks.last_finished_at if tasks is not None else None
@@ -249,6 +245,13 @@ def job_state_changed(*, transition: Any, **kwargs: Any) -> None:
         scope.set_extra("reason", transition.health.reason)
         scope.set_extra("previous_state", transition.previous[0])
         sentry_sdk.capture_message(f"{transition.subject}: {transition.health.reason}", level=level)
+
+
+def _checks_in(job: Job | None, record: JobRun) -> bool:
+    """Whether ``record``'s run sends check-ins: a run of the schedule (a retry included)
+    of a job with a monitor (:func:`has_monitor`). A backfill run or a one-off sends none:
+    it is not a slot of the schedule the monitor expects."""
+    return record.kind == RunKind.SCHEDULED and has_monitor(record.job, job)
 
 
 def _is_instance(job: Job | None) -> bool:

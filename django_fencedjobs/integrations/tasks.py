@@ -120,10 +120,12 @@ logger = logging.getLogger("django_fencedjobs")
 
 class Run(Protocol):
     """What enqueuing asks of a run (:class:`django_fencedjobs.run.Run` is one): which job
-    and fence it is, its record, and its ``enqueue``. A protocol, so this module does not
-    import the handler's API that calls into it."""
+    and fence it is, the lease row it holds (its tasks' fence checks lock that row), its
+    record, and its ``enqueue``. A protocol, so this module does not import the handler's
+    API that calls into it."""
 
     job: Job
+    lease_name: str
     fence: int
     record: JobRun
 
@@ -268,7 +270,7 @@ class _Batch:
                 [
                     RunTask(
                         run_id=run.record.pk,
-                        job=run.job.name,
+                        job=run.lease_name,
                         fence=run.fence,
                         task_path=task.module_path,
                         backend=task.backend,
@@ -302,7 +304,7 @@ def _queue_in(backend: str, alias: str) -> bool:
 def _record(run: Run, result: TaskResult[Any, Any]) -> RunTask:
     record = RunTask(
         run_id=run.record.pk,
-        job=run.job.name,
+        job=run.lease_name,
         fence=run.fence,
         task_path=result.task.module_path,
         backend=result.backend,
@@ -333,7 +335,7 @@ def _insert_enqueued(
             " enqueued_at, queue_name, error) SELECT %s, %s, %s, t.*, '' FROM unnest("
             "%s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[], %s::timestamptz[],"
             " %s::varchar[]) AS t",
-            [run.record.pk, run.job.name, run.fence, *columns],
+            [run.record.pk, run.lease_name, run.fence, *columns],
         )
 
 

@@ -134,8 +134,9 @@ schedule_task(
 
 @job(instances=True, name="demo.tenant_digest", timeout=timedelta(seconds=20))
 def tenant_digest(run: Run, *, tenant: str) -> None:
-    # run.job is the instance's job, demo.tenant_digest[key]: its schedule is the
-    # instance's, in the instance's zone; ``tenant`` is the instance's argument.
+    # run.job is the instance's job, demo.tenant_digest[key], in every kind of run
+    # (scheduled, retry, backfill, one-off): its schedule is the instance's, in the
+    # instance's zone; ``tenant`` is the instance's argument.
     zone = run.job.valid_schedule.tz
     with fenced_atomic():
         # One row per instance and slot, whichever run writes it (a retry rewrites it).

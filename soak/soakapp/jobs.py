@@ -14,6 +14,17 @@ faults many runs are taken over, time out or lose their fence.
   past its lease's renewal period and sometimes past its timeout.
 * ``soak.failing``: writes, then often raises: after its write, or inside a fenced block
   (whose row must never commit), or inside a block whose error it catches and goes on.
+* ``soak.retrying`` (``retries=2``): an attempt's fenced block writes a :class:`SlotRow`
+  for its slot (with the data interval its handler sees); a failing attempt writes one
+  that is not done, then raises, and the next attempt runs through the lease. The plan's
+  operator skips and one-offs are of this job, and half its backfills.
+* ``soak.inst`` (``instances=True``): the plan creates, edits (schedule and arguments),
+  disables, enables, deletes and re-creates its instances; each run writes a
+  :class:`SlotRow` with its arguments' generation, and sometimes sleeps inside the block.
+
+A backfill run of ``soak.windows`` tiles its slot's interval with windows under the slot
+row's own watermark (``WindowRow.lease`` names that row); a backfill run or one-off of
+``soak.retrying`` writes its slot's row once.
 
 Every unit of work also inserts one :class:`Audit` row in its transaction; after the commit
 the handler appends an *ack* line (``<dir>/acks/<pid>.jsonl``: one ``write(2)`` per line):
@@ -39,14 +50,19 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db.models import Max
 
 from django_fencedjobs import Run, fenced_atomic, job
-from soak.soakapp.models import Audit, FailRow, Item, ItemLog, SlowRow, WindowRow
+from soak.soakapp.models import Audit, FailRow, Item, ItemLog, SlotRow, SlowRow, WindowRow
 from soak.specs import (
     FAILING,
+    INSTANCE_SPEC,
+    INSTANCES,
     ITEMS,
+    RETRY_BACKOFF,
+    RETRYING,
     SLOW,
     SPECS,
     WINDOW_STEPS,
@@ -55,6 +71,12 @@ from soak.specs import (
 )
 
 # -- what the driver tells the jobs -------------------------------------------------------------
+
+
+def lease_of(run: Run) -> str:
+    """The lease row the run holds: the job's own, an instance's, or a backfill slot's or
+    one-off's row."""
+    return str(getattr(run, "lease_name", run.job.name))
 
 
 def _dir() -> str:
@@ -84,7 +106,17 @@ def ack(run: Run, kind: str, key: str) -> None:
     """Record, after the commit, that this unit of work was acknowledged as committed."""
     if not _dir():
         return
-    line = json.dumps({"job": run.job.name, "fence": run.fence, "kind": kind, "key": key})
+    line = json.dumps(
+        {
+            "job": run.job.name,
+            "lease": lease_of(run),
+            "fence": run.fence,
+            "kind": kind,
+            "key": key,
+            # Which run: two runs of one name acknowledging one fence is a fence repeated.
+            "run": f"{lease_of(run)}|{run.scheduled_for.isoformat()}|{run.attempt}",
+        }
+    )
     fd = os.open(
         os.path.join(_dir(), "acks", f"{os.getpid()}.jsonl"),
         os.O_WRONLY | os.O_APPEND | os.O_CREAT,
@@ -121,7 +153,7 @@ def sleep_inside(seconds: float) -> None:
 
 
 def audit(run: Run, kind: str, key: str) -> None:
-    Audit.objects.create(job=run.job.name, fence=run.fence, kind=kind, key=key)
+    Audit.objects.create(job=run.job.name, lease=lease_of(run), fence=run.fence, kind=kind, key=key)
 
 
 # -- the jobs -----------------------------------------------------------------------------------
@@ -136,7 +168,11 @@ def _windows(run: Run) -> None:
     for index, window in enumerate(run.windows(step, start=origin(), key=key)):
         with fenced_atomic():
             WindowRow.objects.create(
-                job=run.job.name, fence=run.fence, start=window.start, end=window.end
+                job=run.job.name,
+                lease=lease_of(run),
+                fence=run.fence,
+                start=window.start,
+                end=window.end,
             )
             run.advance_watermark(window.end, key=key)
             run.add_items(1)
@@ -174,7 +210,16 @@ def items(run: Run) -> None:
             [ItemLog(item_id=item.pk, job=run.job.name, fence=run.fence) for item in batch]
         )
         Audit.objects.bulk_create(
-            [Audit(job=run.job.name, fence=run.fence, kind="item", key=str(i.pk)) for i in batch]
+            [
+                Audit(
+                    job=run.job.name,
+                    lease=lease_of(run),
+                    fence=run.fence,
+                    kind="item",
+                    key=str(i.pk),
+                )
+                for i in batch
+            ]
         )
         run.add_items(len(batch))
         if index == stall:
@@ -243,21 +288,65 @@ def failing(run: Run) -> None:
         ack(run, "fail", "ok")
 
 
+def slot_row(run: Run, *, done: bool, gen: int = 0, stall: float = 0.0) -> None:
+    """One fenced block: the attempt's :class:`SlotRow` and its audit row; its ack after."""
+    key = f"{run.scheduled_for.isoformat()}#{run.attempt}"
+    with fenced_atomic():
+        SlotRow.objects.create(
+            job=run.job.name,
+            lease=lease_of(run),
+            fence=run.fence,
+            kind=str(getattr(run, "kind", "scheduled")),
+            slot=run.scheduled_for,
+            attempt=run.attempt,
+            interval_start=run.interval.start,
+            done=done,
+            gen=gen,
+        )
+        sleep_inside(stall)
+        audit(run, "slot" if done else "attempt", key)
+    ack(run, "slot" if done else "attempt", key)
+
+
+def retrying(run: Run) -> None:
+    """Fails (after writing a row that is not done) on about half its first attempts and
+    a third of its second ones; a third attempt, the last, succeeds."""
+    rng = random.Random(f"{behaviour(run).random()}:{run.attempt}")
+    fails = {1: 0.5, 2: 0.35}.get(run.attempt, 0.0)
+    if rng.random() < fails:
+        slot_row(run, done=False)
+        raise Deliberate(f"attempt {run.attempt} fails on purpose")
+    slot_row(run, done=True)
+
+
+def instance(run: Run, *, gen: int = 0, tag: str = "") -> None:
+    """An instance's run: its slot's row, with its arguments' generation; now and then a
+    sleep inside the block (so that runs are stopped holding the row's lock)."""
+    rng = behaviour(run)
+    stall = 0.0 if calm() or rng.random() < 0.7 else rng.uniform(0.3, 1.5)
+    slot_row(run, done=True, gen=gen, stall=stall)
+
+
+def _busy(handler: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(handler)
+    def busy(run: Run, **kwargs: Any) -> None:
+        with marked("busy"):
+            handler(run, **kwargs)
+
+    return busy
+
+
 def _declare(name: str, handler: Callable[[Run], None]) -> None:
     spec = SPECS[name]
-
-    @functools.wraps(handler)
-    def busy(run: Run) -> None:
-        with marked("busy"):
-            handler(run)
-
     job(
         every=spec.every,
         name=name,
         lease_ttl=spec.lease_ttl,
         timeout=spec.timeout,
         max_batches=spec.max_batches,
-    )(busy)
+        retries=spec.retries,
+        retry_backoff=RETRY_BACKOFF,
+    )(_busy(handler))
 
 
 _declare(WINDOWS, windows)
@@ -265,3 +354,11 @@ _declare(WINDOWS_KEYED, windows_keyed)
 _declare(ITEMS, items)
 _declare(SLOW, slow)
 _declare(FAILING, failing)
+_declare(RETRYING, retrying)
+job(
+    instances=True,
+    name=INSTANCES,
+    lease_ttl=INSTANCE_SPEC.lease_ttl,
+    timeout=INSTANCE_SPEC.timeout,
+    max_batches=INSTANCE_SPEC.max_batches,
+)(_busy(instance))

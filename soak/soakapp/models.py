@@ -1,23 +1,24 @@
 """The soak jobs' own tables, and the two records the checker reads besides the app's.
 
-Every row a job writes carries the job's name and the run's fence, and is written together
-with one :class:`Audit` row in the same fenced transaction. None of these tables has a
-unique constraint on what the checker counts: a window written twice must show up as two
-rows, not as a failed run.
+Every row a job writes carries the job's name, the lease row its run held and the run's
+fence, and is written together with one :class:`Audit` row in the same fenced transaction.
+None of these tables has a unique constraint on what the checker counts: a window written
+twice must show up as two rows, not as a failed run.
 
 Two tables are filled by database triggers (migration ``0001``), never by the jobs:
 
 * :class:`Audit`, append-only (a trigger refuses UPDATE, DELETE and TRUNCATE): each row gets
   a *tick* from :class:`JobTick` as it is inserted.
-* :class:`FenceEvent`, append-only: one row per change of a job's fence, from a trigger on
-  the app's lease table, with a tick too.
+* :class:`FenceEvent`, append-only: one row per change of a lease row's fence, and per
+  lease row created or deleted, from a trigger on the app's lease table, with a tick too.
 
-A tick is ``UPDATE ... SET tick = tick + 1 ... RETURNING tick`` on the job's one
-:class:`JobTick` row. The row stays locked until the transaction ends, so a second
-transaction asking for a tick of the same job waits for the first to commit (or roll back)
-and then gets the next number: per job, ticks are in commit order, for writes and fence
-changes alike. That is what lets the checker prove that a write committed while its
-fence was current (docs/reliability.md).
+A tick is ``UPDATE ... SET tick = tick + 1 ... RETURNING tick`` on the lease row name's one
+:class:`JobTick` row (a job's own row, an instance's, a backfill slot's or a one-off's).
+The row stays locked until the transaction ends, so a second transaction asking for a
+tick of the same name waits for the first to commit (or roll back) and then gets the next
+number: per lease row name, ticks are in commit order, for writes, fence changes, and the
+row's deletion and re-creation alike. That is what lets the checker prove that a write
+committed while its fence was current (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -52,9 +53,12 @@ class ItemLog(models.Model):
 
 class WindowRow(models.Model):
     """One processed window ``[start, end)``, in the transaction that advances the
-    watermark to ``end``."""
+    watermark to ``end``. ``lease`` is the lease row the run held: the job's own for its
+    scheduled runs, a backfill slot's row (whose own watermark tiles that slot's
+    interval) for a backfill's."""
 
     job = models.CharField(max_length=200)
+    lease = models.CharField(max_length=300, default="")
     fence = models.BigIntegerField()
     start = models.DateTimeField()
     end = models.DateTimeField()
@@ -87,11 +91,34 @@ class FailRow(models.Model):
         return f"{self.job} fence {self.fence}{' doomed' if self.doomed else ''}"
 
 
+class SlotRow(models.Model):
+    """Written by ``soak.retrying`` (its scheduled runs, retries, one-offs and backfill
+    runs) and by the instances of ``soak.inst``: one row per attempt that got as far as
+    its fenced block. ``done`` is the attempt's work (a failing attempt writes a row that
+    is not done, then raises); ``interval_start`` is the start of the run's data
+    interval as its handler saw it; ``gen`` an instance's arguments' generation."""
+
+    job = models.CharField(max_length=200)
+    lease = models.CharField(max_length=300)
+    fence = models.BigIntegerField()
+    kind = models.CharField(max_length=20)
+    slot = models.DateTimeField()
+    attempt = models.IntegerField()
+    interval_start = models.DateTimeField()
+    done = models.BooleanField()
+    gen = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.job} fence {self.fence} {self.kind} {self.slot} #{self.attempt}"
+
+
 class Audit(models.Model):
     """One row per unit of work, in the same transaction as the work. ``tick``, ``txid``
     and ``at`` are set by a trigger, not by the job."""
 
     job = models.CharField(max_length=200)
+    #: The lease row the run held (its ticks are that row's, as its fence changes are).
+    lease = models.CharField(max_length=300, default="")
     fence = models.BigIntegerField()
     kind = models.CharField(max_length=20)
     key = models.CharField(max_length=64)
@@ -104,10 +131,13 @@ class Audit(models.Model):
 
 
 class FenceEvent(models.Model):
-    """A change of a job's fence (acquisition or revocation), written by a trigger on the
-    lease table in the transaction that made it."""
+    """A change of a lease row's fence (acquisition or revocation), or the row's creation
+    or deletion (``op``), written by a trigger on the lease table in the transaction that
+    made it. ``job`` is the lease row's name."""
 
-    job = models.CharField(max_length=200)
+    job = models.CharField(max_length=300)
+    #: ``created``, ``changed`` or ``deleted``.
+    op = models.CharField(max_length=10, default="changed")
     old_fence = models.BigIntegerField()
     new_fence = models.BigIntegerField()
     old_owner = models.CharField(max_length=200, blank=True)
@@ -121,9 +151,9 @@ class FenceEvent(models.Model):
 
 
 class JobTick(models.Model):
-    """Per job, the last tick handed out (see the module docstring)."""
+    """Per lease row name, the last tick handed out (see the module docstring)."""
 
-    job = models.CharField(max_length=200, primary_key=True)
+    job = models.CharField(max_length=300, primary_key=True)
     tick = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:

@@ -124,10 +124,15 @@ def always_failing(run: Run) -> None:
 
 
 def once(run: Run) -> None:
-    """Report the run and make one fenced write (``seq`` = its fence)."""
+    """Report the run and make one fenced write (``seq`` = its fence). In the worker whose
+    ``role`` is ``victim``, then report ``wrote`` and wait there to be killed: its work
+    committed, its end not recorded."""
     slot_reporter(run)
     with fenced_atomic():
         Write.objects.create(job=ONCE, fence=run.fence, seq=run.fence)
+    if CONFIG.get("role") == "victim":
+        report("wrote", fence=run.fence)
+        wait_until(lambda: False, HANDLER_WAIT)
 
 
 def register() -> None:

@@ -19,7 +19,7 @@ class Write(models.Model):
 
     job = models.CharField(max_length=200)
     fence = models.BigIntegerField()
-    seq = models.IntegerField()
+    seq = models.BigIntegerField()
     written_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -5,11 +5,13 @@ Exit status: 0 done, or nothing to change (already paused, not paused); 1 an unk
 invalid job, an invalid ``FENCEDJOBS``, the database unreachable or not migrated; 2 bad
 arguments (argparse's usage, then one line); :data:`BUSY` (75) a run kept the job's lease
 row locked inside a fenced transaction past the bounded wait, so nothing changed: try
-again. The work is :mod:`django_fencedjobs.manual`'s.
+again. The work is :mod:`django_fencedjobs.manual`'s. A slot skipped (``skip``,
+``resume --from-now``) is recorded as skipped by ``jobctl (<the shell's user>)``.
 """
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Callable
 from typing import Any
 
@@ -27,11 +29,20 @@ from django_fencedjobs.text import one_line
 #: the user is invited to retry". Distinct from every other status of the app's commands.
 BUSY = 75
 
-OPERATIONS: dict[str, Callable[[Job], manual.Operated]] = {
-    "pause": manual.pause,
-    "resume": manual.resume,
-    "skip": manual.skip_next_slot,
+OPERATIONS: dict[str, Callable[[Job, bool, str], manual.Operated]] = {
+    "pause": lambda job, from_now, by: manual.pause(job),
+    "resume": lambda job, from_now, by: manual.resume(job, from_now=from_now, by=by),
+    "skip": lambda job, from_now, by: manual.skip_next_slot(job, by=by),
 }
+
+
+def operator() -> str:
+    """Who operates, as a skipped slot's record names them: ``jobctl (<user>)``, or
+    ``jobctl`` when the shell's user cannot be told."""
+    try:
+        return f"{manual.OPERATOR} ({getpass.getuser()})"
+    except (KeyError, OSError):  # no login name, and no passwd entry for the uid
+        return manual.OPERATOR
 
 
 class Command(BaseCommand):
@@ -72,7 +83,7 @@ class Command(BaseCommand):
             if job.schedule is None:
                 raise CommandError(preflight.invalid_job_line(job))
             preflight.check_tables()
-            done = manual.resume(job, from_now=True) if from_now else OPERATIONS[operation](job)
+            done = OPERATIONS[operation](job, from_now, operator())
         except manual.JobBusy as exc:
             raise CommandError(str(exc), returncode=BUSY) from None
         except (UnknownJob, preflight.NotMigrated) as exc:

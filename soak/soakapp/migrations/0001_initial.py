@@ -5,7 +5,8 @@ from typing import Any
 from django.db import migrations, models
 
 # The triggers behind the checker's proof (see soak/soakapp/models.py): ticks in commit
-# order per job, the audit and the fence history append-only, every fence change recorded.
+# order per lease row name, the audit and the fence history append-only, every fence change
+# recorded, and every lease row's creation and deletion.
 TRIGGERS = """
 CREATE FUNCTION soak_next_tick(p_job text) RETURNS bigint LANGUAGE sql AS $$
     INSERT INTO soakapp_jobtick (job, tick) VALUES (p_job, 1)
@@ -15,7 +16,7 @@ $$;
 
 CREATE FUNCTION soak_audit_stamp() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    NEW.tick := soak_next_tick(NEW.job);
+    NEW.tick := soak_next_tick(coalesce(nullif(NEW.lease, ''), NEW.job));
     NEW.txid := pg_current_xact_id()::text::bigint;
     NEW.at := clock_timestamp();
     RETURN NEW;
@@ -35,18 +36,34 @@ CREATE TRIGGER soak_fenceevent_append_only
 
 CREATE FUNCTION soak_fence_event() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO soakapp_fenceevent
+            (job, op, old_fence, new_fence, old_owner, new_owner, tick, txid, at)
+        VALUES (OLD.name, 'deleted', OLD.fence, OLD.fence, OLD.owner, '',
+                soak_next_tick(OLD.name), pg_current_xact_id()::text::bigint,
+                clock_timestamp());
+        RETURN OLD;
+    END IF;
     INSERT INTO soakapp_fenceevent
-        (job, old_fence, new_fence, old_owner, new_owner, tick, txid, at)
-    VALUES (NEW.name, OLD.fence, NEW.fence, OLD.owner, NEW.owner, soak_next_tick(NEW.name),
-            pg_current_xact_id()::text::bigint, clock_timestamp());
+        (job, op, old_fence, new_fence, old_owner, new_owner, tick, txid, at)
+    VALUES (NEW.name, CASE TG_OP WHEN 'INSERT' THEN 'created' ELSE 'changed' END,
+            CASE TG_OP WHEN 'INSERT' THEN NEW.fence ELSE OLD.fence END, NEW.fence,
+            CASE TG_OP WHEN 'INSERT' THEN '' ELSE OLD.owner END, NEW.owner,
+            soak_next_tick(NEW.name), pg_current_xact_id()::text::bigint, clock_timestamp());
     RETURN NEW;
 END $$;
 CREATE TRIGGER soak_fence_event AFTER UPDATE ON {lease}
     FOR EACH ROW WHEN (OLD.fence IS DISTINCT FROM NEW.fence)
     EXECUTE FUNCTION soak_fence_event();
+CREATE TRIGGER soak_lease_created AFTER INSERT ON {lease}
+    FOR EACH ROW EXECUTE FUNCTION soak_fence_event();
+CREATE TRIGGER soak_lease_deleted AFTER DELETE ON {lease}
+    FOR EACH ROW EXECUTE FUNCTION soak_fence_event();
 """
 
 REMOVE = """
+DROP TRIGGER IF EXISTS soak_lease_deleted ON {lease};
+DROP TRIGGER IF EXISTS soak_lease_created ON {lease};
 DROP TRIGGER IF EXISTS soak_fence_event ON {lease};
 DROP FUNCTION IF EXISTS soak_fence_event();
 DROP TRIGGER IF EXISTS soak_fenceevent_append_only ON soakapp_fenceevent;
@@ -92,6 +109,7 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("job", models.CharField(max_length=200)),
+                ("lease", models.CharField(default="", max_length=300)),
                 ("fence", models.BigIntegerField()),
                 ("kind", models.CharField(max_length=20)),
                 ("key", models.CharField(max_length=64)),
@@ -123,7 +141,8 @@ class Migration(migrations.Migration):
                         auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
                     ),
                 ),
-                ("job", models.CharField(max_length=200)),
+                ("job", models.CharField(max_length=300)),
+                ("op", models.CharField(default="changed", max_length=10)),
                 ("old_fence", models.BigIntegerField()),
                 ("new_fence", models.BigIntegerField()),
                 ("old_owner", models.CharField(blank=True, max_length=200)),
@@ -150,7 +169,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="JobTick",
             fields=[
-                ("job", models.CharField(max_length=200, primary_key=True, serialize=False)),
+                ("job", models.CharField(max_length=300, primary_key=True, serialize=False)),
                 ("tick", models.BigIntegerField(default=0)),
             ],
         ),
@@ -178,9 +197,30 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("job", models.CharField(max_length=200)),
+                ("lease", models.CharField(default="", max_length=300)),
                 ("fence", models.BigIntegerField()),
                 ("start", models.DateTimeField()),
                 ("end", models.DateTimeField()),
+            ],
+        ),
+        migrations.CreateModel(
+            name="SlotRow",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("job", models.CharField(max_length=200)),
+                ("lease", models.CharField(max_length=300)),
+                ("fence", models.BigIntegerField()),
+                ("kind", models.CharField(max_length=20)),
+                ("slot", models.DateTimeField()),
+                ("attempt", models.IntegerField()),
+                ("interval_start", models.DateTimeField()),
+                ("done", models.BooleanField()),
+                ("gen", models.IntegerField(default=0)),
             ],
         ),
         migrations.CreateModel(

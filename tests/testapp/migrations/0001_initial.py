@@ -34,7 +34,7 @@ class Migration(migrations.Migration):
                 ),
                 ("job", models.CharField(max_length=200)),
                 ("fence", models.BigIntegerField()),
-                ("seq", models.IntegerField()),
+                ("seq", models.BigIntegerField()),
                 ("written_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
