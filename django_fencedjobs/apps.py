@@ -34,6 +34,11 @@ class FencedJobsConfig(AppConfig):
 
         # Every installed app's ``jobs`` module declares its jobs with @job.
         autodiscover_modules("jobs")
+        # ...and FENCEDJOBS["TASK_SCHEDULE"] a job per task it names, as schedule_task does.
+        if uses_tasks():
+            from django_fencedjobs.integrations.tasks import schedule_settings
+
+            schedule_settings()
 
         # `migrate` with a job's code is the job's first sighting: its lease row, created
         # then, is the baseline from which a job that never ran becomes late.

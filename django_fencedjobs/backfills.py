@@ -24,6 +24,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from django_fencedjobs import clock, instances, lease, oneshots
+from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.instants import iso_utc
@@ -305,7 +306,10 @@ def _arguments_problem(job: Job, kwargs: dict[str, Any]) -> str | None:
     try:
         inspect.signature(job.func).bind(None, **{**job.kwargs, **kwargs})
     except TypeError as exc:
-        return f"job {job.name!r}: the handler cannot take these arguments: {exc}"
+        return (
+            f"job {job.name!r}: the handler cannot take these arguments: {exc} "
+            f"({CheckId.HANDLER_SIGNATURE})"
+        )
     except ValueError:  # no signature to read (a builtin): let the run say
         return None
     return None

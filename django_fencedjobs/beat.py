@@ -417,8 +417,11 @@ def _settle(target: Target, *, commit: bool) -> tuple[str, JobInstance | None]:
     ``commit``; ``ValidationError`` with the system checks' message when refused."""
     instances = Instances(target.job)
     existing = instances.all().filter(key=target.key).first()
-    # celery has no jitter: an instance's own, set since an earlier import, is kept.
+    # celery has no jitter, timeout or grace: an instance's own, set since an earlier
+    # import (in the admin), are kept.
     jitter = existing.jitter if existing is not None else timedelta(0)
+    timeout = existing.timeout if existing is not None else None
+    grace = existing.grace if existing is not None else None
     candidate = JobInstance(
         job=target.job,
         key=target.key,
@@ -428,6 +431,8 @@ def _settle(target: Target, *, commit: bool) -> tuple[str, JobInstance | None]:
         jitter=jitter,
         enabled=target.enabled,
         kwargs=target.kwargs,
+        timeout=timeout,
+        grace=grace,
     )
     candidate.full_clean(validate_unique=False, validate_constraints=False)
     if existing is not None and target.same_as(existing):
@@ -441,6 +446,8 @@ def _settle(target: Target, *, commit: bool) -> tuple[str, JobInstance | None]:
             jitter=jitter,
             enabled=target.enabled,
             kwargs=target.kwargs,
+            timeout=timeout,
+            grace=grace,
         )
     return ("change" if existing is not None else "create"), existing
 

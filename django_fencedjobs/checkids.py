@@ -40,6 +40,9 @@ class CheckId(StrEnum):
     HANDLER_SIGNATURE = "fencedjobs.E012"
     #: An argument of ``@job`` has the wrong type or is out of range.
     ARGUMENT = "fencedjobs.E013"
+    #: A ``FENCEDJOBS["TASK_SCHEDULE"]`` path names no task: it does not import, or is not
+    #: a ``django.tasks`` task.
+    TASK_PATH = "fencedjobs.E017"
 
     # -- the installation -------------------------------------------------------------------
     #: The app's tables are routed to different databases, or not to the default one.

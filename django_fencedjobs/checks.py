@@ -6,7 +6,7 @@ the problems of one job's declaration are found by :mod:`registry`, which keeps 
 job (:attr:`~django_fencedjobs.registry.Job.check_id`); this module turns them into
 messages, with a hint, and checks the installation itself.
 
-E001 to E008 and E011 to E013 are about one job, which is *invalid* (see :mod:`registry`):
+E001 to E008, E011 to E013 and E017 are about one job, which is *invalid* (see :mod:`registry`):
 it does not run, and the other jobs are not affected. ``manage.py check`` reports them as
 errors, so a CI step or a deployment that runs it fails. Any other command that runs the
 checks (``migrate``, ``runserver``, a project's own commands) shows them as warnings and
@@ -54,6 +54,8 @@ _HINTS = {
     "functools.partial.",
     CheckId.ARGUMENT: "Durations are datetime.timedelta objects (timeout="
     "timedelta(minutes=5), not 300), counts are positive ints; see docs/api.md.",
+    CheckId.TASK_PATH: "Key FENCEDJOBS['TASK_SCHEDULE'] by the dotted path of a function "
+    "decorated with @task, as the task's module_path reads (docs/tasks.md).",
 }
 _SEE_DOCS = "See docs/checks.md."
 _UNTIL_FIXED = "Until then this job does not run; the other jobs do."

@@ -11,7 +11,7 @@ import functools
 import os
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -82,6 +82,12 @@ class Settings:
     #: right after the commit; a runner's relay hands over one still pending this long after
     #: (its process died, or the backend did not take it).
     TASK_HANDOVER_GRACE: timedelta = timedelta(seconds=10)
+    #: Tasks enqueued at every slot of a schedule, keyed by the task's dotted path: a cron
+    #: string, or a dict of ``schedule_task``'s arguments (``cron`` or ``every``,
+    #: ``timezone``, ``args``, ``kwargs``, ``timeout``...). Each entry is a job declared by
+    #: ``integrations.tasks.schedule_settings``; its options are checked there, as
+    #: ``@job``'s are.
+    TASK_SCHEDULE: Mapping[str, str | Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def owner(self) -> str:
@@ -104,6 +110,13 @@ MAX_OWNER_CHARS = 200
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_task_schedule(value: object) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(path, str) and path and isinstance(entry, str | Mapping)
+        for path, entry in value.items()
+    )
 
 
 def _is_share(value: object) -> bool:
@@ -169,6 +182,11 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "TASK_HANDOVER_GRACE": (
         lambda v: isinstance(v, timedelta) and v >= timedelta(0),
         "a datetime.timedelta of zero or more, e.g. timedelta(seconds=10)",
+    ),
+    "TASK_SCHEDULE": (
+        _is_task_schedule,
+        "a dict of task paths (str) to a cron string or a dict of schedule_task()'s "
+        "arguments, e.g. {'myproject.tasks.digest': '0 8 * * *'}",
     ),
     "NOTIFY_EMAIL": (
         lambda v: (

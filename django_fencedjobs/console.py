@@ -39,7 +39,7 @@ from typing import Any, TextIO
 from django.core.management.base import OutputWrapper
 from django.db import DatabaseError
 
-from django_fencedjobs import signals
+from django_fencedjobs import lease, signals
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.instants import format_instant, format_wait, format_with_utc
 from django_fencedjobs.models import JobLease
@@ -94,6 +94,8 @@ class TerminalHandler(logging.Handler):
                 text = _detailed(record, text)
             elif record.exc_info and record.exc_info[1] is not None:
                 text += ": " + _last_line(record.exc_info[1])
+            if not self.detail:  # e.g. PostgreSQL's "Is the server running ...?" line
+                text = " ".join(part.strip() for part in text.splitlines() if part.strip())
             if isinstance(self.stream, OutputWrapper):
                 self.stream.write(text, style_func=_plain)  # no colour: lines go to logs
             else:
@@ -214,15 +216,15 @@ class PassReport:
                 JobLease.objects.using(lease_db())
                 .filter(name__in=list(self.jobs))
                 .order_by("next_run_at", "name")
-                .values_list("name", "fence", "next_run_at", "lease_until", "owner", "paused")
+                .values_list("name", "id", "fence", "next_run_at", "lease_until", "owner", "paused")
             )
         except DatabaseError:
             return  # the loop reports the database gone, and reconnects; report next pass
         upcoming: list[tuple[datetime, str]] = []
-        for name, fence, next_run_at, lease_until, owner, paused in rows:
+        for name, pk, fence, next_run_at, lease_until, owner, paused in rows:
             if name in self.unreported:
                 self.unreported.discard(name)
-                if fence == 0:
+                if lease.never_taken(pk, fence):
                     self._first_run(self.jobs[name], next_run_at, paused, now)
             if paused:
                 logger.debug("%s: paused; passed over", name, extra=_fields("passed_over", name))

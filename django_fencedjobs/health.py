@@ -736,7 +736,7 @@ def assess(
     facts = replace(facts, timezone=job.timezone, failure_threshold=job.failure_threshold)
     schedule = job.schedule
     if schedule is None:
-        return facts.judged((State.INVALID, Severity.CRITICAL, str(job.schedule_error)))
+        return facts.judged((State.INVALID, Severity.CRITICAL, _invalid(job)))
     facts = replace(facts, tz=schedule.tz, schedule=describe_schedule(schedule))
     if lease is None:
         return replace(facts, next_run_at=schedule.next_after(now)).judged(_UNRECORDED)
@@ -745,7 +745,7 @@ def assess(
     awaited = schedule.next_after(lease.last_success_at or lease.created_at)
     facts = replace(facts, awaited_slot=awaited, expected_by=job.late_after(awaited))
     if lease.paused:
-        return facts.judged(_paused(facts))
+        return facts.judged(_paused(facts, lease))
     if coverage is not None:
         served = job.parent or name  # runners run an instance's job
         facts = replace(facts, runners=tuple(r.label for r in coverage.serving(served)))
@@ -862,11 +862,17 @@ _UNRECORDED: Verdict = (
 )
 
 
-def _paused(f: JobFacts) -> Verdict:
+def _invalid(job: Job) -> str:
+    """Why ``job`` is invalid, with the id of the system check that reports it."""
+    return f"{job.schedule_error} ({job.check_id})" if job.check_id else str(job.schedule_error)
+
+
+def _paused(f: JobFacts, lease: JobLease) -> Verdict:
     since = (
         f"; last success {f.at(f.last_success_at)}" if f.last_success_at else "; never succeeded"
     )
-    if f.job is not None and f.job.parent is not None:
+    instance = lease.instance if lease.instance_id is not None else None
+    if instance is not None and (not instance.enabled or not instance.paused):
         return State.PAUSED, Severity.WARNING, f"disabled: no runs until enabled{since}"
     return State.PAUSED, Severity.WARNING, f"paused: no runs until resumed{since}"
 

@@ -17,7 +17,8 @@ the system check's id and message.
 
 Saving an instance (``JobInstance.save()``, whose ``post_save`` calls :func:`write_lease`)
 writes its lease row in the same transaction: a new instance gets one, a changed schedule a
-new next fire time, a disabled (or invalid) instance is paused. So a change takes effect at
+new next fire time, a disabled, paused (``manage.py jobctl pause``) or invalid instance is
+paused. So a change takes effect at
 the next tick of every runner, and nothing ever re-reads the whole table: the tick claims
 due instances by an index (:func:`django_fencedjobs.lease.claim_instances`).
 """
@@ -39,7 +40,7 @@ from django.dispatch import receiver
 
 from django_fencedjobs import clock, db, lease
 from django_fencedjobs.checkids import CheckId
-from django_fencedjobs.exceptions import UnknownJob
+from django_fencedjobs.exceptions import JobDefinitionError, UnknownJob
 from django_fencedjobs.models import INSTANCE_KEY, JobInstance, JobLease, validate_instance
 from django_fencedjobs.registry import Job, JobOptions, build, registry
 
@@ -57,12 +58,12 @@ __all__ = [
 ]
 
 #: The fields of a :class:`JobInstance` that a check id is about: where the admin's form
-#: shows the error.
+#: shows the error (an invalid ``every`` is ``E001`` on ``every``: :func:`field_of`).
 _FIELD_OF: dict[str, str] = {
     CheckId.CRON: "cron",
     CheckId.ZONE: "timezone",
     CheckId.FIXED_OFFSET: "timezone",
-    CheckId.TIMEOUT: "cron",
+    CheckId.TIMEOUT: "timeout",
     CheckId.JITTER: "jitter",
     CheckId.HANDLER_SIGNATURE: "kwargs",
 }
@@ -121,6 +122,8 @@ def instance_job(base: Job, instance: JobInstance) -> Job:
         instance.timezone,
         instance.jitter,
         json.dumps(instance.kwargs, sort_keys=True, default=str),
+        instance.timeout,
+        instance.grace,
     )
 
 
@@ -133,6 +136,8 @@ def _instance_job(
     timezone: str,
     jitter: timedelta,
     kwargs_json: str,
+    timeout: timedelta | None = None,
+    grace: timedelta | None = None,
 ) -> Job:
     # Cached by the whole definition: a runner builds the job of every instance it runs,
     # and parsing a cron expression and checking it against the handler is not free.
@@ -150,6 +155,10 @@ def _instance_job(
     fields = {option: getattr(base, option) for option in _OPTIONS}
     fields.update(cron=cron or None, every=every, timezone=timezone, jitter=jitter)
     fields["instances"] = False
+    if timeout is not None:
+        fields["timeout"] = timeout
+    if grace is not None:
+        fields["grace"] = grace
     wrong: list[str | None] = []
     if not isinstance(kwargs, dict):
         wrong.append(f"arguments must be a JSON object, got {kwargs_json}")
@@ -160,7 +169,19 @@ def _instance_job(
         wrong.append(f"key must be letters, digits and _ . : @ / + -, got {key!r}")
     if len(name) > 200:
         wrong.append(f"name must be 1 to 200 characters, got {len(name)}")
-    return build(base.func, name, fields, wrong=wrong, kwargs=kwargs, parent=base.name, key=key)
+    built = build(base.func, name, fields, wrong=wrong, kwargs=kwargs, parent=base.name, key=key)
+    if built.check_id is not CheckId.TIMEOUT:
+        return built
+    # Say where the fix is: the timeout is the job's, from code, or the instance's own.
+    if timeout is None:
+        where = (
+            f"the timeout is the job's, declared in code (@job(timeout=...) of {base.name}): "
+            "give this instance a shorter timeout of its own, or a longer interval"
+        )
+    else:
+        where = "the timeout is this instance's own: shorten it, or give a longer interval"
+    problem = (CheckId.TIMEOUT, JobDefinitionError(f"{built.schedule_error} Fix: {where}."))
+    return build(base.func, name, fields, problem=problem, kwargs=kwargs, parent=base.name, key=key)
 
 
 def problem(instance: JobInstance) -> tuple[CheckId | None, str] | None:
@@ -186,6 +207,8 @@ def validate(instance: JobInstance) -> None:
     """Raise ``ValidationError`` for an invalid instance, on the field the problem is
     about, with the system check's message and its id as the error's code (what
     ``JobInstance.full_clean()``, the admin's form and :meth:`Instances.upsert` raise)."""
+    if _out_of_range(instance):
+        return  # the field's own validator says so, on the field
     found = problem(instance)
     if found is None:
         return
@@ -193,9 +216,26 @@ def validate(instance: JobInstance) -> None:
     if check_id is None:
         raise ValidationError({"job": ValidationError(message, code="unknown_job")})
     text = f"{message} ({check_id})"
-    field = _FIELD_OF.get(check_id)
+    field = field_of(instance_job(declared(instance.job), instance))
     error = ValidationError(text, code=str(check_id))
     raise ValidationError({field: error} if field else error)
+
+
+def _out_of_range(instance: JobInstance) -> bool:
+    """The instance's own timeout or grace is refused by its field's validator."""
+    zero = timedelta(0)
+    return (instance.timeout is not None and instance.timeout <= zero) or (
+        instance.grace is not None and instance.grace < zero
+    )
+
+
+def field_of(job: Job) -> str | None:
+    """The field of an invalid instance's :class:`JobInstance` that its problem is about
+    (None: not one field): ``every`` for an invalid interval, else by the check's id."""
+    argument = getattr(job.schedule_error, "argument", None)
+    if job.check_id == CheckId.CRON and argument == "every":
+        return "every"
+    return _FIELD_OF.get(job.check_id) if job.check_id is not None else None
 
 
 @receiver(post_save, sender=JobInstance)
@@ -210,7 +250,9 @@ def write_lease(instance: JobInstance) -> None:
 
     The lease row is created for a new instance; for a changed one its next fire time is
     recomputed when the schedule changed (its fingerprint), and it is paused while the
-    instance is disabled or invalid. Waits for the lease row at most
+    instance is disabled, paused by an operator (``JobInstance.paused``) or invalid: one
+    rule, here, so that enabling an instance never resumes one an operator paused, and
+    resuming one never runs one that is disabled. Waits for the lease row at most
     :data:`~django_fencedjobs.db.LOCK_WAIT` (a run of the instance inside a fenced
     transaction holds it): then ``DatabaseError``, and the save rolls back with it.
     """
@@ -225,7 +267,7 @@ def _write_lease(instance: JobInstance, now: datetime) -> None:
     except UnknownJob:
         job = None
     schedule = job.schedule if job is not None else None
-    runnable = schedule is not None and instance.enabled
+    runnable = schedule is not None and instance.enabled and not instance.paused
     fingerprint = schedule.fingerprint() if schedule is not None else ""
     rows = JobLease.objects.using(alias).select_for_update().filter(instance=instance)
     row = rows.first()
@@ -313,11 +355,15 @@ class Instances:
         jitter: timedelta = timedelta(0),
         enabled: bool = True,
         kwargs: dict[str, Any] | None = None,
+        timeout: timedelta | None = None,
+        grace: timedelta | None = None,
     ) -> JobInstance:
-        """Create the instance ``key``, or change it to exactly these values: one
-        transaction with its lease row. An invalid instance raises ``ValidationError``
-        with the system check's message, and nothing is written. Two processes creating
-        the same new key at once both succeed: the second changes what the first made."""
+        """Create the instance ``key``, or change it to exactly these values (``timeout``
+        and ``grace`` None: the job's): one transaction with its lease row. An operator's
+        pause (``manage.py jobctl``) is not a value: it stays as it is. An invalid instance
+        raises ``ValidationError`` with the system check's message, and nothing is
+        written. Two processes creating the same new key at once both succeed: the second
+        changes what the first made."""
         values = {
             "cron": cron or "",
             "every": every,
@@ -325,6 +371,8 @@ class Instances:
             "jitter": jitter,
             "enabled": enabled,
             "kwargs": kwargs if kwargs is not None else {},
+            "timeout": timeout,
+            "grace": grace,
         }
         try:
             return self._write(key, values)

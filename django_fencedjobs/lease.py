@@ -30,7 +30,7 @@ from typing import Any
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Case, Count, F, Min, Q, Value, When
+from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, Value, When
 from django.db.models.functions import Greatest
 
 from django_fencedjobs import outcomes
@@ -200,6 +200,12 @@ def create(rows: list[JobLease], *, ignore_conflicts: bool = True) -> None:
         )
 
 
+def never_taken(pk: int, fence: int) -> bool:
+    """Whether the lease row ``pk`` with ``fence`` has never been taken: its fence is still
+    the first one :func:`create` gave it (0 for a row of an older release)."""
+    return fence in (0, pk * FENCE_EPOCH)
+
+
 def reschedule(name: str, old_fingerprint: str, fingerprint: str, next_run_at: datetime) -> bool:
     """The job's schedule changed in code: its next slot is recomputed, once (conditional on
     the fingerprint it replaces, so racing processes do not recompute it twice). True when
@@ -353,7 +359,7 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
             " lease.schedule_fingerprint, lease.run_slot, lease.attempt,"
             " instance.id, instance.job, instance.key,"
             " instance.cron, instance.every, instance.timezone, instance.jitter,"
-            " instance.enabled, instance.kwargs::text,"
+            " instance.enabled, instance.kwargs::text, instance.timeout, instance.grace,"
             " (SELECT json_agg(json_build_array(mark.key, mark.position, mark.cursor))"
             f"  FROM {watermark_table} AS mark WHERE mark.job = lease.name)::text"
             f" FROM {_table(connection)} AS lease"
@@ -378,6 +384,8 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
                 jitter=jitter,
                 enabled=enabled,
                 kwargs=json.loads(kwargs),
+                timeout=timeout,
+                grace=grace,
             ),
             _watermarks_from_json(marks),
         )
@@ -398,6 +406,8 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
             jitter,
             enabled,
             kwargs,
+            timeout,
+            grace,
             marks,
         ) in rows
     ]
@@ -584,6 +594,47 @@ def mark_oneshot_abandoned(
     JobRun.objects.using(lease_db()).filter(
         job=job, kind=kind, scheduled_for=slot, outcome=Outcome.RUNNING, fence__lt=fence
     ).update(outcome=Outcome.ABANDONED, finished_at=now, error=error)
+
+
+def end_orphans(now: datetime) -> int:
+    """Record abandoned the runs still marked running that no acquisition will ever find:
+    how many. A run left running by a dead runner is normally recorded abandoned by the
+    next run of its job, which takes its lease (:func:`mark_abandoned`); but a job or an
+    instance that is not run again leaves it running for good:
+
+    * its lease row is gone (an instance deleted), or carries a later fence: nobody can
+      end it, and it can write nothing (its fence check finds no row);
+    * its lease row is paused (a job paused, an instance disabled) with the run's fence,
+      its lease expired: the row's fence is moved on first (as an acquisition would), so
+      that a holder that was only paused writes nothing when it resumes.
+
+    Runs of the job's own rows only (kind ``scheduled``: a backfill slot's or one-off's run
+    is ended by its row, which stays due). Runs whose lease still holds are never touched.
+    """
+    alias = lease_db()
+    running = JobRun.objects.using(alias).filter(outcome=Outcome.RUNNING, kind=RunKind.SCHEDULED)
+    gone = running.filter(
+        ~Exists(JobLease.objects.filter(name=OuterRef("job"), fence__lte=OuterRef("fence")))
+    )
+    ended = gone.update(outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED)
+    stuck = running.filter(
+        Exists(
+            JobLease.objects.filter(
+                name=OuterRef("job"), fence=OuterRef("fence"), paused=True, lease_until__lt=now
+            )
+        )
+    ).values_list("job", "fence")
+    for name, fence in list(stuck):
+        revoked = (
+            JobLease.objects.using(alias)
+            .filter(name=name, fence=fence, paused=True, lease_until__lt=now)
+            .update(fence=F("fence") + 1, owner="", lease_until=LEASE_FREE)
+        )
+        if revoked:
+            ended += running.filter(job=name, fence=fence).update(
+                outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED
+            )
+    return ended
 
 
 def note_commit(connection: BaseDatabaseWrapper, name: str, fence: int) -> None:

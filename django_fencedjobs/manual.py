@@ -8,6 +8,11 @@ another process; it is recorded (a ``JobRun``), logged and signalled like any ot
 its writes are fenced. The schedule goes on as before: like every run, it moves the job's
 next slot to the first one after now.
 
+An instance (``job[key]``) is operated on as a job is; its pause is its own flag
+(``JobInstance.paused``), which its lease row follows (:func:`operations.set_instance_paused`),
+so that a pause and the instance's *enabled* never undo each other. :func:`every_instance`
+and :func:`operate_each` operate on every instance of a job (``job[*]``).
+
 Pause, resume and skip change the job's lease row with the admin's bounded wait
 (:data:`~django_fencedjobs.db.LOCK_WAIT`): a row a run keeps locked inside a fenced
 transaction for longer raises :class:`JobBusy`, and nothing is changed.
@@ -24,16 +29,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.db import IntegrityError, transaction
 
-from django_fencedjobs import clock, db, declared, lease, operations, runner, slots
+from django_fencedjobs import clock, db, declared, instances, lease, operations, runner, slots
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.instants import format_instant, format_wait, format_with_utc
 from django_fencedjobs.lease import LeaseRow
-from django_fencedjobs.models import JobLease, JobRun, Outcome
+from django_fencedjobs.models import JobInstance, JobLease, JobRun, Outcome
+from django_fencedjobs.operations import Change
 from django_fencedjobs.registry import Job
 
 logger = logging.getLogger("django_fencedjobs")
@@ -91,6 +98,11 @@ def _refuse_if_busy(job: Job, now: datetime) -> None:
         .values_list("paused", "owner", "lease_until")
         .get()
     )
+    if paused and job.parent is not None and _instance_paused(job):
+        raise FencedJobsError(
+            f"instance {job.name!r} is paused: resume it (`manage.py jobctl resume "
+            f"'{job.name}'`) to run it"
+        )
     if paused and job.parent is not None:
         raise FencedJobsError(
             f"instance {job.name!r} is disabled or invalid: enable it (in the admin, or "
@@ -112,7 +124,7 @@ def pause(job: Job) -> Operated:
     """Pause ``job``: no run of it starts until it is resumed. A run in progress goes on to
     its end."""
     now = _seen(job)
-    change = operations.set_paused(job.name, True)
+    change = _set_paused(job, True)
     _refuse_if_locked(job, change)
     if not change:
         return Operated(job.name, False, f"{job.name} is already paused: nothing changed")
@@ -141,14 +153,29 @@ def resume(job: Job, *, from_now: bool = False, by: str = OPERATOR) -> Operated:
             why = "the job was resumed from now"
             skipped.append(_record_skipped(job, before, upcoming, now, by=by, why=why))
 
-        change = operations.resume_from_now(
-            job.name, now, upcoming, then=record if before <= now else None
-        )
+        if job.parent is None:
+            change = operations.resume_from_now(
+                job.name, now, upcoming, then=record if before <= now else None
+            )
+        else:  # the instance's flag, then its row moved past the due slots
+
+            def skip_due() -> None:
+                if operations.skip_due(job.name, now, upcoming, then=record) is Change.BUSY:
+                    _refuse_if_locked(job, Change.BUSY)
+
+            change = _set_paused(job, False, then=skip_due if before <= now else None)
     else:
-        change = operations.set_paused(job.name, False)
+        change = _set_paused(job, False)
     _refuse_if_locked(job, change)
     if not change:
         return Operated(job.name, False, f"{job.name} is not paused: nothing changed")
+    if job.parent is not None and _row(job)[0]:  # still paused: disabled (or invalid)
+        return _done(
+            job,
+            "job_resumed",
+            f"resumed {job.name}{_from_now(skipped)}: it is disabled, so no run starts until "
+            "it is enabled",
+        )
     if sum(skipped):
         return _done(
             job,
@@ -163,6 +190,29 @@ def resume(job: Job, *, from_now: bool = False, by: str = OPERATOR) -> Operated:
     else:
         then = f"next run {when} (in {format_wait(next_run_at - now)})"
     return _done(job, "job_resumed", f"resumed {job.name}: {then}")
+
+
+def _from_now(skipped: list[int]) -> str:
+    if not sum(skipped):
+        return ""
+    return f" from now: {sum(skipped)} slot(s) due while it was paused skipped (recorded skipped)"
+
+
+def _set_paused(job: Job, paused: bool, *, then: operations.Then = None) -> Change:
+    """Pause or resume ``job``: its lease row, or an instance's own flag (its lease row
+    follows, :func:`operations.set_instance_paused`)."""
+    if job.parent is None or job.key is None:
+        return operations.set_paused(job.name, paused)
+    return operations.set_instance_paused(job.parent, job.key, paused, then=then)
+
+
+def _instance_paused(job: Job) -> bool:
+    """The instance ``job`` is paused by an operator (and enabled)."""
+    return (
+        JobInstance.objects.using(db.lease_db())
+        .filter(job=job.parent, key=job.key, enabled=True, paused=True)
+        .exists()
+    )
 
 
 def _record_skipped(
@@ -245,6 +295,68 @@ def skip_next_slot(job: Job, *, by: str = OPERATOR) -> Operated:
     )
 
 
+#: The key of ``job[*]``: every instance of the job.
+EVERY_INSTANCE = "*"
+
+
+@dataclass
+class Tally:
+    """What one operation did to every instance of a job (``jobctl pause 'job[*]'``)."""
+
+    job: str
+    changed: int = 0
+    unchanged: int = 0
+    #: Invalid instances: not operated on (they do not run; fix them first).
+    invalid: int = 0
+    #: The instances whose lease row stayed locked: nothing changed for them.
+    busy: list[str] = field(default_factory=list)
+
+    def line(self, verb: str, already: str) -> str:
+        total = self.changed + self.unchanged + self.invalid + len(self.busy)
+        if not total:
+            return f"{self.job} has no instances: nothing changed"
+        parts = [f"{self.unchanged} {already}"] if self.unchanged else []
+        if self.invalid:
+            parts.append(f"{self.invalid} invalid, not changed")
+        if self.busy:
+            parts.append(f"{len(self.busy)} busy, not changed")
+        rest = f" ({'; '.join(parts)})" if parts else ""
+        return f"{verb} {self.changed} of {total} instance(s) of {self.job}{rest}"
+
+
+def every_instance(name: str) -> Iterator[Job] | None:
+    """Every instance of the job ``job[*]`` names, as the jobs they run as, in key order;
+    None when ``name`` is not of that form (:class:`UnknownJob` when the job is not declared
+    with ``instances=True``). Read in chunks: any number of instances."""
+    parsed = instances.parse_name(name)
+    if parsed is None or parsed[1] != EVERY_INSTANCE:
+        return None
+    base = instances.declared(parsed[0])
+    rows = instances.Instances(base.name).all().order_by("key").iterator(chunk_size=1000)
+    return (instances.instance_job(base, row) for row in rows)
+
+
+def operate_each(jobs: Iterable[Job], operate: Callable[[Job], Operated], job: str) -> Tally:
+    """``operate`` on each of ``jobs`` (every instance of ``job``), each in its own
+    transaction: an instance whose lease row stays locked is counted busy, and the others
+    are operated on all the same."""
+    tally = Tally(job)
+    for each in jobs:
+        if each.schedule is None:
+            tally.invalid += 1
+            continue
+        try:
+            done = operate(each)
+        except JobBusy:
+            tally.busy.append(each.name)
+            continue
+        if done.changed:
+            tally.changed += 1
+        else:
+            tally.unchanged += 1
+    return tally
+
+
 def _done(job: Job, event: str, line: str) -> Operated:
     """A change made: logged (``event``, ``job``), and said in ``line``."""
     logger.info("%s", line, extra={"event": event, "job": job.name})
@@ -277,4 +389,14 @@ def _refuse_if_locked(job: Job, change: operations.Change) -> None:
         )
 
 
-__all__ = ["JobBusy", "Operated", "pause", "resume", "run_now", "skip_next_slot"]
+__all__ = [
+    "JobBusy",
+    "Operated",
+    "Tally",
+    "every_instance",
+    "operate_each",
+    "pause",
+    "resume",
+    "run_now",
+    "skip_next_slot",
+]

@@ -24,6 +24,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models, router, transaction
 from django.dispatch import Signal
@@ -51,6 +52,18 @@ class RunKind(models.TextChoices):
     ONCE = "once", _("one-off")
 
 
+def validate_timeout(value: timedelta | None) -> None:
+    """An instance's own timeout: longer than zero (None: the job's)."""
+    if value is not None and value <= timedelta(0):
+        raise ValidationError(_("A timeout must be longer than zero."), code="timeout_range")
+
+
+def validate_grace(value: timedelta | None) -> None:
+    """An instance's own grace: zero or more (None: the job's)."""
+    if value is not None and value < timedelta(0):
+        raise ValidationError(_("A grace cannot be negative."), code="grace_range")
+
+
 #: Sent by :meth:`JobInstance.clean`; :mod:`django_fencedjobs.instances` receives it and
 #: raises ``ValidationError`` for an invalid instance.
 validate_instance = Signal()
@@ -74,8 +87,27 @@ class JobInstance(models.Model):
     timezone = models.CharField(_("timezone"), max_length=64, default="UTC")
     jitter = models.DurationField(_("jitter"), default=timedelta(0))
     enabled = models.BooleanField(_("enabled"), default=True)
+    #: Paused by an operator (``manage.py jobctl pause``): no run starts until resumed. Apart
+    #: from ``enabled``, so that resuming every instance of a job leaves the disabled ones
+    #: disabled. Its lease row is paused while either says so (or the instance is invalid).
+    paused = models.BooleanField(_("paused"), default=False, db_default=False)
     kwargs = models.JSONField(
         _("arguments"), default=dict, blank=True, help_text=_("The handler's keyword arguments.")
+    )
+    #: The instance's own timeout and grace; None: the job's (``@job(timeout=..., grace=...)``).
+    timeout = models.DurationField(
+        _("timeout"),
+        null=True,
+        blank=True,
+        validators=[validate_timeout],
+        help_text=_("Shorter than the schedule's shortest interval. Empty: the job's."),
+    )
+    grace = models.DurationField(
+        _("grace"),
+        null=True,
+        blank=True,
+        validators=[validate_grace],
+        help_text=_("Slack past the timeout before a missing run is late. Empty: the job's."),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)

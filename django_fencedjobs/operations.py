@@ -16,7 +16,7 @@ from django.db.models import Case, DateTimeField, F, Value, When
 
 from django_fencedjobs.db import bounded_wait, is_lock_timeout, lease_db
 from django_fencedjobs.lease import LeaseRow
-from django_fencedjobs.models import JobLease
+from django_fencedjobs.models import JobInstance, JobLease
 
 
 class Change(enum.Enum):
@@ -75,6 +75,42 @@ def set_paused(name: str, paused: bool) -> Change:
     """Pause or resume the job; :attr:`Change.UNCHANGED` when it already is. A run in
     progress goes on: pausing only keeps :func:`acquire` from starting the next one."""
     return _locked_update(name, {"paused": paused}, paused=not paused)
+
+
+def set_instance_paused(job: str, key: str, paused: bool, *, then: Then = None) -> Change:
+    """Pause or resume the instance ``key`` of ``job``: its own ``paused`` flag, saved, so
+    that its lease row follows as every save of an instance writes it
+    (:func:`django_fencedjobs.instances.write_lease`: paused while the instance is paused,
+    disabled or invalid): resuming a disabled instance leaves it disabled, and enabling a
+    paused one leaves it paused. :attr:`Change.UNCHANGED` when it already is (or there is
+    no such instance); :attr:`Change.BUSY` when its lease row stayed locked. ``then()``
+    runs in the same transaction once it changed."""
+    try:
+        with bounded_wait():
+            instance = (
+                JobInstance.objects.using(lease_db())
+                .select_for_update()
+                .filter(job=job, key=key, paused=not paused)
+                .first()
+            )
+            if instance is None:
+                return Change.UNCHANGED
+            instance.paused = paused
+            instance.save(using=lease_db(), update_fields=["paused", "updated_at"])
+            if then is not None:
+                then()
+    except DatabaseError as exc:
+        if is_lock_timeout(exc):
+            return Change.BUSY
+        raise
+    return Change.DONE
+
+
+def skip_due(name: str, now: datetime, next_run_at: datetime, *, then: Then = None) -> Change:
+    """Move the row's next slot to ``next_run_at`` when it is due at ``now`` (an instance
+    resumed from now: the slots due while it was paused are skipped); ``then()`` records
+    them, in the same transaction. :attr:`Change.UNCHANGED` when it is not due."""
+    return _locked_update(name, {"next_run_at": next_run_at}, then=then, next_run_at__lte=now)
 
 
 def resume_from_now(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from django.apps import apps
+from django.core.management.base import CommandError
 from django.db import connections
 
 from django_fencedjobs import clock, instances
@@ -14,10 +15,22 @@ from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.registry import Job, registry
+from django_fencedjobs.text import one_line
+
+#: The exit status of every command of the app when the database cannot be read: it is
+#: unreachable, or ``migrate`` has not run on it. One code for every command (docs/running.md).
+DATABASE_UNAVAILABLE = 3
 
 
 class NotMigrated(FencedJobsError):
     """The app's tables do not exist in its database: run `manage.py migrate`."""
+
+
+def unavailable(exc: Exception) -> CommandError:
+    """A command's one-line error for a database it cannot read (``exc``: a
+    ``DatabaseError``, or :class:`NotMigrated`), exit status :data:`DATABASE_UNAVAILABLE`."""
+    line = str(exc) if isinstance(exc, NotMigrated) else f"database unavailable: {one_line(exc)}"
+    return CommandError(line, returncode=DATABASE_UNAVAILABLE)
 
 
 def check_settings() -> None:

@@ -272,6 +272,10 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
                 )
                 continue
             slot = slots.plan(job, row, now)
+            watermarks = _watermarks(row.name, alias)
+            if item.committed and not watermarks:
+                _done_after_commit(job, row, slot.scheduled_for, now)
+                continue
             fence = lease.acquire(
                 row,
                 owner=owner,
@@ -283,10 +287,6 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
                 dropped_retry=slot.dropped_retry,
             )
             if fence is None:
-                continue
-            watermarks = _watermarks(row.name, alias)
-            if item.committed and not watermarks:
-                _done_after_commit(job, row, slot.scheduled_for, fence, now)
                 continue
             if row.lease_until != LEASE_FREE:
                 lease.mark_oneshot_abandoned(job.name, row.kind, slot.scheduled_for, fence, now)
@@ -324,16 +324,17 @@ def _insert_as_next_attempt(record: JobRun, alias: str) -> None:
             record._state.adding = True
 
 
-def _done_after_commit(
-    job: Job, row: lease.LeaseRow, slot: datetime, fence: int, now: datetime
-) -> None:
+def _done_after_commit(job: Job, row: lease.LeaseRow, slot: datetime, now: datetime) -> None:
     """A one-shot row whose last run committed fenced work and died before its end was
     recorded (:attr:`lease.DueOneShot.committed`), with no watermark for a next attempt to
-    resume from: a second run would redo the work, so the slot is done. The dead run is
-    recorded abandoned, saying so; an operator may run the slot again explicitly."""
+    resume from: a second run would redo the work, so the slot is done. The dead run's end
+    is recorded for it (its lease ended under its own fence, which fences it off should it
+    only be paused; the row done), and the run reads abandoned, saying so. An operator may
+    run the slot again explicitly. The row is locked by the claim: no one else ends it."""
+    if not lease.end(row.name, row.fence, succeeded_at=None, failed=False):
+        return
     error = outcomes.ABANDONED_AFTER_COMMIT
-    lease.mark_oneshot_abandoned(job.name, row.kind, slot, fence, now, error)
-    lease.end(row.name, fence, succeeded_at=None, failed=False)
+    lease.mark_oneshot_abandoned(job.name, row.kind, slot, row.fence + 1, now, error)
     logger.warning(
         "%s: its last run committed its fenced work and its runner died before recording "
         "its end; the slot is not run again",

@@ -38,3 +38,30 @@ TASKS = {
     **TASKS,
     "rq_faulty": {"BACKEND": "tests.rq_backends.FaultyRQBackend", "QUEUES": ["default"]},
 }
+
+# -- django-tasks-db installed but not an app (tests/test_tasks_rq_without_db_app.py) ---------
+# FENCEDJOBS_TEST_WITHOUT_TASKS_DB=1: a project on RQ alone, which has django-tasks-db in its
+# environment (a dependency of something else) but not in INSTALLED_APPS: its models cannot
+# even be imported.
+if os.environ.get("FENCEDJOBS_TEST_WITHOUT_TASKS_DB"):
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django_tasks_db"]
+    TASKS = {
+        alias: conf for alias, conf in TASKS.items() if "django_tasks_db" not in conf["BACKEND"]
+    }
+    TASKS["default"] = TASKS["rq"]
+
+# -- a task scheduled in settings (tests/test_tasks_settings.py) -------------------------------
+# FENCEDJOBS_TEST_RQ_SCHEDULE=1: tests.rq_tasks.fenced_write in FENCEDJOBS["TASK_SCHEDULE"],
+# hourly, as the job RQ_SCHEDULED names it.
+if os.environ.get("FENCEDJOBS_TEST_RQ_SCHEDULE"):
+    from datetime import timedelta
+
+    FENCEDJOBS = {
+        "TASK_SCHEDULE": {
+            "tests.rq_tasks.fenced_write": {
+                "every": timedelta(hours=1),
+                "args": ["rq.scheduled", 1],
+                "name": "rq.scheduled",
+            }
+        }
+    }

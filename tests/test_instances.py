@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
-from django_fencedjobs import job, loop
+from django_fencedjobs import job, lease, loop
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.fencing import fenced_atomic
@@ -87,7 +87,8 @@ def test_a_disabled_instance_does_not_run_and_enabling_it_resumes(jobs):
         ({"cron": "61 * * * *"}, CheckId.CRON, "cron"),
         ({"cron": "0 8 * * *", "timezone": "Mars/Olympus"}, CheckId.ZONE, "timezone"),
         ({"cron": "0 8 * * *", "timezone": "UTC+2"}, CheckId.FIXED_OFFSET, "timezone"),
-        ({"every": timedelta(seconds=20)}, CheckId.TIMEOUT, "cron"),
+        ({"every": timedelta(seconds=20)}, CheckId.TIMEOUT, "timeout"),
+        ({"every": timedelta(0)}, CheckId.CRON, "every"),
         (
             {"cron": "0 8 * * *", "jitter": timedelta(days=2)},
             CheckId.JITTER,
@@ -109,6 +110,11 @@ def test_a_bad_instance_is_refused_with_the_system_checks_id_and_message(
         lambda run: None
     )
     expected = str(registry.get("t.same").schedule_error).replace("t.same", "t.digest[bad]")
+    if check_id == CheckId.TIMEOUT:  # and where the fix is: the job's timeout, in code
+        expected += (
+            " Fix: the timeout is the job's, declared in code (@job(timeout=...) of t.digest): "
+            "give this instance a shorter timeout of its own, or a longer interval."
+        )
     assert errors[0].message == f"{expected} ({check_id})"
     assert not JobInstance.objects.exists()
     assert not JobLease.objects.exists()
@@ -475,3 +481,36 @@ def test_a_claim_waits_a_moment_for_more_free_workers_while_most_are_busy(jobs, 
     finally:
         release.set()
         pool.shutdown()
+
+
+def test_a_run_left_running_is_recorded_abandoned_once_no_acquisition_can_end_it(jobs):
+    # A runner died holding a run of each instance; then one instance was deleted and the
+    # other disabled, so no later run of theirs will take the lease and end the dead run.
+    @job(instances=True, timeout=timedelta(minutes=5), name="t.orphan")
+    def orphan(run):
+        pass
+
+    now = fake_clock()
+    fences = {}
+    for key in ("gone", "off"):
+        orphan.instances.upsert(key, every=timedelta(hours=1))
+        name = f"t.orphan[{key}]"
+        fences[name] = JobLease.objects.get(name=name).fence + 1
+        JobLease.objects.filter(name=name).update(
+            fence=fences[name], owner="dead", lease_until=now + timedelta(minutes=1)
+        )
+        JobRun.objects.create(
+            job=name, scheduled_for=now, started_at=now, fence=fences[name], owner="dead"
+        )
+    orphan.instances.delete("gone")
+    orphan.instances.set_enabled(["off"], False)
+
+    assert lease.end_orphans(now) == 1  # the deleted one's; the other's lease still holds
+    outcomes = dict(JobRun.objects.values_list("job", "outcome"))
+    assert outcomes == {"t.orphan[gone]": Outcome.ABANDONED, "t.orphan[off]": Outcome.RUNNING}
+    fake_clock.advance(timedelta(minutes=2))
+    assert lease.end_orphans(fake_clock()) == 1
+    assert JobRun.objects.get(job="t.orphan[off]").outcome == Outcome.ABANDONED
+    # Its fence moved on: the holder, were it only paused, writes nothing when it resumes.
+    assert JobLease.objects.get(name="t.orphan[off]").fence == fences["t.orphan[off]"] + 1
+    assert lease.end_orphans(fake_clock()) == 0

@@ -1,7 +1,7 @@
 """Operating a job from the command line: `manage.py jobctl pause|resume|skip NAME`, one line
 each, with the admin's bounded wait for the job's lease row; a busy row is its own line and
 exit status. And what `runjobs --now` says and returns around it: the paused job names the
-command that resumes it, and a run a signal stopped exits 3 (it did not succeed)."""
+command that resumes it, and a run a signal stopped exits 5 (it did not succeed)."""
 
 from __future__ import annotations
 
@@ -181,14 +181,14 @@ def test_bad_arguments_are_a_usage_error_exit_2(child_env, args, words):
     assert "Traceback" not in result.stderr
 
 
-def test_an_unreachable_database_is_one_line_and_exit_1(child_env):
+def test_an_unreachable_database_is_one_line_and_exit_3(child_env):
     env = {
         **child_env,
         "FENCEDJOBS_TEST_DB": "postgres",
         "DATABASE_URL": f"postgres://nobody@127.0.0.1:{closed_port()}/nowhere",
     }
     result = jobctl(env, "pause", NIGHTLY)
-    assert result.returncode == 1
+    assert result.returncode == 3
     (line,) = result.stderr.splitlines()
     assert line.startswith("CommandError: database unavailable: ")
 
@@ -225,10 +225,10 @@ def test_now_on_a_paused_job_names_the_command_that_resumes_it(child_env):
     assert ran.returncode == 0, ran.stderr
 
 
-def test_now_exits_3_when_a_signal_stops_the_run(child_env, tmp_path):
+def test_now_exits_5_when_a_signal_stops_the_run(child_env, tmp_path):
     """docs/running.md and the quickstart: `--now` exits 0 only when the run succeeded. A
     SIGTERM stops the run after its current window; it is recorded interrupted, and that is
-    not a success: exit 3, one line."""
+    not a success: exit 5, one line."""
     from django_fencedjobs.models import JobRun
 
     marker = tmp_path / "first-window-committed"
@@ -256,7 +256,7 @@ def test_now_exits_3_when_a_signal_stops_the_run(child_env, tmp_path):
     run = JobRun.objects.get(job="ops.windowed")
     assert run.outcome == "interrupted"
     assert 1 <= run.items < 600
-    assert now.returncode == 3, stderr
+    assert now.returncode == 5, stderr
     assert stderr.splitlines()[-1] == (
         "CommandError: the run of ops.windowed was interrupted by a signal: it stopped after "
         "its current batch, recorded; the next run goes on from there"

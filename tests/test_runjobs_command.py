@@ -96,14 +96,14 @@ def test_once_and_list_together_are_a_usage_error(child_env):
 
 
 @pytest.mark.parametrize("mode", [["--once"], []], ids=["once", "loop"])
-def test_an_unreachable_database_is_one_line_and_exit_1(child_env, mode):
+def test_an_unreachable_database_is_one_line_and_exit_3(child_env, mode):
     env = {
         **child_env,
         "FENCEDJOBS_TEST_DB": "postgres",
         "DATABASE_URL": f"postgres://nobody@127.0.0.1:{closed_port()}/nowhere",
     }
     result = runjobs(env, *mode)
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 3, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("CommandError: database unavailable: ")
@@ -222,9 +222,9 @@ def test_a_bad_fencedjobs_setting_is_one_line_and_exit_1(child_env, mode, fenced
 
 
 @pytest.mark.parametrize("mode", [["--once"], []], ids=["once", "loop"])
-def test_before_migrate_runjobs_says_to_run_migrate_and_exits_1(unmigrated_env, mode):
+def test_before_migrate_runjobs_says_to_run_migrate_and_exits_3(unmigrated_env, mode):
     result = runjobs(unmigrated_env, *mode, timeout=60)
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 3, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("CommandError: ")

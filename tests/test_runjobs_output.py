@@ -161,7 +161,7 @@ def test_verbosity_2_also_reports_each_pass_and_each_job_passed_over(child_env):
 
 def test_a_timeout_names_its_job(child_env):
     result = runjobs(child_env, "--now", "console.slow")
-    assert result.returncode == 3, result.stderr
+    assert result.returncode == 5, result.stderr
     lines = result.stderr.splitlines()
     assert any(re.search(r"console\.slow.* timed out after 0:00:01", line) for line in lines)
     assert any(
@@ -238,12 +238,14 @@ def test_the_loop_says_it_started_and_announces_each_job_once(child_env):
 
 
 def test_now_runs_the_job_through_its_lease_and_records_it(child_env):
+    from django_fencedjobs.lease import FENCE_EPOCH
     from django_fencedjobs.models import JobLease, JobRun
 
     result = runjobs(child_env, "--now", "console.fine")
     assert result.returncode == 0, result.stderr
     (run,) = JobRun.objects.filter(job="console.fine")
-    assert (run.outcome, run.items, run.fence) == ("succeeded", 2, 1)
+    first = JobLease.objects.get(name="console.fine").id * FENCE_EPOCH + 1
+    assert (run.outcome, run.items, run.fence) == ("succeeded", 2, first)
     lines = by_job(result.stderr.splitlines())["console.fine"]
     assert re.fullmatch(rf"console\.fine: started \(slot {SLOT}\)", lines[0])
     assert lines[1].startswith("console.fine: succeeded in ")
@@ -253,11 +255,11 @@ def test_now_runs_the_job_through_its_lease_and_records_it(child_env):
     assert result.stdout == ""
 
 
-def test_now_exits_3_when_the_run_does_not_succeed(child_env):
+def test_now_exits_5_when_the_run_does_not_succeed(child_env):
     from django_fencedjobs.models import JobRun
 
     result = runjobs(child_env, "--now", "console.flaky")
-    assert result.returncode == 3, result.stderr
+    assert result.returncode == 5, result.stderr
     assert JobRun.objects.get(job="console.flaky").outcome == "failed"
     assert result.stderr.splitlines()[-1] == (
         "CommandError: the run of console.flaky failed: RuntimeError: upstream said no"

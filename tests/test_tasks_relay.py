@@ -109,6 +109,25 @@ def test_a_second_delivery_of_a_task_that_wrote_writes_nothing_and_is_counted(jo
     assert list(Write.objects.values_list("seq", flat=True)) == [1]
 
 
+def test_a_redelivery_after_a_later_run_took_the_lease_writes_nothing_and_is_counted(jobs):
+    # Its first execution wrote; the next slot's run has had the lease since: the fence
+    # check fails, and the delivery is still what it is, a duplicate.
+    _declare(tasks.immediate_write)
+    loop.tick()
+    (record,) = RunTask.objects.all()
+    fake_clock.advance(timedelta(hours=1))
+    loop.tick()  # the next slot's run: the lease and the fence move on
+    assert RunTask.objects.count() == 2
+    result = _deliver_again(record)
+    with pytest.raises(DuplicateDelivery), fenced_atomic():
+        Write.objects.create(job="t.relayed", fence=-1, seq=3)
+    result.status = integration.TaskResultStatus.FAILED
+    integration._task_finished(type(None), task_result=result)
+    record.refresh_from_db()
+    assert (record.status, record.duplicates) == (TaskStatus.SUCCESSFUL, 1)
+    assert list(Write.objects.values_list("seq", flat=True)) == [1, 1]
+
+
 def test_a_delivery_whose_first_execution_wrote_nothing_is_not_a_duplicate(jobs):
     # The first execution's fenced block rolled back (its worker died, or it failed):
     # the task's writes are not claimed, and a redelivery writes them.

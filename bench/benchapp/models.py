@@ -6,7 +6,7 @@ from django.db import models
 class Row(models.Model):
     """P1: one row per write of a benchmark transaction."""
 
-    seq = models.IntegerField()
+    seq = models.BigIntegerField()
     note = models.CharField(max_length=32)
 
     def __str__(self) -> str:
@@ -21,7 +21,7 @@ class Task(models.Model):
     """
 
     processed_at = models.DateTimeField(null=True)
-    processed_by = models.IntegerField(null=True)
+    processed_by = models.BigIntegerField(null=True)
     times_processed = models.IntegerField(default=0)
 
     class Meta:

@@ -170,6 +170,8 @@ def _with_key(instance: JobInstance, key: str) -> JobInstance:
         jitter=instance.jitter,
         enabled=instance.enabled,
         kwargs=instance.kwargs,
+        timeout=instance.timeout,
+        grace=instance.grace,
     )
     return copy
 
@@ -416,7 +418,18 @@ class InstanceForm(_ModelForm):
 
     class Meta:
         model = JobInstance
-        fields = ("job", "key", "enabled", "cron", "every", "timezone", "jitter", "kwargs")
+        fields = (
+            "job",
+            "key",
+            "enabled",
+            "cron",
+            "every",
+            "timezone",
+            "jitter",
+            "timeout",
+            "grace",
+            "kwargs",
+        )
         widgets = {"timezone": ZoneInput(), "kwargs": forms.Textarea(attrs={"rows": 3})}
         help_texts = {
             "job": _("A job declared in code with instances=True."),
@@ -428,6 +441,11 @@ class InstanceForm(_ModelForm):
             "jitter": _(
                 "Spreads instances that share a schedule: a stable offset below it, e.g. 00:03:00."
             ),
+            "timeout": _(
+                "This instance's own, shorter than its shortest interval, e.g. 00:00:50. "
+                "Empty: the job's (declared in code)."
+            ),
+            "grace": _("Slack past the timeout before a missing run is late. Empty: the job's."),
         }
 
 
@@ -494,18 +512,22 @@ class JobFilter(admin.SimpleListFilter):
         return queryset.filter(job=self.value()) if self.value() else queryset
 
 
-#: An instance's state from its row and its lease row's: invalid is enabled but paused
-#: (the lease row is paused while the instance is disabled or invalid).
+#: An instance's state from its row and its lease row's: invalid is enabled, not paused by
+#: an operator, but its lease row paused (the lease row is paused while the instance is
+#: disabled, paused or invalid).
 STATES: dict[str, Q] = {
-    "enabled": Q(enabled=True, lease__paused=False),
+    "enabled": Q(enabled=True, paused=False, lease__paused=False),
     "disabled": Q(enabled=False),
-    "invalid": Q(enabled=True, lease__paused=True),
+    "paused": Q(enabled=True, paused=True),
+    "invalid": Q(enabled=True, paused=False, lease__paused=True),
 }
 
 
 def state_of(instance: JobInstance) -> str:
     if not instance.enabled:
         return "disabled"
+    if instance.paused:
+        return "paused"
     lease = _lease(instance)
     return "invalid" if lease is not None and lease.paused else "enabled"
 
@@ -554,6 +576,7 @@ class JobInstanceAdmin(_ModelAdmin):
     fieldsets = (
         (None, {"fields": ("job", "key", "enabled")}),
         (_("Schedule"), {"fields": ("cron", "every", "timezone", "jitter", "fire_preview")}),
+        (_("Limits"), {"fields": ("timeout", "grace")}),
         (_("Arguments"), {"fields": ("kwargs",)}),
     )
     #: Shown on an instance's page, once it exists.
@@ -634,7 +657,9 @@ class JobInstanceAdmin(_ModelAdmin):
         """Enabled, disabled, or invalid (enabled, but its lease row is paused: what is
         wrong on hover, in the system check's words)."""
         found = state_of(instance)
-        css = {"enabled": "ok", "disabled": "paused", "invalid": "invalid"}[found]
+        css = {"enabled": "ok", "disabled": "paused", "paused": "paused", "invalid": "invalid"}[
+            found
+        ]
         title = ""
         if found == "invalid":
             problem = _schedule_problem(instance) or ("", "")
@@ -811,7 +836,12 @@ def _instance_from(values: Any) -> tuple[JobInstance, tuple[str, str] | None]:
         cron=values.get("cron", "").strip(),
         timezone=values.get("timezone", "").strip() or "UTC",
     )
-    for field, blank in (("every", None), ("jitter", timedelta(0))):
+    for field, blank in (
+        ("every", None),
+        ("jitter", timedelta(0)),
+        ("timeout", None),
+        ("grace", None),
+    ):
         text = values.get(field, "").strip()
         try:
             parsed = forms.DurationField().to_python(text) if text else blank

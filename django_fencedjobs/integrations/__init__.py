@@ -6,16 +6,19 @@ from __future__ import annotations
 
 
 def uses_tasks() -> bool:
-    """Whether the project uses Django's Tasks framework: ``TASKS`` set in its settings, or
-    the backport or the database backend installed. Otherwise nothing of the integration
+    """Whether the project uses Django's Tasks framework: ``TASKS`` set in its settings, the
+    backport or the database backend installed, or tasks scheduled in
+    ``FENCEDJOBS["TASK_SCHEDULE"]``. Otherwise nothing of the integration
     (:mod:`django_fencedjobs.integrations.tasks`) is imported."""
     from django.apps import apps
     from django.conf import settings
 
-    return (
+    own = getattr(settings, "FENCEDJOBS", None)
+    return bool(
         settings.is_overridden("TASKS")  # type: ignore[misc]  # public, missing from the stubs
         or apps.is_installed("django_tasks")
         or apps.is_installed("django_tasks_db")
+        or (isinstance(own, dict) and own.get("TASK_SCHEDULE"))
     )
 
 

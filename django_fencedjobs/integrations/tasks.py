@@ -40,16 +40,19 @@ its apps installed); a project that does not pays nothing.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from importlib.util import find_spec
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router, transaction
 from django.db.models import DateTimeField, F, Value
 from django.db.models.functions import Coalesce
@@ -57,8 +60,14 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from django_fencedjobs import clock, db, instances, lease, signals
+from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.exceptions import DuplicateDelivery, FenceLost, NotInRun
+from django_fencedjobs.exceptions import (
+    DuplicateDelivery,
+    FenceLost,
+    JobDefinitionError,
+    NotInRun,
+)
 from django_fencedjobs.fencing import (
     at_exit,
     fenced_atomic,
@@ -76,7 +85,7 @@ from django_fencedjobs.models import (
     TaskDelivery,
     TaskStatus,
 )
-from django_fencedjobs.registry import DEFAULT_LEASE_TTL, Job, job, registry
+from django_fencedjobs.registry import DEFAULT_LEASE_TTL, Job, JobOptions, build, job, registry
 from django_fencedjobs.savepoints import Ledger
 from django_fencedjobs.text import bounded
 
@@ -113,7 +122,7 @@ if find_spec("django.tasks") is not None and find_spec("django_tasks") is not No
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-__all__ = ["TaskFence", "enqueue", "schedule_task"]
+__all__ = ["TaskFence", "enqueue", "schedule_settings", "schedule_task"]
 
 logger = logging.getLogger("django_fencedjobs")
 
@@ -187,6 +196,91 @@ def schedule_task(
     enqueue_task.__name__ = enqueue_task.__qualname__ = task.name
     enqueue_task.__module__ = task.func.__module__
     declared: Job = job(cron, name=name or task.module_path, **options)(enqueue_task).job  # type: ignore[attr-defined]
+    return declared
+
+
+#: What an entry of ``FENCEDJOBS["TASK_SCHEDULE"]`` may hold: :func:`schedule_task`'s
+#: arguments, but for the task (its key) and ``instances`` (one entry is one job).
+ENTRY_OPTIONS = frozenset(
+    {"cron", "args", "kwargs", "name"}
+    | {option.name for option in dataclasses.fields(JobOptions)} - {"instances", "instance_series"}
+)
+
+
+def schedule_settings() -> list[Job]:
+    """Declare a job for each entry of ``FENCEDJOBS["TASK_SCHEDULE"]``, by
+    :func:`schedule_task`, as a ``jobs.py`` would::
+
+        FENCEDJOBS = {"TASK_SCHEDULE": {
+            "billing.tasks.send_digest": {"cron": "0 7 * * *", "timezone": "Europe/Paris"},
+            "billing.tasks.purge": "30 3 * * 1-5",
+        }}
+
+    A cron string, or a dict of ``schedule_task``'s arguments (``cron`` or ``every``,
+    ``args``, ``kwargs``, ``name``, and ``@job``'s options). Nothing is raised for a bad
+    entry: its job is registered invalid, as a bad ``@job`` is (``fencedjobs.E017`` for a
+    path that names no task, ``E013`` for an unknown option, the ids of ``@job`` for the
+    rest). The app's ``ready()`` calls it once the ``jobs`` modules are imported; the job
+    is named after its key unless ``name`` says otherwise."""
+    try:
+        entries = get_settings().TASK_SCHEDULE
+    except ImproperlyConfigured:
+        return []  # the system checks report it (E010, E014)
+    return [_schedule_entry(path, entry) for path, entry in entries.items()]
+
+
+def _schedule_entry(path: str, entry: str | Mapping[str, Any]) -> Job:
+    options = {"cron": entry} if isinstance(entry, str) else dict(entry)
+    name = options.pop("name", path)
+    shown = name if isinstance(name, str) and name else path
+    where = f"job {shown!r}: FENCEDJOBS['TASK_SCHEDULE'][{path!r}]"
+    unknown = sorted(str(key) for key in set(options) - ENTRY_OPTIONS)
+    if unknown:
+        return _invalid(
+            path,
+            shown,
+            CheckId.ARGUMENT,
+            f"{where} has unknown option(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted(ENTRY_OPTIONS))}",
+        )
+    args, kwargs = options.pop("args", ()), options.pop("kwargs", None)
+    if not isinstance(args, list | tuple) or not isinstance(kwargs, dict | None):
+        return _invalid(
+            path,
+            shown,
+            CheckId.ARGUMENT,
+            f"{where}: args must be a list and kwargs a dict, got {args!r} and {kwargs!r}",
+        )
+    try:
+        task = import_string(path)
+    except ImportError as exc:
+        return _invalid(path, shown, CheckId.TASK_PATH, f"{where} names no task: {exc}")
+    if not isinstance(task, TASK_CLASSES):
+        return _invalid(
+            path,
+            shown,
+            CheckId.TASK_PATH,
+            f"{where} names {type(task).__name__} {task!r}, not a django.tasks task (a "
+            "function decorated with @task)",
+        )
+    declared = cast("Task[Any, Any]", task)
+    cron = options.pop("cron", None)
+    return schedule_task(declared, cron, args=args, kwargs=kwargs, name=name, **options)
+
+
+def _invalid(path: str, name: str, check_id: CheckId, message: str) -> Job:
+    """Register the job of a ``TASK_SCHEDULE`` entry that cannot be declared: invalid,
+    reported with ``check_id`` by the system checks, ``runjobs``, ``checkjobs`` and the
+    admin, never run."""
+    error = JobDefinitionError(message)
+
+    def enqueue_task(run: Run) -> None:
+        raise error
+
+    module, _, enqueue_task.__name__ = path.rpartition(".")
+    enqueue_task.__qualname__, enqueue_task.__module__ = enqueue_task.__name__, module
+    declared = build(enqueue_task, name, {}, problem=(check_id, error))
+    registry.register(declared)
     return declared
 
 
@@ -289,12 +383,14 @@ class _Batch:
 
 
 def _queue_in(backend: str, alias: str) -> bool:
-    """Whether the task backend named ``backend`` writes its queue to database ``alias``."""
-    try:
-        from django_tasks_db.backend import DatabaseBackend
-        from django_tasks_db.models import DBTaskResult
-    except ImportError:
+    """Whether the task backend named ``backend`` writes its queue to database ``alias``.
+    Never when django-tasks-db is not an installed app: its backend needs its app, and its
+    models do not even import without it (installed beside RQ, say)."""
+    if not apps.is_installed("django_tasks_db"):
         return False
+    from django_tasks_db.backend import DatabaseBackend
+    from django_tasks_db.models import DBTaskResult
+
     return (
         isinstance(task_backends[backend], DatabaseBackend)
         and router.db_for_write(DBTaskResult) == alias
@@ -521,6 +617,14 @@ class TaskFence:
         declared = instances.declaring(name)
         ttl = declared.lease_ttl if declared is not None else DEFAULT_LEASE_TTL
         if not lease.lock_task_fence(connection, name, fence, ttl=ttl):
+            if (
+                self.pk is not None
+                and not self.claimed
+                and self._claimed_by_another(connection, self.pk)
+            ):
+                # A redelivery of a task that wrote already: a duplicate, whatever the
+                # fence says now (a later run took the lease since).
+                self._duplicate()
             raise FenceLost(
                 f"job {name!r}: a later run has been granted the lease since the run (fence "
                 f"{fence}) that enqueued task {self.result_id or '(this task)'}; nothing in "
@@ -539,12 +643,20 @@ class TaskFence:
             .update(executor=self.executor)
         )
         if not claimed:
-            self.duplicate = True
-            raise DuplicateDelivery(
-                f"task {self.result_id}: another delivery of this task has committed its "
-                "fenced writes already; this delivery writes nothing (recorded as a duplicate)"
-            )
+            self._duplicate()
         transaction.on_commit(lambda: setattr(self, "claimed", True), using=connection.alias)
+
+    def _claimed_by_another(self, connection: BaseDatabaseWrapper, pk: int) -> bool:
+        """Whether another execution of the task has committed its fenced writes."""
+        rows = RunTask.objects.using(connection.alias).filter(pk=pk)
+        return rows.exclude(executor__in=("", self.executor)).exists()
+
+    def _duplicate(self) -> NoReturn:
+        self.duplicate = True
+        raise DuplicateDelivery(
+            f"task {self.result_id}: another delivery of this task has committed its "
+            "fenced writes already; this delivery writes nothing (recorded as a duplicate)"
+        )
 
 
 #: The fence of the run handing a task over right now, in this thread: a backend that runs

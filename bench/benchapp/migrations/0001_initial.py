@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
                         auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
                     ),
                 ),
-                ("seq", models.IntegerField()),
+                ("seq", models.BigIntegerField()),
                 ("note", models.CharField(max_length=32)),
             ],
         ),
@@ -32,7 +32,7 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("processed_at", models.DateTimeField(null=True)),
-                ("processed_by", models.IntegerField(null=True)),
+                ("processed_by", models.BigIntegerField(null=True)),
                 ("times_processed", models.IntegerField(default=0)),
             ],
             options={

@@ -131,12 +131,12 @@ class Command(BaseCommand):
                 newest_first=newest_first,
                 requested_by=_operator(),
             )
-        except (BackfillError, UnknownJob, preflight.NotMigrated) as exc:
+        except (BackfillError, UnknownJob) as exc:
             raise CommandError(one_line(exc)) from None
         except ImproperlyConfigured as exc:
             raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
-        except DatabaseError as exc:
-            raise CommandError(f"database unavailable: {one_line(exc)}") from None
+        except (DatabaseError, preflight.NotMigrated) as exc:
+            raise preflight.unavailable(exc) from None
         self.stdout.write(
             f"Backfill {request.pk}: queued {_slots(len(queued.slots))} of {name} {span} "
             f"({how}), left {len(queued.left)}."

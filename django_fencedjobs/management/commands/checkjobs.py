@@ -23,10 +23,11 @@ from django.db import DatabaseError
 from django_fencedjobs import baseline, clock, health, notify, preflight, runners
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant, iso_utc
+from django_fencedjobs.registry import registry
 from django_fencedjobs.text import one_line
 
-#: The exit status when the job state cannot be read at all.
-UNREACHABLE = 3
+#: The exit status when the job state cannot be read at all: every command's.
+UNREACHABLE = preflight.DATABASE_UNAVAILABLE
 #: The exit status when ``FENCEDJOBS`` is invalid. Not 2: nothing was judged late or
 #: failing; the configuration of every job is broken, and the fix is in the settings.
 BAD_SETTINGS = 4
@@ -70,8 +71,7 @@ class Command(BaseCommand):
             now = clock.now()
             baseline.record_first_sightings(now)  # a job seen for the first time: its baseline
             seen = runners.read(now)
-            healths = health.all_health(jobs, now=now, coverage=seen)
-            summaries = [] if jobs else health.instance_summaries(healths, coverage=seen)
+            healths, summaries = _judged(jobs, now, seen)
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
         except ImproperlyConfigured as exc:
@@ -95,13 +95,9 @@ class Command(BaseCommand):
             )
         status = _exit_code([*healths, *summaries], strict=strict)
         if as_json:
-            self.stdout.write(_json(healths, status, seen, summaries))
+            self.stdout.write(_json(healths, status, seen, summaries, now))
         else:
-            self.stdout.write(_table(healths))
-            for summary in summaries:
-                self.stdout.write(_summary_line(summary))
-            if any(h.state is health.State.NO_RUNNER for h in healths):
-                self.stdout.write(_runners_line(seen))
+            self._write_table(healths, summaries, seen)
         if status:
             bad = [h for h in healths if h.severity is health.Severity.CRITICAL] or [
                 h for h in healths if h.severity is health.Severity.WARNING
@@ -117,6 +113,49 @@ class Command(BaseCommand):
                 f"{count} of {len(healths) + len(summaries)} job(s) need attention: {listed}",
                 returncode=status,
             )
+
+    def _write_table(
+        self,
+        healths: list[health.JobHealth],
+        summaries: list[health.InstanceSummary],
+        seen: runners.Coverage,
+    ) -> None:
+        if healths or not summaries:  # jobs with instances only: their counts say it all
+            self.stdout.write(_table(healths))
+        for summary in summaries:
+            self.stdout.write(_summary_line(summary))
+        if any(h.state is health.State.NO_RUNNER for h in healths):
+            self.stdout.write(_runners_line(seen))
+
+
+def _judged(
+    jobs: list[str] | None, now: datetime, seen: runners.Coverage
+) -> tuple[list[health.JobHealth], list[health.InstanceSummary]]:
+    """What to report: every job and every job's instances counted, or the named ones. A
+    job declared with ``instances=True`` has no schedule of its own: named, it is reported
+    as its instances (those that may not be ok, listed; all of them, counted), so that a
+    per-job alert on it follows its instances."""
+    if not jobs:
+        healths = health.all_health(None, now=now, coverage=seen)
+        return healths, health.instance_summaries(healths, coverage=seen)
+    parents = [name for name in jobs if name in registry and _runs_as_instances(name)]
+    others = [name for name in jobs if name not in parents]
+    healths = health.all_health(others, now=now, coverage=seen) if others else []
+    if not parents:
+        return healths, []
+    named = {h.name for h in healths}
+    listed = [
+        h
+        for h in health.all_health(None, now=now, coverage=seen)
+        if h.job is not None and h.job.parent in parents and h.name not in named
+    ]
+    summaries = health.instance_summaries(listed, coverage=seen)
+    return [*healths, *listed], [s for s in summaries if s.job in parents]
+
+
+def _runs_as_instances(name: str) -> bool:
+    job = registry.get(name)
+    return job.instances and job.valid
 
 
 def _summary_line(summary: health.InstanceSummary) -> str:
@@ -143,12 +182,13 @@ def _json(
     status: int,
     seen: runners.Coverage,
     summaries: list[health.InstanceSummary],
+    now: datetime,
 ) -> str:
     return json.dumps(
         {
             "healthy": status == 0,
             "exit_code": status,
-            "checked_at": healths[0].checked_at.isoformat() if healths else None,
+            "checked_at": now.isoformat(),
             "jobs": [_as_dict(h) for h in healths],
             # Jobs with instances: every instance counted; "jobs" lists those that may not
             # be ok (and any named with --job).

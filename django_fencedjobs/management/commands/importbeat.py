@@ -21,8 +21,9 @@ from django.db import DatabaseError
 from django_fencedjobs import beat, preflight
 from django_fencedjobs.text import one_line
 
-#: The exit status when there is nothing the command could read (or write) at all.
-UNREADABLE = 3
+#: The exit status when there is nothing the command could read (or write) at all: every
+#: command's for a database it cannot read.
+UNREADABLE = preflight.DATABASE_UNAVAILABLE
 #: The exit status for bad arguments, as argparse's own.
 USAGE = 2
 

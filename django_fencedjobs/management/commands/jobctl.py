@@ -1,12 +1,15 @@
-"""``manage.py jobctl pause|resume|skip NAME``: the admin's operations on one job, from a
-shell or a runbook. One line on stdout says what was done, or one line on stderr why not.
+"""``manage.py jobctl pause|resume|skip NAME``: the admin's operations on one job, one
+instance (``job[key]``) or every instance of a job (``job[*]``), from a shell or a runbook.
+One line on stdout says what was done, or one line on stderr why not.
 
 Exit status: 0 done, or nothing to change (already paused, not paused); 1 an unknown or
-invalid job, an invalid ``FENCEDJOBS``, the database unreachable or not migrated; 2 bad
-arguments (argparse's usage, then one line); :data:`BUSY` (75) a run kept the job's lease
-row locked inside a fenced transaction past the bounded wait, so nothing changed: try
-again. The work is :mod:`django_fencedjobs.manual`'s. A slot skipped (``skip``,
-``resume --from-now``) is recorded as skipped by ``jobctl (<the shell's user>)``.
+invalid job, an invalid ``FENCEDJOBS``; 2 bad arguments (argparse's usage, then one line);
+:data:`~django_fencedjobs.preflight.DATABASE_UNAVAILABLE` (3) the database unreachable or
+not migrated; :data:`BUSY` (75) a run kept the job's lease row locked inside a fenced
+transaction past the bounded wait, so nothing changed (with ``job[*]``: for the instances
+the line names; the others were operated on): try again. The work is
+:mod:`django_fencedjobs.manual`'s. A slot skipped (``skip``, ``resume --from-now``) is
+recorded as skipped by ``jobctl (<the shell's user>)``.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_fencedjobs import manual, preflight
+from django_fencedjobs import instances, manual, preflight
 from django_fencedjobs.db import LOCK_WAIT
 from django_fencedjobs.exceptions import UnknownJob
-from django_fencedjobs.registry import Job, registry
+from django_fencedjobs.registry import Job
 from django_fencedjobs.text import one_line
 
 #: The exit status for a busy lease row: EX_TEMPFAIL of sysexits.h, "a temporary failure;
@@ -33,6 +36,12 @@ OPERATIONS: dict[str, Callable[[Job, bool, str], manual.Operated]] = {
     "pause": lambda job, from_now, by: manual.pause(job),
     "resume": lambda job, from_now, by: manual.resume(job, from_now=from_now, by=by),
     "skip": lambda job, from_now, by: manual.skip_next_slot(job, by=by),
+}
+#: What each operation did to every instance of a job (``job[*]``), and what it left.
+TALLIES = {
+    "pause": ("paused", "already paused"),
+    "resume": ("resumed", "not paused"),
+    "skip": ("skipped the next slot of", ""),
 }
 
 
@@ -47,11 +56,12 @@ def operator() -> str:
 
 class Command(BaseCommand):
     help = (
-        "Pause a job (no run starts until it is resumed; a run in progress goes on), resume "
-        "it, or skip its next slot (its next run moves to the slot after). Waits at most "
-        f"{LOCK_WAIT:g}s for the job's lease row, as the admin does. Exit 0 when done or "
-        f"nothing needed changing, 1 for an unknown or invalid job or an unreachable "
-        f"database, 2 for bad arguments, {BUSY} when a run kept the row locked: try again."
+        "Pause a job, an instance job[key] or every instance job[*] (no run starts until it "
+        "is resumed; a run in progress goes on), resume it, or skip its next slot (its next "
+        f"run moves to the slot after). Waits at most {LOCK_WAIT:g}s for a lease row, as the "
+        "admin does. Exit 0 when done or nothing needed changing, 1 for an unknown or "
+        f"invalid job, 2 for bad arguments, {preflight.DATABASE_UNAVAILABLE} for an "
+        f"unreachable database, {BUSY} when a run kept a row locked: try again."
     )
     # An operation on one job must not be held up by another job's configuration.
     requires_system_checks: list[str] = []
@@ -63,7 +73,10 @@ class Command(BaseCommand):
             help="pause: no run starts until resumed; resume; skip: skip the next slot.",
         )
         parser.add_argument(
-            "name", metavar="NAME", help="The job's name, as `manage.py runjobs --list` shows it."
+            "name",
+            metavar="NAME",
+            help="The job's name, as `manage.py runjobs --list` shows it; an instance's, "
+            "job[key]; or job[*] for every instance of the job.",
         )
         parser.add_argument(
             "--from-now",
@@ -77,19 +90,47 @@ class Command(BaseCommand):
     ) -> None:
         if from_now and operation != "resume":
             raise CommandError("--from-now goes with resume only", returncode=2)
+        by = operator()
         try:
             preflight.check_settings()
-            job = registry.get(name)
-            if job.schedule is None:
-                raise CommandError(preflight.invalid_job_line(job))
             preflight.check_tables()
-            done = OPERATIONS[operation](job, from_now, operator())
+            every = manual.every_instance(name)
+            if every is not None:
+                operate = OPERATIONS[operation]
+                base = name[: -len("[*]")]
+                tally = manual.operate_each(every, lambda job: operate(job, from_now, by), base)
+            else:
+                done = OPERATIONS[operation](_operable(name), from_now, by)
         except manual.JobBusy as exc:
             raise CommandError(str(exc), returncode=BUSY) from None
-        except (UnknownJob, preflight.NotMigrated) as exc:
+        except UnknownJob as exc:
             raise CommandError(str(exc)) from None
         except ImproperlyConfigured as exc:
             raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
-        except DatabaseError as exc:
-            raise CommandError(f"database unavailable: {one_line(exc)}") from None
-        self.stdout.write(done.line)
+        except (DatabaseError, preflight.NotMigrated) as exc:
+            raise preflight.unavailable(exc) from None
+        if every is None:
+            self.stdout.write(done.line)
+            return
+        self.stdout.write(tally.line(*TALLIES[operation]))
+        if tally.busy:
+            listed = ", ".join(tally.busy[:5]) + (", ..." if len(tally.busy) > 5 else "")
+            raise CommandError(
+                f"{len(tally.busy)} instance(s) busy: a run is inside a fenced transaction on "
+                f"the lease row of {listed}; nothing changed for them, try again",
+                returncode=BUSY,
+            )
+
+
+def _operable(name: str) -> Job:
+    """The job or instance ``name`` names, if it can be operated on: a job declared with
+    ``instances=True`` runs as its instances, and an invalid job or instance not at all."""
+    job = instances.get_job(name)
+    if job.instances:
+        raise CommandError(
+            f"job {name!r} runs as its instances: name one, '{name}[KEY]', or every one, "
+            f"'{name}[*]'"
+        )
+    if job.schedule is None:
+        raise CommandError(preflight.invalid_job_line(job))
+    return job

@@ -25,9 +25,10 @@ from django_fencedjobs.models import Outcome
 from django_fencedjobs.registry import Job
 from django_fencedjobs.text import error_excerpt, one_line
 
-#: ``--now``: the run was recorded, and did not succeed. Not 2, which is argparse's exit
-#: status for a usage error.
-RUN_DID_NOT_SUCCEED = 3
+#: ``--now``: the run was recorded, and did not succeed. Not 2, argparse's exit status for
+#: a usage error, nor 3, every command's for a database it cannot read
+#: (:data:`~django_fencedjobs.preflight.DATABASE_UNAVAILABLE`).
+RUN_DID_NOT_SUCCEED = 5
 #: The loop or ``--once`` stopped because too many handlers it gave up on are still running
 #: (``MAX_ABANDONED_HANDLERS``): its runs are recorded, and a new process should take over.
 TOO_MANY_ABANDONED_HANDLERS = 4
@@ -132,9 +133,11 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
         try:
-            valid, invalid = preflight.select_jobs(names)
+            valid, invalid = preflight.select_jobs(names)  # an instance's name is looked up
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
+        except DatabaseError as exc:
+            raise preflight.unavailable(exc) from None
         if names and invalid:
             raise CommandError("; ".join(map(preflight.invalid_job_line, invalid)))
         for job in invalid:
@@ -173,11 +176,11 @@ def _as_command_errors() -> Iterator[None]:
     except loop.TooManyAbandonedHandlers as exc:
         raise CommandError(str(exc), returncode=TOO_MANY_ABANDONED_HANDLERS) from None
     except preflight.NotMigrated as exc:
-        raise CommandError(str(exc)) from None
+        raise preflight.unavailable(exc) from None
     except FencedJobsError as exc:  # --now: paused, or its lease is held
         raise CommandError(str(exc)) from None
     except DatabaseError as exc:
-        raise CommandError(f"database unavailable: {one_line(exc)}") from None
+        raise preflight.unavailable(exc) from None
     except ImproperlyConfigured as exc:  # e.g. a clock that returns no aware datetime
         raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
 

@@ -4,17 +4,19 @@ it, under its own lease, recorded as a run of kind ``once``. The work is
 :func:`django_fencedjobs.backfills.run_once`'s.
 
 Exit status: 0 queued; 1 a one-off that cannot be made as asked (an unknown or invalid job,
-a job run as its instances, arguments its handler does not take, one queued already at that
-instant), an invalid ``FENCEDJOBS``, the database unreachable or not migrated; 2 bad
-arguments (argparse's usage, then one line): an instant without an offset or not ISO 8601,
-``--kwargs`` that is not a JSON object. Nothing is queued unless the exit status is 0.
+a job run as its instances, arguments its handler does not take (``fencedjobs.E012``), one
+queued already at that instant), an invalid ``FENCEDJOBS``; 2 bad arguments (argparse's
+usage, then one line): an instant without an offset or not ISO 8601, an instant in the past
+without ``--past``, ``--kwargs`` that is not a JSON object;
+:data:`~django_fencedjobs.preflight.DATABASE_UNAVAILABLE` (3) the database unreachable or
+not migrated. Nothing is queued unless the exit status is 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -24,7 +26,7 @@ from django.db import DatabaseError
 from django_fencedjobs import clock, instances, preflight
 from django_fencedjobs.backfills import BackfillError, run_once
 from django_fencedjobs.exceptions import UnknownJob
-from django_fencedjobs.instants import format_wait, format_with_utc, parse_instant
+from django_fencedjobs.instants import format_instant, format_wait, format_with_utc, parse_instant
 from django_fencedjobs.text import one_line
 
 #: ``--at now``: the one-off is due at once.
@@ -35,8 +37,9 @@ class Command(BaseCommand):
     help = (
         "Run a job, or an instance job[key], once at an instant (--at, ISO 8601 with an "
         "offset, or now), with --kwargs (a JSON object) over its own arguments. The runners "
-        "run it at that instant. Exit 0 when queued, 1 when the one-off cannot be made as "
-        "asked, 2 for bad arguments."
+        "run it at that instant. An instant in the past is refused unless --past. Exit 0 "
+        "when queued, 1 when the one-off cannot be made as asked, 2 for bad arguments, "
+        f"{preflight.DATABASE_UNAVAILABLE} when the database cannot be read."
     )
     requires_system_checks: list[str] = []
 
@@ -58,6 +61,12 @@ class Command(BaseCommand):
             metavar="JSON",
             help='Keyword arguments for the handler, over the job\'s own: {"fmt": "csv"}.',
         )
+        parser.add_argument(
+            "--past",
+            action="store_true",
+            help="Accept an --at in the past: the one-off runs at once, as the run of that "
+            "instant (its slot).",
+        )
 
     def handle(
         self,
@@ -65,6 +74,7 @@ class Command(BaseCommand):
         name: str,
         at: datetime | str,
         kwargs: dict[str, Any] | None,
+        past: bool = False,
         **options: Any,
     ) -> None:
         try:
@@ -72,16 +82,28 @@ class Command(BaseCommand):
             preflight.check_tables()
             now = clock.now()
             when = at if isinstance(at, datetime) else now
+            if when < now and not past:
+                raise _in_the_past(when, now)
             row = run_once(name, when, kwargs=kwargs)
             tz = instances.get_job(name).valid_schedule.tz
-        except (BackfillError, UnknownJob, preflight.NotMigrated) as exc:
+        except (BackfillError, UnknownJob) as exc:
             raise CommandError(one_line(exc)) from None
         except ImproperlyConfigured as exc:
             raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
-        except DatabaseError as exc:
-            raise CommandError(f"database unavailable: {one_line(exc)}") from None
+        except (DatabaseError, preflight.NotMigrated) as exc:
+            raise preflight.unavailable(exc) from None
         due = f"in {format_wait(when - now)}" if when > now else "at the next tick"
         self.stdout.write(f"One-off {row}: runs at {format_with_utc(when, tz)} ({due}).")
+
+
+def _in_the_past(when: datetime, now: datetime) -> CommandError:
+    """An ``--at`` before now, without ``--past``: a bad argument (it would run at once)."""
+    return CommandError(
+        f"--at {format_instant(when, UTC)} is in the past ({format_wait(now - when)} ago): "
+        "the one-off would run at once, as the run of that instant; give --at now to run it "
+        "now, or add --past to run it for that instant",
+        returncode=2,
+    )
 
 
 def _at(text: str) -> datetime | str:
