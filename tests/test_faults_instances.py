@@ -221,13 +221,13 @@ def test_a_run_of_a_deleted_instance_writes_nothing_once_it_is_created_again(spa
 
     (tmp_path / "release-A").touch()
     a.signal(signal.SIGCONT)
+    # Read abandoned meanwhile, perhaps (a loop's beat records a run whose row is gone),
+    # until its own end says what happened to it.
     wait_until(
-        lambda: (
-            JobRun.objects.filter(job=name, fence=old_fence)
-            .exclude(outcome=Outcome.RUNNING)
-            .exists()
-        ),
-        what="the deleted instance's run to end",
+        lambda: JobRun.objects.filter(
+            job=name, fence=old_fence, outcome=Outcome.FENCE_LOST
+        ).exists(),
+        what="the deleted instance's run to end, its fence lost",
         diagnostics=lambda: a.log() + b.log(),
     )
     old = JobRun.objects.get(job=name, fence=old_fence)
