@@ -616,7 +616,7 @@ def end_orphans(now: datetime) -> int:
     gone = running.filter(
         ~Exists(JobLease.objects.filter(name=OuterRef("job"), fence__lte=OuterRef("fence")))
     )
-    ended = gone.update(outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED)
+    ended = gone.update(outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED_ORPHAN)
     stuck = running.filter(
         Exists(
             JobLease.objects.filter(
@@ -632,7 +632,7 @@ def end_orphans(now: datetime) -> int:
         )
         if revoked:
             ended += running.filter(job=name, fence=fence).update(
-                outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED
+                outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED_ORPHAN
             )
     return ended
 

@@ -30,6 +30,13 @@ ABANDONED = (
     "The lease expired before this run finished and a later run took over (the process "
     "died, or was paused past its lease)."
 )
+#: A run whose lease expired and that no later run will take over: its lease row was
+#: deleted, or is paused (:func:`django_fencedjobs.lease.end_orphans`).
+ABANDONED_ORPHAN = (
+    "The lease expired before this run finished (the process died, or was paused past its "
+    "lease), and its job or instance was deleted or paused since: no later run takes over."
+)
+
 #: A backfill slot's or one-off's run that committed fenced work and died before its end
 #: was recorded: its slot is not run again by itself.
 ABANDONED_AFTER_COMMIT = (
@@ -125,6 +132,7 @@ def decide(
 __all__ = [
     "ABANDONED",
     "ABANDONED_AFTER_COMMIT",
+    "ABANDONED_ORPHAN",
     "INTERRUPTED",
     "decide",
     "end_refused",
