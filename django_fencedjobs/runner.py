@@ -496,12 +496,16 @@ def _call(job: Job, run: Run) -> None:
 def _outcome_of(
     exc: BaseException | None, state: RunState, supervisor: Supervisor
 ) -> tuple[str, str]:
-    """How a run ended (:func:`outcomes.decide`); a failure's message is its traceback."""
+    """How a run ended (:func:`outcomes.decide`); a failure's message is its traceback. A
+    handler that failed after its supervisor stopped the run (on a database error: its
+    transaction was ended) ended for the supervisor's reason, delivered or not: a run
+    stopped at its timeout reads timed out, not fence lost."""
+    fired = supervisor.fired or (supervisor.stopped_by if exc is not None else None)
     outcome, error = outcomes.decide(
         state.job,
         state.fence,
         exc,
-        fired=supervisor.fired,
+        fired=fired,
         stopped=state.stopped,
         interrupted=state.interrupted,
     )

@@ -103,6 +103,10 @@ class Supervisor(threading.Thread):
         self._armed = True
         #: The exception delivered to the handler, if any.
         self.fired: type[RunAborted] | None = None
+        #: Why the supervisor stopped the run (its timeout, its fence lost), whether or not
+        #: the interrupt reached the handler: a handler inside a database call may fail on
+        #: its transaction being ended instead.
+        self.stopped_by: type[RunAborted] | None = None
         #: True once the handler was given up on (it did not return within the grace).
         self.abandoned = False
 
@@ -168,6 +172,7 @@ class Supervisor(threading.Thread):
 
     def _stop_handler(self, reason: type[RunAborted]) -> None:
         run = self.state
+        self.stopped_by = reason
         run.stop()  # every fenced block and helper of the run fails from now on
         self._interrupt(reason)
         if reason is JobTimeout:

@@ -258,13 +258,15 @@ class Driver:
             if runner.ended_by == "kill":
                 continue
             tail = runner.tail()
-            refused = code == 1 and "database unavailable" in tail
+            # Refused at start: every command's exit status for a database it cannot read
+            # (django_fencedjobs.preflight.DATABASE_UNAVAILABLE).
+            refused = code == 3 and "database unavailable" in tail
             early = code == -signal.SIGTERM and not runner.started_up
             if runner.ended_by == "term":
                 kind = "SIGTERM, exit 0" if code == 0 else f"SIGTERM, exit {code}"
                 kind += " (during start-up)" if early else ""
             elif refused:
-                kind = "exit 1: database unavailable"
+                kind = "exit 3: database unavailable"
             else:
                 kind = f"exit {code}"
             self.seen.exits[f"{'loop' if runner.role in 'AB' else 'once'}: {kind}"] += 1
