@@ -137,6 +137,7 @@ def _load() -> dict[str, Any]:
             "capped",
             "attempt",
             "kind",
+            "error",
         )
     )
     return {
@@ -636,6 +637,15 @@ def _lost_to_nobody(data: dict[str, Any], found: Findings) -> None:
             )
 
 
+def _ended_for_it(run: dict[str, Any]) -> bool:
+    """An abandoned run whose end was recorded for it, under its own fence, by the package:
+    a one-shot whose work committed before its runner died, or a run of a job deleted or
+    paused since (django_fencedjobs.outcomes)."""
+    from django_fencedjobs import outcomes
+
+    return run.get("error") in (outcomes.ABANDONED_AFTER_COMMIT, outcomes.ABANDONED_ORPHAN)
+
+
 def _fences_recorded(data: dict[str, Any], found: Findings) -> None:
     """A2: every fence change is either an acquisition, recorded as a run with that fence
     and owner, or the end of a run (owner cleared: finished, timed out, given up on), whose
@@ -659,7 +669,9 @@ def _fences_recorded(data: dict[str, Any], found: Findings) -> None:
                 )
         else:
             run = data["run_by_fence"].get((job, event["old_fence"]))
-            if run is None or run["outcome"] in ("running", "abandoned"):
+            if run is None or run["outcome"] == "running" or (
+                run["outcome"] == "abandoned" and not _ended_for_it(run)
+            ):
                 found.add(
                     "accounting",
                     "A2 fence history",
