@@ -151,7 +151,15 @@ def _load() -> dict[str, Any]:
         "watermarks": {(w.job, w.key): w.value for w in Watermark.objects.filter(job__in=names)},
         "events": list(
             FenceEvent.objects.order_by("job", "tick").values(
-                "job", "op", "old_fence", "new_fence", "old_owner", "new_owner", "tick", "at"
+                "job",
+                "op",
+                "old_fence",
+                "new_fence",
+                "old_owner",
+                "new_owner",
+                "paused",
+                "tick",
+                "at",
             )
         ),
         "audits": list(
@@ -625,8 +633,9 @@ def _retry_intervals(data: dict[str, Any], found: Findings) -> None:
 
 def _lost_to_nobody(data: dict[str, Any], found: Findings) -> None:
     """A8: a run recorded ``fence_lost`` lost its fence to someone: the change that
-    superseded its fence is a takeover (another owner) or a revocation, not its own end
-    while the fence was still its own."""
+    superseded its fence is a takeover (another owner) or a revocation (a paused row's
+    fence moved on under a holder paused past its lease: ``lease.end_orphans``), not its
+    own end while the fence was still its own."""
     superseded = {
         (target_of(e["job"]), e["old_fence"]): e
         for e in data["events"]
@@ -636,7 +645,12 @@ def _lost_to_nobody(data: dict[str, Any], found: Findings) -> None:
         if run["outcome"] != "fence_lost":
             continue
         event = superseded.get((run["job"], run["fence"]))
-        if event is not None and not event["new_owner"] and event["old_owner"] == run["owner"]:
+        if (
+            event is not None
+            and not event["new_owner"]
+            and event["old_owner"] == run["owner"]
+            and not event["paused"]
+        ):
             found.add(
                 "accounting",
                 "A8 fence lost to nobody",

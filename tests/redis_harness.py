@@ -30,6 +30,9 @@ DEBIAN_BINARY = "/usr/bin/redis-server"
 #: How long a start or a stop may take before the harness gives up (generous: other suites
 #: may share the CPUs).
 WAIT = 20.0
+#: How long a burst worker may take to start, find its queue and exit: a new interpreter
+#: importing Django and RQ, which on a CPU shared with the soak has taken over 20 s.
+EXIT_WAIT = 90.0
 
 
 class RedisUnavailable(RuntimeError):
@@ -254,9 +257,15 @@ class RQWorker:
     def signal(self, signum: int) -> None:
         os.kill(self.pid, signum)
 
-    def wait_exit(self, timeout: float = WAIT) -> int:
-        """The worker's exit status; raises ``subprocess.TimeoutExpired`` after ``timeout``."""
-        return self.proc.wait(timeout)
+    def wait_exit(self, timeout: float = EXIT_WAIT) -> int:
+        """The worker's exit status. A worker still running after ``timeout`` fails the test
+        with its log, which says where it was."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"RQ worker {self.name} still running after {timeout:.0f}s\n{self.log()}"
+            ) from None
 
     def kill(self) -> None:
         """SIGKILL the worker and the work horse it may have forked (SIGCONT first, in case

@@ -214,7 +214,9 @@ def test_a_forked_counter_chain_is_seen():
 INST = "soak.inst[k0]"
 
 
-def lease_event(row: str, op: str, old: int, new: int, tick: int, old_owner="", new_owner=""):
+def lease_event(
+    row: str, op: str, old: int, new: int, tick: int, old_owner="", new_owner="", paused=False
+):
     return {
         "job": row,
         "op": op,
@@ -222,6 +224,7 @@ def lease_event(row: str, op: str, old: int, new: int, tick: int, old_owner="", 
         "new_fence": new,
         "old_owner": old_owner,
         "new_owner": new_owner,
+        "paused": paused,
         "tick": tick,
         "at": T0,
     }
@@ -365,6 +368,18 @@ def test_a_fence_lost_that_nobody_took_is_seen():
     ]
     (found,) = invariants(check._lost_to_nobody, {"events": events, "runs": runs})
     assert "fence 5" in found and found.startswith("A8")
+
+
+def test_a_fence_lost_to_the_revocation_of_a_disabled_instance_is_not_lost_to_nobody():
+    # The holder was paused past its lease; the instance was disabled meanwhile, and the
+    # runner's sweep (lease.end_orphans) moved the paused row's fence on, clearing its owner.
+    # The holder resumed, found its fence gone and recorded fence_lost: it lost it to that.
+    events = [
+        lease_event(INST, "changed", 4, 5, 1, new_owner="A1:1"),
+        lease_event(INST, "changed", 5, 6, 2, old_owner="A1:1", paused=True),
+    ]
+    runs = [run_record(INST, 5, T0, outcome="fence_lost")]
+    assert invariants(check._lost_to_nobody, {"events": events, "runs": runs}) == []
 
 
 @pytest.mark.parametrize("seed", range(20))

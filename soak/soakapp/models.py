@@ -142,6 +142,8 @@ class FenceEvent(models.Model):
     new_fence = models.BigIntegerField()
     old_owner = models.CharField(max_length=200, blank=True)
     new_owner = models.CharField(max_length=200, blank=True)
+    #: The row was paused after the change (a paused job or disabled instance).
+    paused = models.BooleanField(default=False)
     tick = models.BigIntegerField()
     txid = models.BigIntegerField()
     at = models.DateTimeField()

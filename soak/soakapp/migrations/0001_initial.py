@@ -38,17 +38,17 @@ CREATE FUNCTION soak_fence_event() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         INSERT INTO soakapp_fenceevent
-            (job, op, old_fence, new_fence, old_owner, new_owner, tick, txid, at)
-        VALUES (OLD.name, 'deleted', OLD.fence, OLD.fence, OLD.owner, '',
+            (job, op, old_fence, new_fence, old_owner, new_owner, paused, tick, txid, at)
+        VALUES (OLD.name, 'deleted', OLD.fence, OLD.fence, OLD.owner, '', OLD.paused,
                 soak_next_tick(OLD.name), pg_current_xact_id()::text::bigint,
                 clock_timestamp());
         RETURN OLD;
     END IF;
     INSERT INTO soakapp_fenceevent
-        (job, op, old_fence, new_fence, old_owner, new_owner, tick, txid, at)
+        (job, op, old_fence, new_fence, old_owner, new_owner, paused, tick, txid, at)
     VALUES (NEW.name, CASE TG_OP WHEN 'INSERT' THEN 'created' ELSE 'changed' END,
             CASE TG_OP WHEN 'INSERT' THEN NEW.fence ELSE OLD.fence END, NEW.fence,
-            CASE TG_OP WHEN 'INSERT' THEN '' ELSE OLD.owner END, NEW.owner,
+            CASE TG_OP WHEN 'INSERT' THEN '' ELSE OLD.owner END, NEW.owner, NEW.paused,
             soak_next_tick(NEW.name), pg_current_xact_id()::text::bigint, clock_timestamp());
     RETURN NEW;
 END $$;
@@ -147,6 +147,7 @@ class Migration(migrations.Migration):
                 ("new_fence", models.BigIntegerField()),
                 ("old_owner", models.CharField(blank=True, max_length=200)),
                 ("new_owner", models.CharField(blank=True, max_length=200)),
+                ("paused", models.BooleanField(default=False)),
                 ("tick", models.BigIntegerField()),
                 ("txid", models.BigIntegerField()),
                 ("at", models.DateTimeField()),
