@@ -30,7 +30,7 @@ from typing import Any
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, Value, When
+from django.db.models import Case, Count, Exists, F, Max, Min, OuterRef, Q, Value, When
 from django.db.models.functions import Greatest
 
 from django_fencedjobs import outcomes
@@ -690,6 +690,19 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
         return _take_elsewhere(batch, now)
     run_table = connection.ops.quote_name(JobRun._meta.db_table)
     columns = ", ".join(_RECORD_COLUMNS)
+    # A retry (attempt 2 on) is the slot's next attempt, as insert_as_next_attempt
+    # numbers it: a backfill or one-off of the slot may have taken its number since it was
+    # queued, and a retry is never dropped for that. (The batch's rows are distinct jobs:
+    # no two of its runs share a slot.) A first attempt whose slot is recorded is skipped.
+    values = ", ".join(
+        f"CASE WHEN run.attempt > 1 THEN GREATEST(run.attempt, 1 + (SELECT"
+        f" COALESCE(MAX(done.attempt), 0) FROM {run_table} AS done WHERE"
+        " done.job = run.job AND done.scheduled_for = run.scheduled_for))"
+        " ELSE run.attempt END"
+        if column == "attempt"
+        else f"run.{column}"
+        for column in _RECORD_COLUMNS
+    )
     # A row whose last run did not end its lease (killed, or given up on) may have runs
     # still marked running; a batch of rows all freed by their runs' ends has none, and
     # its statement does without that part.
@@ -733,11 +746,12 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
             )
             + " inserted AS ("
             f" INSERT INTO {run_table} ({columns})"
-            f"  SELECT {columns} FROM (SELECT * FROM json_populate_recordset("
+            f"  SELECT {values} FROM (SELECT * FROM json_populate_recordset("
             f"  NULL::{run_table}, %s::json) LIMIT %s) AS run"
             "  WHERE job IN (SELECT name FROM granted)"
-            "  ON CONFLICT ON CONSTRAINT fencedjobs_run_once DO NOTHING RETURNING id, job)"
-            " SELECT granted.name, inserted.id FROM granted"
+            "  ON CONFLICT ON CONSTRAINT fencedjobs_run_once DO NOTHING"
+            "  RETURNING id, job, attempt)"
+            " SELECT granted.name, inserted.id, inserted.attempt FROM granted"
             " LEFT JOIN inserted ON inserted.job = granted.name",
             [
                 _json(
@@ -764,16 +778,16 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
                 len(batch),
             ],
         )
-        result = dict(cursor.fetchall())
+        result = {name: (pk, attempt) for name, pk, attempt in cursor.fetchall()}
     recorded, skipped = [], []
     for item in batch:
         if item.row.name not in result:
             continue
-        pk = result[item.row.name]
+        pk, attempt = result[item.row.name]
         if pk is None:
             skipped.append(item)
         else:
-            item.record.pk = pk
+            item.record.pk, item.record.attempt = pk, attempt
             item.record._state.adding = False
             item.record._state.db = connection.alias
             recorded.append(item)
@@ -813,6 +827,34 @@ def _iso(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def insert_as_next_attempt(record: JobRun) -> None:
+    """Insert a retry's, backfill slot's or one-off's run as its slot's next attempt.
+
+    Its attempt number was read when its row was queued or last ended, but the slot's
+    history may have grown since: a retry of the job's own run of that slot, a backfill
+    or one-off of it. Their number taken, this run is the one after the slot's latest: it
+    is never dropped for it (its lease is taken, and its slot must run). (A first attempt
+    of a scheduled slot that finds the slot recorded is skipped instead.) :func:`take`
+    numbers a batch's retries by the same rule, in its one statement."""
+    alias = lease_db()
+    for tries_left in range(4, -1, -1):
+        try:
+            with transaction.atomic(using=alias):
+                record.save(using=alias, force_insert=True)
+            return
+        except IntegrityError:
+            if not tries_left:  # not a taken number: another constraint refused the row
+                raise
+            latest = (
+                JobRun.objects.using(alias)
+                .filter(job=record.job, scheduled_for=record.scheduled_for)
+                .aggregate(latest=Max("attempt"))["latest"]
+            )
+            record.attempt = (latest or 0) + 1
+            record.pk = None
+            record._state.adding = True
+
+
 def _take_elsewhere(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
     alias = lease_db()
     recorded, skipped = [], []
@@ -831,6 +873,10 @@ def _take_elsewhere(batch: list[Take], now: datetime) -> tuple[list[Take], list[
             continue
         if item.row.lease_until != LEASE_FREE:
             mark_abandoned(item.row.name, fence, now)
+        if item.record.attempt > 1:  # a retry: never dropped
+            insert_as_next_attempt(item.record)
+            recorded.append(item)
+            continue
         try:
             with transaction.atomic(using=alias):
                 item.record.save(using=alias, force_insert=True)

@@ -37,7 +37,7 @@ from django.db import (
     connections,
     transaction,
 )
-from django.db.models import F, Max
+from django.db.models import F
 
 from django_fencedjobs import (
     clock,
@@ -184,7 +184,7 @@ def _acquire(job: Job, row: lease.LeaseRow) -> Acquired | None:
             watermarks = _watermarks(job.name, alias)
             record = _new_record(job, fence, owner, now, slot, watermarks)
             if slot.attempt > 1:  # a retry: after whatever ran the slot meanwhile
-                _insert_as_next_attempt(record, alias)
+                lease.insert_as_next_attempt(record)
             else:
                 record.save(using=alias, force_insert=True)
             if record.outcome == Outcome.MISSED:
@@ -291,37 +291,11 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
             if row.lease_until != LEASE_FREE:
                 lease.mark_oneshot_abandoned(job.name, row.kind, slot.scheduled_for, fence, now)
             record = _new_record(job, fence, owner, now, slot, watermarks)
-            _insert_as_next_attempt(record, alias)
+            lease.insert_as_next_attempt(record)
             if record.outcome == Outcome.MISSED:
                 lease.end(row.name, fence, succeeded_at=None, failed=False)
             acquired.append(Acquired(job, record, now, watermarks, row.name))
     return acquired
-
-
-def _insert_as_next_attempt(record: JobRun, alias: str) -> None:
-    """Insert a retry's, backfill slot's or one-off's run as its slot's next attempt.
-
-    Its attempt number was read when its row was queued or last ended, but the slot's
-    history may have grown since: a retry of the job's own run of that slot, a backfill
-    or one-off of it. Their number taken, this run is the one after the slot's latest: it
-    is never dropped for it (its lease is taken, and its slot must run). (A first attempt
-    of a scheduled slot that finds the slot recorded is skipped instead: :func:`_acquire`.)"""
-    for tries_left in range(4, -1, -1):
-        try:
-            with transaction.atomic(using=alias):
-                record.save(using=alias, force_insert=True)
-            return
-        except IntegrityError:
-            if not tries_left:  # not a taken number: another constraint refused the row
-                raise
-            latest = (
-                JobRun.objects.using(alias)
-                .filter(job=record.job, scheduled_for=record.scheduled_for)
-                .aggregate(latest=Max("attempt"))["latest"]
-            )
-            record.attempt = (latest or 0) + 1
-            record.pk = None
-            record._state.adding = True
 
 
 def _done_after_commit(job: Job, row: lease.LeaseRow, slot: datetime, now: datetime) -> None:

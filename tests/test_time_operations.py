@@ -357,20 +357,30 @@ def test_a_one_off_whose_attempt_wrote_and_failed_is_retried_once_and_succeeds(j
     assert JobLease.objects.get(name=name).paused  # done
 
 
+@pytest.mark.parametrize("of", ["job", "instance"])
 @pytest.mark.parametrize("first", [RunKind.SCHEDULED, RunKind.BACKFILL])
-def test_a_backfill_and_a_retry_of_the_same_slot_both_run_as_its_next_attempts(jobs, first):
+def test_a_backfill_and_a_retry_of_the_same_slot_both_run_as_its_next_attempts(jobs, first, of):
     # The backfill is queued while the slot's attempt 1 has failed and its retry waits:
     # both were given attempt 2. Whichever is taken second finds that number taken, and
-    # runs as the attempt after it: neither is dropped.
-    @job("0 * * * *", name="t.shaky", retries=1, retry_backoff=timedelta(minutes=5))
+    # runs as the attempt after it: neither is dropped. (An instance's retry is taken by
+    # the batch claim of instances, a job's alone.)
     def shaky(run):
         if run.attempt == 1:
             raise RuntimeError("attempt 1 fails")
 
+    options = {"retries": 1, "retry_backoff": timedelta(minutes=5)}
+    if of == "job":
+        name = "t.shaky"
+        job("0 * * * *", name=name, **options)(shaky)
+    else:
+        name = "t.shaky[a]"
+        job(instances=True, name="t.shaky", **options)(shaky).instances.upsert(
+            "a", cron="0 * * * *"
+        )
     loop.tick()  # its row, next slot 10:00
     fake_clock.set(_h(10) + timedelta(seconds=1))
     loop.tick()  # attempt 1 fails; its retry is due at 10:05:01
-    backfills.backfill("t.shaky", _h(10), _h(10) + timedelta(seconds=1), selection="failed")
+    backfills.backfill(name, _h(10), _h(10) + timedelta(seconds=1), selection="failed")
     later = JobLease.objects.filter(
         kind=RunKind.SCHEDULED if first == RunKind.BACKFILL else RunKind.BACKFILL
     )
@@ -381,7 +391,7 @@ def test_a_backfill_and_a_retry_of_the_same_slot_both_run_as_its_next_attempts(j
     while loop.tick().runs:
         pass
     second = RunKind.SCHEDULED if first == RunKind.BACKFILL else RunKind.BACKFILL
-    assert [(a, k, o) for slot, a, k, o, _ in _runs("t.shaky") if slot == _h(10)] == [
+    assert [(a, k, o) for slot, a, k, o, _ in _runs(name) if slot == _h(10)] == [
         (1, RunKind.SCHEDULED, Outcome.FAILED),
         (2, first, Outcome.SUCCEEDED),
         (3, second, Outcome.SUCCEEDED),
