@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
+
+if TYPE_CHECKING:
+    from django_fencedjobs.chores import Chore
 
 
 class FencedJobsConfig(AppConfig):
@@ -12,11 +17,9 @@ class FencedJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Register on import: the system checks (fencedjobs.E001...), run retention
-        # (tick_finished), notifications (runner_beat; inert unless NOTIFY is on) and
-        # Sentry Crons check-ins (run_started/run_finished; inert unless sentry-sdk is
-        # initialised).
-        from django_fencedjobs import checks, notify, retention  # noqa: F401
+        # Register on import: the system checks (fencedjobs.E001...) and Sentry Crons
+        # check-ins (run_started/run_finished; inert unless sentry-sdk is initialised).
+        from django_fencedjobs import checks  # noqa: F401
         from django_fencedjobs.integrations import sentry, uses_tasks  # noqa: F401
 
         # Tasks a run enqueued report to the run from the workers (django.tasks signals).
@@ -47,3 +50,31 @@ class FencedJobsConfig(AppConfig):
         post_migrate.connect(
             baseline.record_on_migrate, sender=self, dispatch_uid="django_fencedjobs.baseline"
         )
+
+    def runner_chores(self, *, loop: bool) -> list[Chore]:
+        """What a runner does beside its runs (:mod:`django_fencedjobs.chores`): retention,
+        the task relay when the project uses ``django.tasks``, and in a loop the
+        notifications (while ``NOTIFY`` is on). ``runjobs`` gives them to its dispatcher;
+        the dispatcher adds its own (the orphan sweep)."""
+        from django_fencedjobs import notify, retention
+        from django_fencedjobs.chores import Chore
+        from django_fencedjobs.conf import get_settings
+        from django_fencedjobs.integrations import relay, uses_tasks
+
+        chores = [Chore("retention", retention.INTERVAL.total_seconds, retention.purge)]
+        if uses_tasks():
+            from django_fencedjobs.integrations.tasks import relay_pending
+
+            chores.append(Chore("task relay", lambda: relay.RELAY_EVERY, relay_pending))
+        if loop:
+            chores.append(
+                Chore(
+                    "notifications",
+                    lambda: (
+                        notify.BEATS_PER_EVALUATION * get_settings().RUNNER_BEAT.total_seconds()
+                    ),
+                    notify.evaluate_all,
+                    enabled=lambda: get_settings().NOTIFY,
+                )
+            )
+        return chores

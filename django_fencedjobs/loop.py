@@ -37,14 +37,17 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
+from django.apps import apps
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_fencedjobs import clock, db, lease, runners, signals
+from django_fencedjobs.chores import Chore, Chores
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.declared import runnable_jobs, sync
 from django_fencedjobs.exceptions import FencedJobsError
@@ -346,11 +349,18 @@ class Dispatcher:
 
     ``runjobs`` makes one and stops it from its signal handlers (:meth:`request_stop`);
     :func:`tick` and :func:`loop` make one per call.
+
+    ``chores``: what it does beside its runs after each pass (:mod:`django_fencedjobs.chores`;
+    ``runjobs`` gives the app's, :meth:`~django_fencedjobs.apps.FencedJobsConfig.runner_chores`).
+    Its loop adds its own, the orphan sweep (:meth:`sweep_orphans`).
     """
 
-    def __init__(self, jobs: Sequence[Job], *, workers: int | None = None) -> None:
+    def __init__(
+        self, jobs: Sequence[Job], *, workers: int | None = None, chores: Iterable[Chore] = ()
+    ) -> None:
         self.jobs = list(jobs)
         self.workers = workers or default_workers()
+        self.chores = Chores(chores)
         #: Set to stop: no further job starts, each run in progress stops between batches
         #: and is recorded (``run.stopping``).
         self.stop = threading.Event()
@@ -559,6 +569,7 @@ class Dispatcher:
             # Still due after this pass: acquisition passed a locked row by. Retry soon.
             wakeup = clock.now() + RETRY_LOCKED if self.has_work else self._wakeup
         signals.send(signals.tick_finished, now=clock.now())
+        self.chores.run_due()
         return TickResult(runs, wakeup)
 
     def loop(self, *, max_ticks: int | None = None) -> None:
@@ -584,6 +595,7 @@ class Dispatcher:
         pool = self._pool()
         #: This runner's row: registered, then a beat every RUNNER_BEAT (never raises).
         presence = runners.Presence(self.jobs, pool.size)
+        self.chores.add(Chore("orphan sweep", lambda: presence.interval, self.sweep_orphans))
         backoff, ticks = 0.5, 0
         try:
             while not self.stop.is_set():
@@ -608,6 +620,7 @@ class Dispatcher:
                     self._failed(exc, sleep)
                 pool.finished()  # the loop keeps no history of its runs: drop them
                 presence.beat(unrecorded_for=self.unrecorded.waited())
+                self.chores.run_due()
                 self.wake.wait(min(sleep, presence.due_in()))
         finally:
             pool.shutdown()
@@ -617,6 +630,19 @@ class Dispatcher:
         self._give_up_if(pool)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def sweep_orphans(now: datetime) -> None:
+        """The loop's own chore, every beat: record the runs that no acquisition will end
+        (their job deleted, or paused) at most a beat after their lease ran out
+        (:func:`lease.end_orphans`). A row held by a paused holder's transaction is waited
+        for a bounded time, and tried again at the next turn."""
+        try:
+            with db.bounded_wait():
+                lease.end_orphans(now)
+        except DatabaseError as exc:
+            if not db.is_lock_timeout(exc):
+                raise
 
     def _pool(self) -> Pool:
         return Pool(
@@ -687,9 +713,16 @@ def default_workers() -> int:
     return get_settings().WORKERS
 
 
-def tick(names: Sequence[str] | None = None, *, workers: int | None = None) -> TickResult:
-    """One pass over the named jobs (every job by default): :meth:`Dispatcher.tick`."""
-    return Dispatcher(runnable_jobs(names), workers=workers).tick()
+def tick(
+    names: Sequence[str] | None = None,
+    *,
+    workers: int | None = None,
+    chores: Iterable[Chore] = (),
+) -> TickResult:
+    """One pass over the named jobs (every job by default): :meth:`Dispatcher.tick`. For
+    tests and scripts: it does no chore unless given some (``runjobs --once`` gives the
+    app's)."""
+    return Dispatcher(runnable_jobs(names), workers=workers, chores=chores).tick()
 
 
 def loop(
@@ -697,11 +730,24 @@ def loop(
     *,
     workers: int | None = None,
     max_ticks: int | None = None,
+    chores: Iterable[Chore] | None = None,
 ) -> None:
     """Run the named jobs (every job by default) for ``max_ticks`` scans, or until the
-    abandoned handlers' limit: :meth:`Dispatcher.loop`. To stop it from another thread or
-    a signal handler, make the :class:`Dispatcher` and call its :meth:`request_stop`."""
-    Dispatcher(runnable_jobs(names), workers=workers).loop(max_ticks=max_ticks)
+    abandoned handlers' limit: :meth:`Dispatcher.loop`, with the app's chores unless
+    given others (:meth:`~django_fencedjobs.apps.FencedJobsConfig.runner_chores`). To stop
+    it from another thread or a signal handler, make the :class:`Dispatcher` and call its
+    :meth:`request_stop`."""
+    if chores is None:
+        chores = app_chores(loop=True)
+    Dispatcher(runnable_jobs(names), workers=workers, chores=chores).loop(max_ticks=max_ticks)
+
+
+def app_chores(*, loop: bool) -> list[Chore]:
+    """The app's runner chores, asked of its app config (where the app is wired), so that
+    this module needs none of the modules they come from."""
+    config: Any = apps.get_app_config("fencedjobs")
+    chores: list[Chore] = config.runner_chores(loop=loop)
+    return chores
 
 
 __all__ = [
@@ -710,6 +756,7 @@ __all__ = [
     "TickResult",
     "TooManyAbandonedHandlers",
     "abandoned_handlers",
+    "app_chores",
     "loop",
     "tick",
 ]

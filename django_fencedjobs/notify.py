@@ -1,9 +1,9 @@
 """Someone is told: a job's change of state, mailed once and signalled once.
 
 Opt-in: ``FENCEDJOBS["NOTIFY"] = True``. Whoever judges the jobs evaluates them: each runner
-loop every third beat (15 s by default: :func:`evaluate_if_due`, on the runner's
-``runner_beat`` signal), and ``checkjobs`` each
-time it runs, so a change is told even when no runner is alive.
+loop every third beat (15 s by default: :func:`evaluate_all`, one of the runner's chores,
+:mod:`django_fencedjobs.chores`), and ``checkjobs`` each time it runs, so a change is told
+even when no runner is alive.
 
 What is told is the job's **condition**: its state and severity when the state is one that
 needs someone (``late``, ``failing``, ``no_runner``, ``invalid``), else ``ok`` (``ok``,
@@ -31,16 +31,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.mail import get_connection, mail_admins, send_mail
-from django.db import DatabaseError, connections
-from django.dispatch import receiver
+from django.db import connections
 
 from django_fencedjobs import signals
 from django_fencedjobs.conf import get_settings
@@ -51,7 +48,7 @@ from django_fencedjobs.models import JobNotice
 
 logger = logging.getLogger("django_fencedjobs")
 
-__all__ = ["Transition", "condition", "evaluate", "evaluate_if_due"]
+__all__ = ["Transition", "condition", "evaluate", "evaluate_all"]
 
 #: The states someone is told about; every other reads ``ok``.
 TOLD = frozenset({State.LATE, State.FAILING, State.NO_RUNNER, State.INVALID})
@@ -234,42 +231,9 @@ def _tell(transition: Transition) -> None:
     signals.send(signals.job_state_changed, transition=transition)
 
 
-#: When this process's runner last evaluated the jobs (monotonic seconds).
-_evaluated_at = 0.0
-
-
-def evaluate_if_due(beat: float) -> None:
-    """From a runner's beat: evaluate every job's health and tell its changes, at most every
-    :data:`BEATS_PER_EVALUATION` beats of ``beat`` seconds. Never raises: a failure is
-    logged and the next beat tries again."""
-    global _evaluated_at
-    if not get_settings().NOTIFY:
-        return
-    if time.monotonic() - _evaluated_at < BEATS_PER_EVALUATION * beat:
-        return
-    _evaluated_at = time.monotonic()
+def evaluate_all(now: datetime | None = None) -> None:
+    """A runner's chore, every :data:`BEATS_PER_EVALUATION` beats while ``NOTIFY`` is on:
+    judge every job and tell its changes, from a thread of their own."""
     from django_fencedjobs import health
 
-    try:
-        evaluate(health.all_health(), background=True)
-    except DatabaseError as exc:
-        logger.warning(
-            "could not evaluate the jobs' states (database unavailable): %s",
-            " ".join(str(exc).split()),
-            extra={"event": "notification_failed"},
-        )
-    except Exception:
-        logger.exception(
-            "evaluating the jobs' states failed", extra={"event": "notification_failed"}
-        )
-
-
-@receiver(signals.runner_beat, dispatch_uid="django_fencedjobs.notify")
-def _on_beat(sender: Any = None, *, interval: float, **kwargs: Any) -> None:
-    evaluate_if_due(interval)
-
-
-def reset() -> None:
-    """Forget when this process last evaluated (tests)."""
-    global _evaluated_at
-    _evaluated_at = 0.0
+    evaluate(health.all_health(), background=True)

@@ -18,25 +18,20 @@ period; so does the row's fence, for that long after its last run); then a
 :class:`~django_fencedjobs.models.Backfill` with no row left, requested longer ago than
 ``RUN_RETENTION``. A pending row (not done) is never deleted, however old its slot.
 
-The runner calls :func:`purge_runs` and :func:`purge_oneshots` after a tick
-(``signals.tick_finished``), at most once per :data:`INTERVAL` per process (of real,
-monotonic time: a fake clock jumping in tests does not trigger a purge per jump).
-Processes racing to purge are harmless: deleting an id twice deletes it once.
+A runner purges as one of its chores (:func:`purge`, :mod:`django_fencedjobs.chores`): after
+its pass (``runjobs --once``), and every :data:`INTERVAL` of real, monotonic time in its
+loop (a fake clock jumping in tests does not trigger a purge per jump). Runners racing
+to purge are harmless: deleting an id twice deletes it once.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Subquery
-from django.dispatch import receiver
 
-from django_fencedjobs import signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import (
@@ -57,11 +52,8 @@ logger = logging.getLogger("django_fencedjobs")
 BATCH_SIZE = 1000
 #: DELETE statements per call.
 MAX_BATCHES = 10
-#: A process purges at most once per this much (monotonic) time.
+#: A runner's loop purges at most once per this much (monotonic) time.
 INTERVAL = timedelta(minutes=10)
-
-_lock = threading.Lock()
-_last_purge: float | None = None
 
 
 def purge_runs(
@@ -175,25 +167,7 @@ def purge_oneshots(
     return deleted
 
 
-def reset_throttle() -> None:
-    """Forget when this process last purged, so the next tick purges (tests)."""
-    global _last_purge
-    with _lock:
-        _last_purge = None
-
-
-def _due() -> bool:
-    global _last_purge
-    with _lock:
-        current = time.monotonic()
-        if _last_purge is not None and current - _last_purge < INTERVAL.total_seconds():
-            return False
-        _last_purge = current
-        return True
-
-
-@receiver(signals.tick_finished, dispatch_uid="django_fencedjobs.retention")
-def purge_after_tick(*, now: datetime, **kwargs: Any) -> None:
-    if _due():
-        purge_runs(now)
-        purge_oneshots(now)
+def purge(now: datetime) -> None:
+    """The runner's chore: old runs, then done one-shot rows and their backfills."""
+    purge_runs(now)
+    purge_oneshots(now)

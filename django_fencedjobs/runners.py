@@ -48,7 +48,7 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, connections
 from django.db.models import DateTimeField, Func
 
-from django_fencedjobs import clock, db, lease, signals
+from django_fencedjobs import clock, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import Runner, RunnerMode
@@ -145,7 +145,6 @@ class Presence:
                 )
             self._safely("beat", self._beat)
         if not self._failing:
-            # Notifications evaluate from it (with NOTIFY on); their module is above this one.
             signals.send(signals.runner_beat, interval=self.interval)
 
     def _hold(self, unrecorded_for: float) -> None:
@@ -183,15 +182,6 @@ class Presence:
         if time.monotonic() >= self._next_purge:
             self._next_purge = time.monotonic() + PURGE_EVERY.total_seconds()
             purge()
-        # Runs that no acquisition will end (their job deleted, or paused): recorded at
-        # most a beat after their lease ran out. A row held by a paused holder's
-        # transaction is waited for a bounded time, and tried again at the next beat.
-        try:
-            with db.bounded_wait():
-                lease.end_orphans(clock.now())
-        except DatabaseError as exc:
-            if not db.is_lock_timeout(exc):
-                raise
 
     def _register(self) -> None:
         now = clock.now()

@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Where Debian installs the server, in case it is not on PATH.
@@ -232,6 +233,17 @@ def _kill(pid: int) -> None:
             return
 
 
+class StillRunning(subprocess.TimeoutExpired):
+    """A worker did not exit in time; the message carries its log."""
+
+    def __init__(self, cmd: Any, timeout: float, log: str) -> None:
+        super().__init__(cmd, timeout)
+        self.log = log
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.log}"
+
+
 class RQWorker:
     """One ``rqworker`` process started by :class:`RQWorkers`; its output goes to
     :attr:`log_path`."""
@@ -258,14 +270,13 @@ class RQWorker:
         os.kill(self.pid, signum)
 
     def wait_exit(self, timeout: float = EXIT_WAIT) -> int:
-        """The worker's exit status. A worker still running after ``timeout`` fails the test
-        with its log, which says where it was."""
+        """The worker's exit status; raises :class:`StillRunning` (a
+        ``subprocess.TimeoutExpired`` whose message ends with the worker's log, which says
+        where it was) after ``timeout``."""
         try:
             return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"RQ worker {self.name} still running after {timeout:.0f}s\n{self.log()}"
-            ) from None
+        except subprocess.TimeoutExpired as exc:
+            raise StillRunning(exc.cmd, timeout, self.log()) from None
 
     def kill(self) -> None:
         """SIGKILL the worker and the work horse it may have forked (SIGCONT first, in case

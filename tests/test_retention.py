@@ -11,9 +11,10 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_fencedjobs import job, retention
+from django_fencedjobs import job
 from django_fencedjobs.clock import fake_clock
-from django_fencedjobs.loop import tick
+from django_fencedjobs.declared import runnable_jobs
+from django_fencedjobs.loop import Dispatcher, app_chores, tick
 from django_fencedjobs.models import JobRun, Outcome
 from django_fencedjobs.registry import registry
 from django_fencedjobs.retention import purge_runs
@@ -29,11 +30,9 @@ SETTINGS = {
 
 
 @pytest.fixture(autouse=True)
-def settings_and_throttle() -> Iterator[None]:
-    retention.reset_throttle()
+def settings_and_jobs() -> Iterator[None]:
     with registry.isolated(), override_settings(FENCEDJOBS=SETTINGS):
         yield
-    retention.reset_throttle()
 
 
 def runs(
@@ -104,22 +103,25 @@ def test_deleting_is_bounded_per_statement_and_per_call():
     assert JobRun.objects.filter(job="r.backlog").count() == 3
 
 
-def test_the_runner_purges_after_a_tick_at_most_once_per_interval():
+def test_a_runner_purges_after_its_pass_and_then_at_most_once_per_interval():
     @job("*/15 * * * *", name="r.live")
     def live(run):
         pass
 
     runs("r.old", 10, newest=NOW - timedelta(days=5), step=timedelta(days=1))
     fake_clock.set(NOW)
-    tick()
+    tick()  # a pass without chores (tests, scripts) purges nothing
+    assert len(kept("r.old")) == 10
+    runner = Dispatcher(runnable_jobs(), chores=app_chores(loop=False))
+    fake_clock.advance(timedelta(minutes=15))
+    (run,) = runner.tick().runs
+    assert run.outcome == Outcome.SUCCEEDED
     assert len(kept("r.old")) == 3
     runs("r.older", 10, newest=NOW - timedelta(days=5), step=timedelta(days=1))
     fake_clock.advance(timedelta(minutes=15))
-    (run,) = tick().runs
-    assert run.outcome == Outcome.SUCCEEDED
-    assert len(kept("r.older")) == 10  # throttled: this process purged less than 10 min ago
-    retention.reset_throttle()
-    tick()
+    runner.tick()
+    assert len(kept("r.older")) == 10  # its turn comes 10 minutes (monotonic) after the last
+    tick(chores=app_chores(loop=False))  # another runner (the next runjobs --once)
     assert len(kept("r.older")) == 3
 
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import override_settings
 
-from django_fencedjobs import backfills, clock, job, retention
+from django_fencedjobs import backfills, clock, job
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.fencing import fenced_atomic
-from django_fencedjobs.loop import tick
+from django_fencedjobs.loop import app_chores, tick
 from django_fencedjobs.models import Backfill, JobLease, RunKind, Watermark
 from django_fencedjobs.registry import registry
 from django_fencedjobs.retention import purge_oneshots
@@ -24,12 +24,10 @@ SETTINGS = {"CLOCK": "django_fencedjobs.clock.fake_clock", "RUN_RETENTION": time
 
 
 @pytest.fixture(autouse=True)
-def settings_and_throttle() -> Iterator[None]:
-    retention.reset_throttle()
+def settings_and_jobs() -> Iterator[None]:
     with registry.isolated(), override_settings(FENCEDJOBS=SETTINGS):
         fake_clock.set(T0)
         yield
-    retention.reset_throttle()
 
 
 def declare() -> None:
@@ -92,9 +90,8 @@ def test_the_runner_purges_done_one_offs_after_a_tick():
     declare()
     name = backfills.run_once("k.hourly", T0 + timedelta(minutes=10))
     fake_clock.set(T0 + timedelta(minutes=11))
-    tick(["k.hourly"])
+    tick(["k.hourly"], chores=app_chores(loop=False))
     assert JobLease.objects.get(name=name).paused
-    retention.reset_throttle()
     fake_clock.set(T0 + timedelta(days=3))
-    tick(["k.hourly"])
+    tick(["k.hourly"], chores=app_chores(loop=False))
     assert not JobLease.objects.filter(name=name).exists()

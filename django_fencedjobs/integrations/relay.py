@@ -7,7 +7,7 @@ transaction, with its call (:attr:`RunTask.call <django_fencedjobs.models.RunTas
 the records are an outbox. Right after that transaction commits, the run's process hands
 them over (:func:`deliver`). If that fails (the backend is down) or the process dies before
 it, the record stays ``pending``, and any runner's relay hands it over later
-(``integrations.tasks.relay_pending``, after each tick, at most once per
+(``integrations.tasks.relay_pending``, a runner's chore: after each pass, at most once per
 :data:`RELAY_EVERY`, for a task pending ``FENCEDJOBS["TASK_HANDOVER_GRACE"]`` after its
 commit), with backoff, up
 to :data:`MAX_HANDOVERS` times; then the task is recorded failed with the reason, and the

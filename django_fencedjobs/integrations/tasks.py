@@ -508,23 +508,6 @@ def relay_pending(now: datetime | None = None) -> int:
     return taken
 
 
-_last_relay = 0.0
-
-
-@receiver(signals.tick_finished, dispatch_uid="django_fencedjobs.relay")
-def _relay_after_tick(sender: Any = None, **kwargs: Any) -> None:
-    """After a runner's tick, at most once per :data:`relay.RELAY_EVERY`: hand over what is
-    due. Never raises into the runner: a failure is logged, and tried at the next look."""
-    global _last_relay
-    if time.monotonic() - _last_relay < relay.RELAY_EVERY:
-        return
-    _last_relay = time.monotonic()
-    try:
-        relay_pending()
-    except DatabaseError:
-        logger.warning("the task relay could not read the tasks to hand over", exc_info=True)
-
-
 #: A task's statuses in the order they come; a record moves only forward (but for a
 #: success reported over a failure, by a later execution: :func:`_task_finished`).
 _BEHIND = {

@@ -111,7 +111,8 @@ class Command(BaseCommand):
             if valid or not invalid:
                 self.stdout.write(describe_jobs(valid))
             return
-        dispatcher = loop.Dispatcher(valid, workers=workers)
+        chores = loop.app_chores(loop=not once and now is None)
+        dispatcher = loop.Dispatcher(valid, workers=workers, chores=chores)
         with _stopped_by_signals(dispatcher), _as_command_errors():
             with console.terminal_output(self.stderr, options["verbosity"]):
                 _start(metrics)

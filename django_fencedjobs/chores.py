@@ -1,0 +1,108 @@
+"""A runner's chores: the work it does beside its runs, each on a timer of its own.
+
+Runs are the runner's job; keeping the tables and the world around them in order is its
+chores: recording the runs no acquisition will end (the orphan sweep), purging old runs
+(retention), handing the tasks of a run to their queue (the task relay) and telling
+health changes (notifications). Each is a :class:`Chore`, a name, an interval and an
+action; the dispatcher holds them in its :class:`Chores` and runs those due after each of
+its passes, on its own thread, between runs.
+
+Nothing here is module state: the timers belong to the dispatcher, so two runners in one
+process (or two tests) keep their own, and a chore that fails is the dispatcher's to see.
+A chore that fails never stops the runner and is never swallowed: the failure is logged
+(event ``chore_failed``, with the chore's name and its count of failures so far), with its
+traceback when it is not the database being away, counted per chore
+(:attr:`Chores.failures`), and the chore is tried again at its next turn.
+
+Which chores a runner has is the app's choice, made where the app is wired
+(:meth:`django_fencedjobs.apps.FencedJobsConfig.runner_chores`): retention, the relay and
+notifications live in modules above the dispatcher's, which never imports them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import DatabaseError, connections
+
+from django_fencedjobs import clock
+from django_fencedjobs.db import lease_db
+from django_fencedjobs.text import one_line
+
+logger = logging.getLogger("django_fencedjobs")
+
+
+@dataclass(frozen=True)
+class Chore:
+    """One chore: ``action(now)`` at most every ``every()`` seconds (read at each turn, so
+    that a changed setting applies), when ``enabled()``."""
+
+    name: str
+    every: Callable[[], float]
+    action: Callable[[datetime], object]
+    enabled: Callable[[], bool] = lambda: True
+
+
+class Chores:
+    """A dispatcher's chores and their timers. The first turn of each is due at once."""
+
+    def __init__(self, chores: Iterable[Chore] = ()) -> None:
+        self.chores = list(chores)
+        self._next: dict[str, float] = {}
+        #: Failures so far, by chore name.
+        self.failures: Counter[str] = Counter()
+
+    def __bool__(self) -> bool:
+        return bool(self.chores)
+
+    def add(self, chore: Chore) -> None:
+        """Add ``chore``, or put it in place of the one of the same name."""
+        self.chores = [c for c in self.chores if c.name != chore.name] + [chore]
+
+    def run_due(self) -> list[str]:
+        """Run each chore whose turn has come: the names of those run (failed or not).
+        Never raises an ``Exception``."""
+        ran = []
+        for chore in self.chores:
+            started = time.monotonic()
+            if started < self._next.get(chore.name, 0.0):
+                continue
+            try:
+                if not chore.enabled():
+                    continue
+                self._next[chore.name] = started + chore.every()
+                ran.append(chore.name)
+                chore.action(clock.now())
+            except Exception as exc:
+                self._failed(chore, exc)
+        return ran
+
+    def _failed(self, chore: Chore, exc: Exception) -> None:
+        self.failures[chore.name] += 1
+        count = self.failures[chore.name]
+        fields = {"event": "chore_failed", "chore": chore.name, "failures": count}
+        if isinstance(exc, DatabaseError):
+            logger.warning(
+                "runner chore %s failed (%d time(s) so far), tried again at its next turn: %s",
+                chore.name,
+                count,
+                one_line(exc),
+                extra=fields,
+            )
+            connection = connections[lease_db()]
+            if not connection.in_atomic_block:
+                connection.close()  # reconnect at the next statement
+            return
+        logger.error(
+            "runner chore %s failed (%d time(s) so far), tried again at its next turn: %s",
+            chore.name,
+            count,
+            one_line(exc),
+            exc_info=exc,
+            extra=fields,
+        )
