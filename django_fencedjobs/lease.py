@@ -33,9 +33,11 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Case, Count, Exists, F, Max, Min, OuterRef, Q, Value, When
 from django.db.models.functions import Greatest
 
-from django_fencedjobs import outcomes
-from django_fencedjobs.db import bounded_rows, first_statement, lease_db
+from django_fencedjobs import clock, outcomes
+from django_fencedjobs.db import bounded_rows, bounded_wait, first_statement, lease_db
 from django_fencedjobs.models import (
+    ENDABLE_OUTCOMES,
+    FAILURE_OUTCOMES,
     LEASE_FREE,
     Backfill,
     JobInstance,
@@ -1165,9 +1167,11 @@ class Ended:
 
 @dataclass(frozen=True)
 class RunEnd:
-    """How one run ended, for :func:`end_runs` to record: the run's lease (``name``,
-    ``fence``) and row (``run_pk``). ``finished_at`` None: the database's clock.
-    ``retry`` and ``final``: as :func:`end`'s."""
+    """How one run ended, as the runner decided it (:func:`~django_fencedjobs.outcomes.end`),
+    for :func:`end_runs` to record: the run's lease (``name``, ``fence``) and row
+    (``run_pk``). ``finished_at`` None: the database's clock. ``retry`` and ``final``: as
+    :func:`end`'s. ``lost_outcome`` and ``lost_error``: what the run's row says instead
+    when its lease was no longer its own (a successor took it over meanwhile)."""
 
     name: str
     fence: int
@@ -1181,6 +1185,19 @@ class RunEnd:
     finished_at: datetime | None
     retry: Retry | None = None
     final: bool = True
+    lost_outcome: str = ""
+    lost_error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """The run counts as a failure of its job (unless a retry follows it)."""
+        return self.outcome in FAILURE_OUTCOMES
+
+    def recorded(self, released: bool) -> tuple[str, str]:
+        """The outcome and error its row says, by whether its lease was still its own."""
+        if released or not self.lost_outcome:
+            return self.outcome, self.error
+        return self.lost_outcome, self.lost_error
 
 
 def end_run(end: RunEnd, *, lock_wait: float) -> Ended | None:
@@ -1204,26 +1221,101 @@ _RETRIED = (
 )
 
 
+def ends_together() -> bool:
+    """Whether a loop's runs' ends are best recorded several at a time, a moment after their
+    handlers return (:class:`~django_fencedjobs.runner.Unrecorded`): on PostgreSQL, where
+    :func:`end_runs` records any number in one statement."""
+    return connections[lease_db()].vendor == "postgresql"
+
+
 def end_runs(ends: list[RunEnd], *, lock_wait: float) -> dict[int, Ended]:
-    """PostgreSQL: :func:`end` and the run's row for each of ``ends``, all in one statement,
-    its waits for row locks bounded by ``lock_wait`` seconds; one round trip, the
-    statement's own transaction, when no transaction is open
-    (:func:`~django_fencedjobs.db.bounded_rows`). What each run's row now says, by its
-    primary key; a run recorded already (by its supervisor, or a successor's takeover) is
-    left as it is and missing from the result.
+    """Record each of ``ends``: :func:`end` on its lease row, then its run's row, in one
+    transaction whose waits for row locks are bounded by ``lock_wait`` seconds. What each
+    run's row now says, by its primary key; a run recorded already (by its supervisor, or a
+    successor's takeover) is left as it is and missing from the result.
 
     Every lease row first, then the runs' rows, as every path that locks both (so a
-    finishing run and its successor cannot deadlock): ``lease`` aggregates the lease rows'
-    UPDATE, so all of it is done (waiting for a lease row if need be) before any run's row
-    can be updated, and so locked; a data-modifying CTE nobody reads would run after the
-    main statement instead. A run's row moves from running (or abandoned) to its outcome
-    only, never from an outcome already recorded. A run that timed out after a successor
-    had taken its lease over (the lease was not released) is recorded ``fence_lost``:
-    being paused or slow past its lease is what ended it. The values are the app's own,
-    in one JSON parameter; the constants of the statement are literals.
+    finishing run and its successor cannot deadlock). A run's row moves from running (or
+    abandoned) to its outcome only, never from an outcome already recorded; when its lease
+    was no longer its own it says :meth:`RunEnd.recorded`'s. What is recorded is decided
+    by the caller; this applies it, in one statement on PostgreSQL
+    (:func:`_end_runs_in_one_statement`), through the ORM elsewhere: the two spellings of
+    one contract, which tests/test_end_store.py holds both to.
     """
     if not ends:
         return {}
+    if connections[lease_db()].vendor == "postgresql":
+        return _end_runs_in_one_statement(ends, lock_wait)
+    return _end_runs_with_the_orm(ends, lock_wait)
+
+
+def _end_runs_with_the_orm(ends: list[RunEnd], lock_wait: float) -> dict[int, Ended]:
+    alias = lease_db()
+    found: dict[int, Ended] = {}
+    with bounded_wait(lock_wait):
+        now = clock.now()
+        released = {}
+        for ending in ends:
+            finished_at = ending.finished_at or now
+            released[ending.run_pk] = end(
+                ending.name,
+                ending.fence,
+                succeeded_at=ending.succeeded_at,
+                failed=ending.failed,
+                late_after=ending.late_after,
+                retry=ending.retry,
+                final=ending.final,
+                now=finished_at,
+            )
+        runs = JobRun.objects.using(alias)
+        for ending in ends:
+            finished_at = ending.finished_at or now
+            outcome, error = ending.recorded(released[ending.run_pk])
+            if not runs.filter(pk=ending.run_pk, outcome__in=ENDABLE_OUTCOMES).update(
+                outcome=outcome,
+                error=error,
+                finished_at=finished_at,
+                capped=ending.capped,
+                items=F("items") + ending.loose_items,
+            ):
+                continue
+            items, batches, watermark_after = (
+                runs.filter(pk=ending.run_pk)
+                .values_list("items", "batches", "watermark_after")
+                .get()
+            )
+            found[ending.run_pk] = Ended(
+                released[ending.run_pk],
+                outcome,
+                error,
+                finished_at,
+                items,
+                batches,
+                watermark_after,
+                _retried_at(ending, finished_at) if released[ending.run_pk] else None,
+            )
+    return found
+
+
+def _retried_at(ending: RunEnd, finished_at: datetime) -> datetime | None:
+    """As :data:`_RETRIED` reads it, after :func:`end`: when the row's retry is due, if it
+    holds one."""
+    if ending.retry is None:
+        return None
+    row = JobLease.objects.using(lease_db()).filter(name=ending.name).values("kind", "run_slot")
+    held = row.first()
+    if held is None or (held["kind"] == RunKind.SCHEDULED and held["run_slot"] is None):
+        return None
+    return finished_at + ending.retry.backoff
+
+
+def _end_runs_in_one_statement(ends: list[RunEnd], lock_wait: float) -> dict[int, Ended]:
+    """:func:`end_runs` on PostgreSQL: one statement, its own transaction when none is open,
+    one round trip (:func:`~django_fencedjobs.db.bounded_rows`). ``lease`` aggregates the
+    lease rows' UPDATE, so all of it is done (waiting for a lease row if need be) before
+    any run's row can be updated, and so locked; a data-modifying CTE nobody reads would
+    run after the main statement instead. The values are the caller's, in one JSON
+    parameter; the constants of the statement are literals."""
     connection = connections[lease_db()]
     run_table = connection.ops.quote_name(JobRun._meta.db_table)
     retrying = _RETRYING
@@ -1238,9 +1330,9 @@ def end_runs(ends: list[RunEnd], *, lock_wait: float) -> dict[int, Ended]:
         "  name text, fence bigint, run_pk bigint, outcome text, error text, capped boolean,"
         "  loose_items bigint, succeeded_at timestamptz, late_after timestamptz,"
         "  finished_at timestamptz, backoff interval, retry_slot timestamptz,"
-        "  retry_attempt integer, final boolean, failed boolean, timed_out boolean,"
+        "  retry_attempt integer, final boolean, failed boolean,"
         # LIMIT: how many rows the JSON holds, for the planner (see take).
-        "  lost_error text) LIMIT %s) AS ending),"
+        "  lost_outcome text, lost_error text) LIMIT %s) AS ending),"
         " released AS ("
         f" UPDATE {_table(connection)} AS lease SET fence = lease.fence + 1,"
         "  lease_until = %s, owner = '',"
@@ -1261,9 +1353,9 @@ def end_runs(ends: list[RunEnd], *, lock_wait: float) -> dict[int, Ended]:
         " settled AS (SELECT ending.*, array_position(lease.names, ending.name) AS place,"
         "  lease.retry_at AS retries FROM ending, lease)"
         f" UPDATE {run_table} AS run SET"
-        "  outcome = CASE WHEN settled.timed_out AND settled.place IS NULL"
-        f"   THEN '{Outcome.FENCE_LOST}' ELSE settled.outcome END,"
-        "  error = CASE WHEN settled.timed_out AND settled.place IS NULL"
+        "  outcome = CASE WHEN settled.place IS NULL AND settled.lost_outcome <> ''"
+        "   THEN settled.lost_outcome ELSE settled.outcome END,"
+        "  error = CASE WHEN settled.place IS NULL AND settled.lost_outcome <> ''"
         "   THEN settled.lost_error ELSE settled.error END,"
         "  finished_at = COALESCE(settled.finished_at, clock_timestamp()),"
         "  capped = settled.capped, items = run.items + settled.loose_items"
@@ -1289,9 +1381,9 @@ def end_runs(ends: list[RunEnd], *, lock_wait: float) -> dict[int, Ended]:
             "retry_slot": end.retry.slot if end.retry else None,
             "retry_attempt": end.retry.attempt if end.retry else None,
             "final": end.final,
-            "failed": end.outcome in {Outcome.FAILED, Outcome.TIMED_OUT},
-            "timed_out": end.outcome == Outcome.TIMED_OUT,
-            "lost_error": outcomes.fence_lost(end.fence),
+            "failed": end.failed,
+            "lost_outcome": end.lost_outcome,
+            "lost_error": end.lost_error,
         }
         for end in ends
     )

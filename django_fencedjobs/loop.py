@@ -568,8 +568,9 @@ class Dispatcher:
             self.scan()
             # Still due after this pass: acquisition passed a locked row by. Retry soon.
             wakeup = clock.now() + RETRY_LOCKED if self.has_work else self._wakeup
-        signals.send(signals.tick_finished, now=clock.now())
-        self.chores.run_due()
+        now = clock.now()
+        signals.send(signals.tick_finished, now=now)
+        self.chores.run_due(now)
         return TickResult(runs, wakeup)
 
     def loop(self, *, max_ticks: int | None = None) -> None:
@@ -591,7 +592,7 @@ class Dispatcher:
         max_sleep = get_settings().LOOP_MAX_SLEEP.total_seconds()
         # On PostgreSQL the ends of runs whose handler returned are recorded here, several
         # in one statement, at the next pass (lease.end_runs).
-        self.unrecorded.deferring = connections[db.lease_db()].vendor == "postgresql"
+        self.unrecorded.deferring = lease.ends_together()
         pool = self._pool()
         #: This runner's row: registered, then a beat every RUNNER_BEAT (never raises).
         presence = runners.Presence(self.jobs, pool.size)

@@ -61,6 +61,15 @@ def fence_lost(fence: int) -> str:
     )
 
 
+def if_superseded(outcome: str, fence: int) -> tuple[str, str]:
+    """What a run's end records when its lease was no longer its own by then (a successor
+    took it over): a run that timed out after that was ended by being paused or slow past
+    its lease, ``fence_lost``. ``("", "")``: what it decided, unchanged."""
+    if outcome == Outcome.TIMED_OUT:
+        return Outcome.FENCE_LOST, fence_lost(fence)
+    return "", ""
+
+
 def missed(late: timedelta, job: Job) -> str:
     return (
         f"Not started: {late} after its slot, past the job's starting_deadline of "

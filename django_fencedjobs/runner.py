@@ -37,7 +37,6 @@ from django.db import (
     connections,
     transaction,
 )
-from django.db.models import F
 
 from django_fencedjobs import (
     clock,
@@ -57,8 +56,6 @@ from django_fencedjobs.fencing import reset_current_holder, set_current_holder
 from django_fencedjobs.instances import instance_job
 from django_fencedjobs.instants import format_instant
 from django_fencedjobs.models import (
-    ENDABLE_OUTCOMES,
-    FAILURE_OUTCOMES,
     LEASE_FREE,
     JobRun,
     Outcome,
@@ -550,81 +547,12 @@ def record_end(run: RunState, outcome: str, error: str, *, wait: float = db.LOCK
 
 
 def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str, Any] | None:
-    """:func:`record_end`'s transaction: the lease row, then the run's. What the run's row
-    now says, or None when it was recorded already."""
-    job, record = run.job, run.record
-    alias = db.lease_db()
-    if connections[alias].vendor == "postgresql":
-        return _end_rows_in_one(run, outcome, error, wait)
-    retry = retries.next_attempt(job, record, outcome)
-    with db.bounded_wait(wait):
-        succeeded_at = record.started_at if outcome == Outcome.SUCCEEDED else None
-        now = clock.now()
-        released = lease.end(
-            run.lease_name,
-            run.fence,
-            succeeded_at=succeeded_at,
-            failed=outcome in FAILURE_OUTCOMES,
-            late_after=_late_after(job, succeeded_at),
-            retry=retry,
-            final=outcome in retries.FINAL_OUTCOMES,
-            now=now,
-        )
-        retry_at = _retry_scheduled(run.lease_name, retry, now) if released else None
-        if not released and outcome == Outcome.TIMED_OUT:
-            # Its timeout came after a successor had taken the lease over: the run was
-            # paused (or stalled) past its lease, which is what ended it.
-            outcome, error = Outcome.FENCE_LOST, outcomes.fence_lost(run.fence)
-        # From running (or abandoned, if a successor gave up on this run while it was
-        # paused: its own account is better), never from an outcome already recorded. The
-        # items, batches and watermark are on the row already, as each of the run's
-        # transactions committed them (RunState.save_progress); only the items counted outside
-        # any transaction are added here.
-        ended: dict[str, Any] = {
-            "outcome": outcome,
-            "finished_at": now,
-            "capped": run.capped,
-            "error": error,
-        }
-        rows = JobRun.objects.using(alias).filter(pk=record.pk, outcome__in=ENDABLE_OUTCOMES)
-        recorded = rows.update(**ended, items=F("items") + run.loose_items)
-        if recorded and threading.get_ident() != run.thread:
-            # Recorded from beside the handler (its supervisor): the handler's last
-            # commit may be newer than what this thread has seen of it.
-            committed = JobRun.objects.using(alias).filter(pk=record.pk)
-            ended["items"], ended["batches"], ended["watermark_after"] = committed.values_list(
-                "items", "batches", "watermark_after"
-            ).get()
-        else:
-            ended["items"] = run.items
-            ended["batches"] = run.committed.batches
-            if run.committed.watermark is not None:
-                ended["watermark_after"] = run.committed.watermark
-    if not recorded:
-        return None
-    if not released and outcome != Outcome.FENCE_LOST:
-        logger.warning(
-            "run of %s finished after its lease was taken over (fence %d)",
-            job.name,
-            run.fence,
-            extra=_log_fields(record, event="run_superseded"),
-        )
-    if released:
-        _log_retry(run, retry, retry_at)
-    return ended
-
-
-def _retry_scheduled(name: str, retry: lease.Retry | None, now: datetime) -> datetime | None:
-    """When the retry :func:`lease.end` was asked for (of lease row ``name``) is due, if it
-    scheduled it."""
-    if retry is None:
-        return None
-    row = lease.read([name]).get(name)
-    # As lease.end_runs tells it: a scheduled row's run_slot is set only while a retry of
-    # it is pending; a backfill slot's or one-off's row always takes its retry.
-    if row is None or (row.kind == RunKind.SCHEDULED and row.run_slot is None):
-        return None
-    return now + retry.backoff
+    """:func:`record_end`'s transaction (:func:`lease.end_run`): the lease row, then the
+    run's; on PostgreSQL one statement, in one round trip, the clock read by that
+    statement. What the run's row now says, or None when it was recorded already."""
+    end = _run_end(run, outcome, error)
+    ended = lease.end_run(end, lock_wait=wait)
+    return None if ended is None else _ended(run, end, ended)
 
 
 def _log_retry(run: RunState, retry: lease.Retry | None, retry_at: datetime | None) -> None:
@@ -654,18 +582,13 @@ def _log_retry(run: RunState, retry: lease.Retry | None, retry_at: datetime | No
         )
 
 
-def _end_rows_in_one(run: RunState, outcome: str, error: str, wait: float) -> dict[str, Any] | None:
-    """:func:`_end_rows` on PostgreSQL: one statement (:func:`lease.end_run`), in one round
-    trip, the clock read by that statement."""
-    end = _run_end(run, outcome, error)
-    ended = lease.end_run(end, lock_wait=wait)
-    return None if ended is None else _ended(run, end, ended)
-
-
 def _run_end(run: RunState, outcome: str, error: str) -> lease.RunEnd:
-    """What :func:`lease.end_runs` records of ``run``'s end."""
+    """What :func:`lease.end_runs` records of ``run``'s end: every rule of a run's end
+    (success, failure, retry, a backfill slot's or one-off's row done, a timeout after a
+    takeover) decided here, once, for both of its stores to apply."""
     job, record = run.job, run.record
     succeeded_at = record.started_at if outcome == Outcome.SUCCEEDED else None
+    lost_outcome, lost_error = outcomes.if_superseded(outcome, run.fence)
     return lease.RunEnd(
         run.lease_name,
         run.fence,
@@ -679,6 +602,8 @@ def _run_end(run: RunState, outcome: str, error: str) -> lease.RunEnd:
         finished_at=None if clock.get_clock() is clock.database_now else clock.now(),
         retry=retries.next_attempt(job, record, outcome),
         final=outcome in retries.FINAL_OUTCOMES,
+        lost_outcome=lost_outcome,
+        lost_error=lost_error,
     )
 
 
@@ -859,15 +784,16 @@ class Unrecorded:
 
     def record(self) -> None:
         """Record each, oldest first; raises ``DatabaseError`` (keeping the rest) when the
-        database is still away. On PostgreSQL all of them in one statement, unless the
-        database refuses it: then each on its own, so that no end holds another's, and
-        one refused on its own is recorded failed, with the reason (:func:`_record_alone`).
+        database is still away. All of them together (:func:`lease.end_runs`: on PostgreSQL
+        one statement), unless the database refuses it: then each on its own, so that no
+        end holds another's, and one refused on its own is recorded failed, with the reason
+        (:func:`_record_alone`).
         """
         with self._lock:
             runs = list(self._runs)
         if not runs:
             return
-        if connections[db.lease_db()].vendor == "postgresql" and self._record_together(runs):
+        if self._record_together(runs):
             return
         for run, outcome, error, late, _ in runs:
             recorded = _record_alone(run, outcome, error)
