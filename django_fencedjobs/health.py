@@ -26,8 +26,8 @@ failing       critical  the failure rate: of the job's latest ``FAILURE_RATE_RUN
 late          critical  the dead man's switch: the first slot after the last success
                         (never succeeded: the first slot after the lease row was created,
                         i.e. after the job was first seen live, see
-                        :mod:`django_fencedjobs.baseline`) plus ``run_timeout`` plus
-                        ``grace`` has passed
+                        :mod:`django_fencedjobs.baseline`; after a slot skipped since, the
+                        first after it) plus ``run_timeout`` plus ``grace`` has passed
 late          critical  a task a run of the job enqueued (``run.enqueue``, see
                         :mod:`django_fencedjobs.integrations.tasks`) has not finished
                         (pending, ready or running) and its run's slot plus
@@ -741,8 +741,13 @@ def assess(
     if lease is None:
         return replace(facts, next_run_at=schedule.next_after(now)).judged(_UNRECORDED)
     # The dead man's switch: the first slot after the last success (never succeeded: after
-    # the job was first seen) must succeed by its deadline.
-    awaited = schedule.next_after(lease.last_success_at or lease.created_at)
+    # the job was first seen) must succeed by its deadline; a slot an operator skipped since
+    # (the job's latest end, recorded skipped) is not awaited, the one after it is.
+    since = lease.last_success_at or lease.created_at
+    skipped = facts.last_finished_run
+    if skipped is not None and skipped.outcome == Outcome.SKIPPED:
+        since = max(since, skipped.scheduled_for)
+    awaited = schedule.next_after(since)
     facts = replace(facts, awaited_slot=awaited, expected_by=job.late_after(awaited))
     if lease.paused:
         return facts.judged(_paused(facts, lease))

@@ -19,6 +19,7 @@ from django.urls import reverse
 from django_fencedjobs import job, loop, manual
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.fencing import fenced_atomic
+from django_fencedjobs.health import State, job_health
 from django_fencedjobs.models import JobLease, JobRun, Outcome
 from django_fencedjobs.registry import registry
 
@@ -159,3 +160,32 @@ def test_the_timeline_draws_skipped_slots_as_skipped_naming_who(jobs):
     assert drawn["12:00"] == ("skipped", "did not run; skipped by admin (ops) with 1 earlier slot")
     assert drawn["13:00"][0] == "upcoming"
     assert "2 skipped by an operator" in html  # the aria label
+
+
+@pytest.mark.parametrize("of", ["job", "instance"])
+def test_a_skipped_slot_is_not_awaited_health_waits_for_the_next_one(jobs, of):
+    # Success at 10:00; an operator skips 11:00, the slot the dead man's switch awaited.
+    # Past 11:00's deadline the job is not late: it waits for 12:00, and is late past
+    # 12:00's deadline if that slot does not succeed either.
+    def hourly(run):
+        pass
+
+    if of == "job":
+        name = NAME
+        job("0 * * * *", name=name)(hourly)
+    else:
+        name = f"{NAME}[a]"
+        job(instances=True, name=NAME)(hourly).instances.upsert("a", cron="0 * * * *")
+    loop.tick()  # its row, next slot 10:00
+    fake_clock.set(_h(10) + timedelta(seconds=30))
+    assert [r.outcome for r in loop.tick().runs] == [Outcome.SUCCEEDED]
+    due_11 = job_health(name, now=_h(10, 30)).expected_by  # 11:00's deadline
+    assert job_health(name, now=due_11 + timedelta(minutes=1)).state == State.LATE  # unskipped
+    call_command("jobctl", "skip", name, stdout=StringIO())
+    assert JobLease.objects.get(name=name).next_run_at == _h(12)
+    health = job_health(name, now=due_11 + timedelta(minutes=1))
+    assert health.state == State.OK, health.reason
+    assert health.awaited_slot == _h(12)
+    assert health.expected_by == due_11 + timedelta(hours=1)
+    late = job_health(name, now=health.expected_by + timedelta(seconds=1))
+    assert late.state == State.LATE, late.reason
