@@ -32,17 +32,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.conf import settings as django_settings
 from django.core.mail import get_connection, mail_admins, send_mail
 from django.db import connections
 
-from django_fencedjobs import signals
+from django_fencedjobs import clock, instances, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
-from django_fencedjobs.health import JobHealth, Severity, State
+from django_fencedjobs.health import (
+    InstanceSummary,
+    JobHealth,
+    Severity,
+    State,
+    instance_summaries,
+)
 from django_fencedjobs.instants import format_instant
 from django_fencedjobs.models import JobNotice
 
@@ -54,6 +60,10 @@ __all__ = ["Transition", "condition", "evaluate", "evaluate_all"]
 TOLD = frozenset({State.LATE, State.FAILING, State.NO_RUNNER, State.INVALID})
 #: The condition of a job that needs nobody.
 OK = ("ok", Severity.HEALTHY.value)
+#: The name of the condition of all of a job's instances together: ``job[*]``.
+ALL_INSTANCES = "[*]"
+#: How many instances' keys a message about many names; the others are counted.
+KEYS_NAMED = 10
 #: A runner evaluates the jobs every this many beats.
 BEATS_PER_EVALUATION = 3
 #: Seconds a mail may wait on the mail server when ``EMAIL_TIMEOUT`` is not set.
@@ -77,29 +87,52 @@ def _label(value: tuple[str, str]) -> str:
 
 @dataclass(frozen=True)
 class Transition:
-    """A job's change of condition, recorded by this process."""
+    """A job's change of condition, recorded by this process; or, told in one message, the
+    same change of many instances of one job (:attr:`members`), this one first."""
 
     name: str
     previous: tuple[str, str]
     current: tuple[str, str]
     health: JobHealth
     recorded_by: str
+    #: The names of the instances this message tells the change of (empty: ``name`` only).
+    members: tuple[str, ...] = ()
+    #: Their job (declared with ``instances=True``), when :attr:`members` is not empty.
+    parent: str = ""
 
     @property
     def back_to_ok(self) -> bool:
         return self.current == OK
 
     @property
+    def who(self) -> str:
+        if self.members:
+            return f"{len(self.members)} instances of {self.parent}"
+        if self.name.endswith(ALL_INSTANCES):
+            return f"the instances of {self.name.removesuffix(ALL_INSTANCES)}"
+        return self.name
+
+    @property
     def subject(self) -> str:
-        return f"{self.name}: {_label(self.previous)} -> {_label(self.current)}"
+        return f"{self.who}: {_label(self.previous)} -> {_label(self.current)}"
 
     def body(self) -> str:
         h = self.health
+        many = bool(self.members) or self.name.endswith(ALL_INSTANCES)
+        verb, was = ("are", "they were") if many else ("is", "it was")
         if self.back_to_ok:
-            head = f"{self.name} is ok again ({h.state.value}); it was {_label(self.previous)}."
+            again = "" if many else f" ({h.state.value})"
+            head = f"{self.who} {verb} ok again{again}; {was} {_label(self.previous)}."
         else:
-            head = f"{self.name} is {_label(self.current)}; it was {_label(self.previous)}."
-        lines = [head, "", f"Why: {h.reason}", ""]
+            head = f"{self.who} {verb} {_label(self.current)}; {was} {_label(self.previous)}."
+        lines = [head, ""]
+        if self.members:
+            keys = [instances.parse_name(name) or ("", name) for name in self.members]
+            named = ", ".join(key for _, key in keys[:KEYS_NAMED])
+            more = len(keys) - KEYS_NAMED
+            lines += [f"Instances: {named}" + (f", and {more} more" if more > 0 else ""), ""]
+            lines += [f"The first, {self.name}:", ""]
+        lines += [f"Why: {h.reason}", ""]
         facts = [
             ("Checked at", format_instant(h.checked_at, h.tz)),
             ("Recorded by", self.recorded_by),
@@ -123,26 +156,88 @@ class Transition:
 
 
 def evaluate(
-    healths: Sequence[JobHealth], *, now: datetime | None = None, background: bool = False
+    healths: Sequence[JobHealth],
+    *,
+    now: datetime | None = None,
+    background: bool = False,
+    summaries: Sequence[InstanceSummary] | None = None,
 ) -> list[Transition]:
-    """Record the changes of condition among ``healths`` that this process is the first to
-    see, and tell them (mail, then ``job_state_changed``). Nothing when ``NOTIFY`` is off.
-    Returns the transitions this process recorded.
+    """Record the changes of condition among ``healths`` (and of each job's instances
+    together, from ``summaries``: :func:`~django_fencedjobs.health.instance_summaries` of
+    ``healths``, read here when not given) that this process is the first to see, and tell
+    them (mail, then ``job_state_changed``), the same change of many instances of one job in
+    one message. Nothing when ``NOTIFY`` is off. Returns the transitions this process
+    recorded.
 
     With ``background`` (a runner's loop), they are told from a thread of their own, so
     that a slow mail server never holds up the loop and its beats."""
     settings = get_settings()
-    if not settings.NOTIFY or not healths:
+    if not settings.NOTIFY:
         return []
-    now = now or healths[0].checked_at
-    recorded = _record(healths, now, settings.owner)
-    if recorded and background:
+    now = now or (healths[0].checked_at if healths else clock.now())
+    if summaries is None:
+        summaries = instance_summaries(healths)
+    judged = [*healths, *_all_instances(summaries, now)]
+    if not judged:
+        return []
+    recorded = _record(judged, now, settings.owner)
+    told = _messages(recorded)
+    if told and background:
         threading.Thread(
-            target=_tell_all, args=(recorded,), name="fencedjobs-notify", daemon=True
+            target=_tell_all, args=(told,), name="fencedjobs-notify", daemon=True
         ).start()
-    elif recorded:
-        _tell_all(recorded, close=False)
+    elif told:
+        _tell_all(told, close=False)
     return recorded
+
+
+def _all_instances(summaries: Sequence[InstanceSummary], now: datetime) -> list[JobHealth]:
+    """Per job with instances, one condition for all of them (``job[*]``): ``no_runner``
+    while no live runner serves the job's enabled instances, else ok. A dead runner is one
+    message for all the instances it ran, not one per instance."""
+    return [
+        JobHealth(
+            name=summary.job + ALL_INSTANCES,
+            checked_at=now,
+            state=State.NO_RUNNER if summary.no_runner else State.OK,
+            severity=Severity.CRITICAL if summary.no_runner else Severity.HEALTHY,
+            reason=(
+                f"{summary.total - summary.disabled} enabled instance(s): {summary.no_runner}"
+                if summary.no_runner
+                else f"a live runner serves the {summary.total - summary.disabled} enabled"
+                " instance(s)"
+            ),
+        )
+        for summary in summaries
+        if summary.total
+    ]
+
+
+def _messages(transitions: Sequence[Transition]) -> list[Transition]:
+    """What to tell of ``transitions``: a job's on its own; the same change of several
+    instances of one job in one message. An instance's change to ``no_runner`` (and back to
+    ok from it) is told once for all its job's instances, by ``job[*]``."""
+    told: list[Transition] = []
+    groups: dict[tuple[str, tuple[str, str], tuple[str, str]], list[Transition]] = {}
+    for transition in transitions:
+        job = transition.health.job
+        parent = job.parent if job is not None else None
+        if parent is None:
+            told.append(transition)
+            continue
+        if transition.current[0] == State.NO_RUNNER or (
+            transition.previous[0] == State.NO_RUNNER and transition.back_to_ok
+        ):
+            continue
+        groups.setdefault((parent, transition.previous, transition.current), []).append(transition)
+    for (parent, _, _), members in groups.items():
+        if len(members) == 1:
+            told.append(members[0])
+        else:
+            names = tuple(sorted(m.name for m in members))
+            first = next(m for m in members if m.name == names[0])
+            told.append(replace(first, members=names, parent=parent))
+    return told
 
 
 def _tell_all(transitions: Sequence[Transition], *, close: bool = True) -> None:

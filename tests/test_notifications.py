@@ -236,6 +236,74 @@ def test_checkjobs_tells_that_no_runner_is_alive(notifying):
     )
 
 
+FLEET = "n.fleet"
+
+
+def declare_fleet(count: int) -> None:
+    """A job of ``count`` instances, each every 15 minutes, with a job of its own beside."""
+
+    @job(instances=True, name=FLEET)
+    def fleet(run):
+        pass
+
+    for index in range(count):
+        fleet.instances.upsert(f"t{index:02d}", cron="*/15 * * * *")
+
+
+def test_a_dead_runner_of_50_instances_and_2_jobs_is_one_message_per_job_and_change(notifying):
+    declare()
+    declare_fleet(50)
+    tick()
+    with override_settings(
+        FENCEDJOBS={"CLOCK": FAKE, "NOTIFY": True, "RUNNER_BEAT": timedelta(microseconds=1)}
+    ):
+        presence = runners.Presence(registry.all(), workers=1, owner="host-a:1")
+        presence.beat()
+        assert checkjobs() == 0
+        presence.stop()  # the only runner is gone
+        fake_clock.set(T0 + timedelta(seconds=31))  # the bound: 30 s after its last beat
+        assert checkjobs() == 2
+        assert checkjobs() == 2  # the state holds: nothing more
+        assert sorted(notifying.subjects()) == [
+            "[Django] r.daily: ok -> no_runner",
+            "[Django] r.minutely: ok -> no_runner",
+            "[Django] the instances of n.fleet: ok -> no_runner",
+        ]
+        body = (
+            next(m for m in notifying.messages() if FLEET in m["Subject"])
+            .get_content()
+            .replace("\r\n", "\n")
+        )
+        assert body.startswith("the instances of n.fleet are no_runner; they were ok.\n")
+        assert "Why: 50 enabled instance(s): no live runner: host-a:1" in body
+        # A runner again: each is told back to ok, once.
+        again = runners.Presence(registry.all(), workers=1, owner="host-b:1")
+        again.beat()
+        assert checkjobs() == 0
+    assert sorted(notifying.subjects()[3:]) == [
+        "[Django] r.daily: no_runner -> ok",
+        "[Django] r.minutely: no_runner -> ok",
+        "[Django] the instances of n.fleet: no_runner -> ok",
+    ]
+    assert len(notifying.messages()) == 6
+
+
+def test_instances_late_together_are_one_message_naming_the_first_keys(notifying):
+    declare_fleet(25)
+    tick()
+    fake_clock.set(T0 + timedelta(hours=2))  # no runner ran them: every instance is late
+    assert checkjobs() == 2
+    (late,) = notifying.messages()
+    assert late["Subject"] == "[Django] 25 instances of n.fleet: ok -> late"
+    body = late.get_content().replace("\r\n", "\n")
+    assert body.startswith("25 instances of n.fleet are late; they were ok.\n")
+    keys = ", ".join(f"t{index:02d}" for index in range(10))
+    assert f"Instances: {keys}, and 15 more\n" in body
+    assert "The first, n.fleet[t00]:" in body
+    # Each instance's own change is recorded: one back to ok is told on its own.
+    assert JobNotice.objects.filter(job__startswith="n.fleet[t", state="late").count() == 25
+
+
 def test_nothing_is_recorded_or_sent_unless_notify_is_on(notifying):
     with override_settings(FENCEDJOBS={"CLOCK": FAKE}):
         declare()

@@ -245,18 +245,32 @@ def test_instances_of_a_job_that_keeps_the_default_send_no_check_in(jobs, sentry
 
 
 def test_a_failing_instance_is_an_event_tagged_with_its_job_and_key_grouped_per_job(jobs, sentry):
+    declare_digest()
+    run_instances_at(0)
+    notify_changes()
+    (event,) = sentry.events()
+    assert event["level"] == "warning"  # the first failure: failing, a warning
+    assert event["fingerprint"] == ["django-fencedjobs", "t.digest", "failing"]
+    assert (event["tags"]["fencedjobs.job"], event["tags"]["fencedjobs.instance"]) == (
+        "t.digest",
+        "broken",
+    )
+    assert event["message"].startswith("t.digest[broken]: ok")
+    assert sentry.check_ins() == []
+
+
+def test_instances_that_fail_together_are_one_event_naming_them(jobs, sentry):
     digest = declare_digest()
     digest.instances.upsert("lyon", every=timedelta(minutes=10), kwargs={"fail": True})
     run_instances_at(0)
     notify_changes()
-    events = sentry.events()
-    assert sorted(e["tags"]["fencedjobs.instance"] for e in events) == ["broken", "lyon"]
-    for event in events:
-        assert event["level"] == "warning"  # the first failure: failing, a warning
-        assert event["fingerprint"] == ["django-fencedjobs", "t.digest", "failing"]
-        assert event["tags"]["fencedjobs.job"] == "t.digest"
-        assert event["message"].startswith(f"t.digest[{event['tags']['fencedjobs.instance']}]: ok")
-    assert sentry.check_ins() == []
+    (event,) = sentry.events()
+    assert event["level"] == "warning"
+    assert event["fingerprint"] == ["django-fencedjobs", "t.digest", "failing"]
+    assert event["tags"]["fencedjobs.job"] == "t.digest"
+    assert event["tags"]["fencedjobs.instances"] == 2
+    assert event["extra"]["instances"] == ["t.digest[broken]", "t.digest[lyon]"]
+    assert event["message"].startswith("2 instances of t.digest: ok -> failing (warning)")
 
 
 def test_instances_of_a_job_that_asks_for_a_monitor_each_have_one_from_their_schedule(jobs, sentry):

@@ -221,7 +221,10 @@ def job_state_changed(*, transition: Any, **kwargs: Any) -> None:
 
     An instance's event is tagged with its declared job and its key; that of an instance
     without a monitor of its own (:func:`has_monitor`) is grouped with its job's other
-    instances, one issue per declared job and state."""
+    instances, one issue per declared job and state. The same change of many instances
+    together is one event (tagged with their job and how many; their names an extra), as
+    it is one mail; so is a change of all of a job's instances (``job[*]``: no live
+    runner)."""
     if not enabled():
         return
     import sentry_sdk
@@ -231,14 +234,23 @@ def job_state_changed(*, transition: Any, **kwargs: Any) -> None:
         "error" if severity == "critical" else "warning" if severity == "warning" else "info"
     )
     name: str = transition.name
+    members: tuple[str, ...] = transition.members
     job, key = name, None
-    if (parsed := instances.parse_name(name)) is not None and _is_instance(transition.health.job):
-        job, key = parsed
-    grouped = job if key is not None and not has_monitor(name, transition.health.job) else name
+    if members:
+        job = grouped = transition.parent
+    else:
+        if (parsed := instances.parse_name(name)) is not None and _is_instance(
+            transition.health.job
+        ):
+            job, key = parsed
+        grouped = job if key is not None and not has_monitor(name, transition.health.job) else name
     with sentry_sdk.new_scope() as scope:
         scope.fingerprint = ["django-fencedjobs", grouped, state]
         scope.set_tag("fencedjobs.job", job)
-        if key is not None:
+        if members:
+            scope.set_tag("fencedjobs.instances", len(members))
+            scope.set_extra("instances", list(members))
+        elif key is not None:
             scope.set_tag("fencedjobs.instance", key)
         scope.set_tag("fencedjobs.state", state)
         scope.set_tag("fencedjobs.severity", severity)

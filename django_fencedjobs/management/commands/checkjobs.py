@@ -88,7 +88,8 @@ class Command(BaseCommand):
                 returncode=UNREACHABLE,
             ) from None
         try:
-            notify.evaluate(healths, now=now)  # with NOTIFY on: tell each change once
+            # With NOTIFY on: tell each change once (the instances' together).
+            notify.evaluate(healths, now=now, summaries=summaries)
         except DatabaseError as exc:  # e.g. a user that may only read: still report
             self.stderr.write(
                 f"could not record the jobs' changes of state (NOTIFY): {one_line(exc)}"
