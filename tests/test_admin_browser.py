@@ -469,3 +469,62 @@ def test_an_instance_is_added_in_its_form_with_a_live_preview_of_its_fire_times(
     lease = JobLease.objects.get(name="digests.send[tenant-7]")
     assert lease.next_run_at == datetime(2027, 3, 26, 1, 30, tzinfo=UTC)
     assert not lease.paused
+
+
+def test_an_instances_trouble_shows_on_the_jobs_page_and_the_instances_list_at_both_screens(
+    live_server,
+):
+    """A job of 30 instances, one of which fails: the Jobs page counts them by state (the
+    job failing while one instance is), its "1 failing" link opens the Instances list
+    filtered to that one, which shows its health, last run and last success; both pages
+    fit a laptop and a desktop screen with nothing cut."""
+    sync_playwright = require_browser()
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
+    ):
+
+        @job(instances=True, name="digests.send_tenant_digest", timeout=timedelta(seconds=30))
+        def send(run, *, tenant_id: int) -> None:
+            if tenant_id == 7:
+                raise RuntimeError("the tenant's mail server refused the connection")
+
+        fake_clock.set(T0)
+        for tenant in range(30):
+            send.instances.upsert(
+                f"tenant-{tenant:02d}", cron="*/15 * * * *", kwargs={"tenant_id": tenant}
+            )
+        tick()
+        fake_clock.set(T0 + TICK + timedelta(seconds=5))
+        tick()
+        User.objects.create_superuser("admin", "admin@example.com", "correct horse")
+        jobs_url = f"{live_server.url}{reverse('admin:fencedjobs_joblease_changelist')}"
+
+        with sync_playwright() as playwright:  # type: ignore[operator]
+            browser = launch(playwright)
+            try:
+                for screen in SCREENS:
+                    page = log_in(browser, live_server, screen)
+                    page.goto(jobs_url)
+                    block = page.locator(".fj-instance-jobs")
+                    row = block.locator("tbody tr", has_text="digests.send_tenant_digest")
+                    assert row.locator(".fj-badge").inner_text() == "failing"
+                    assert "30: 1 failing, 29 ok" in " ".join(row.inner_text().split())
+                    assert_fits(page, "the jobs page with a job's instances counted")
+                    row.get_by_role("link", name="1 failing").click()
+                    page.wait_for_url("**/fencedjobs/jobinstance/?**state=failing**")
+                    (key,) = page.locator("#result_list th.field-key").all_inner_texts()
+                    assert key == "tenant-07"
+                    listed = page.locator("#result_list tbody tr").first
+                    assert listed.locator("td.field-health").inner_text() == "failing"
+                    last = listed.locator("td.field-last_run").inner_text()
+                    assert last.startswith("failed") and "last success: never" in last
+                    assert_fits(page, "the instances list filtered to the failing one")
+                    page.goto(
+                        f"{live_server.url}{reverse('admin:fencedjobs_jobinstance_changelist')}"
+                    )
+                    assert page.locator("#result_list tbody tr").count() == 30
+                    assert_fits(page, "the instances list with their health")
+                    page.close()
+            finally:
+                browser.close()

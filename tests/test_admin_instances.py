@@ -18,12 +18,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_fencedjobs import job, loop
+from django_fencedjobs import job, loop, runners
 from django_fencedjobs.admin.instances import InstancePaginator, JobInstanceAdmin
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.instances import problem
 from django_fencedjobs.models import JobInstance, JobLease, JobRun
+from django_fencedjobs.registry import registry
 from django_fencedjobs.schedule import Schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -435,7 +436,8 @@ def test_the_list_shows_schedule_next_run_and_state(digest, superuser_client):
     # Monday 2026-11-30 08:00 in Paris.
     assert "0 8 * * 1-5 at 08:00 on Mon-Fri (Europe/Paris)" in text
     assert "2026-11-30 08:00:00 Europe/Paris" in text
-    assert text.endswith("enabled")
+    # Its state, its health as checkjobs reads it, its last run and last success.
+    assert "enabled never run - last success: never" in text
 
 
 def count_queries(sql_of: list[str]) -> list[str]:
@@ -450,7 +452,11 @@ def test_the_list_never_counts_the_whole_table(digest, superuser_client, monkeyp
     counts = count_queries([q["sql"] for q in default])
     assert counts and all("LIMIT" in sql.upper() for sql in counts), counts
     # The page in the order of the unique (job, key) index, its lease rows joined.
-    (page,) = [q["sql"] for q in default if "JOIN" in q["sql"] and "jobinstance" in q["sql"]]
+    (page,) = [
+        sql
+        for sql in (q["sql"] for q in default)
+        if 'FROM "fencedjobs_jobinstance" ' in sql and "COUNT(" not in sql.upper()
+    ]
     order = page.upper().rsplit("ORDER BY", 1)[1]
     assert re.sub(r'"\w+"\.', "", order).replace('"', "").split() == ["JOB", "ASC,", "KEY", "ASC"]
 
@@ -549,3 +555,84 @@ def test_saving_while_a_run_holds_the_lease_row_says_so_and_changes_nothing(
     assert "a run of this instance holds its lease row" in response.content.decode()
     instance.refresh_from_db()
     assert instance.cron == "0 8 * * *"
+
+
+def test_the_list_shows_each_instances_health_and_filters_the_troubled_by_state(
+    jobs, superuser_client
+):
+    @job(instances=True, name=DIGEST)
+    def send_digest(run, *, tenant_id: int) -> None:
+        if tenant_id == 2:
+            raise RuntimeError("the tenant's mail server said no")
+
+    for tenant in (1, 2, 3):
+        send_digest.instances.upsert(
+            f"t{tenant}", cron="*/15 * * * *", kwargs={"tenant_id": tenant}
+        )
+    loop.tick()
+    fake_clock.set(datetime(2026, 11, 29, 9, 15, 5, tzinfo=UTC))
+    runs = {run.job: run.outcome for run in loop.tick().runs}
+    assert runs == {
+        f"{DIGEST}[t1]": "succeeded",
+        f"{DIGEST}[t2]": "failed",
+        f"{DIGEST}[t3]": "succeeded",
+    }
+
+    html = superuser_client.get(changelist_url()).content.decode()
+    text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    assert "failures in a row: 1" in text
+    assert 'class="fj-badge fj-failing"' in html
+    assert keys_listed(
+        superuser_client.get(changelist_url(), {"state": "failing"}).content.decode()
+    ) == ["t2"]
+    assert (
+        keys_listed(superuser_client.get(changelist_url(), {"state": "late"}).content.decode())
+        == []
+    )
+    # An hour later nobody ran them: every one is past its stored deadline.
+    fake_clock.set(datetime(2026, 11, 29, 10, 30, tzinfo=UTC))
+    late = superuser_client.get(changelist_url(), {"state": "late"}).content.decode()
+    assert keys_listed(late) == ["t1", "t2", "t3"]
+    assert 'class="fj-badge fj-late"' in late
+    # No runner was ever seen: none reads no runner (a deployment without runner rows).
+    no_runner = {"state": "no runner"}
+    assert keys_listed(superuser_client.get(changelist_url(), no_runner).content.decode()) == []
+    # The only runner stops: past RUNNER_TIMEOUT, every enabled instance reads no runner.
+    presence = runners.Presence(registry.all(), workers=1, owner="host-a:1")
+    presence.beat()
+    presence.stop()
+    fake_clock.advance(timedelta(seconds=31))
+    gone = superuser_client.get(changelist_url(), no_runner).content.decode()
+    assert keys_listed(gone) == ["t1", "t2", "t3"]
+    assert 'class="fj-badge fj-no_runner"' in gone
+
+
+def test_the_jobs_page_counts_each_jobs_instances_by_state_linking_to_them(jobs, superuser_client):
+    @job(instances=True, name=DIGEST)
+    def send_digest(run, *, tenant_id: int) -> None:
+        if tenant_id == 2:
+            raise RuntimeError("the tenant's mail server said no")
+
+    for tenant in (1, 2, 3):
+        send_digest.instances.upsert(
+            f"t{tenant}", cron="*/15 * * * *", kwargs={"tenant_id": tenant}
+        )
+    send_digest.instances.upsert("t4", cron="*/15 * * * *", kwargs={"tenant_id": 4}, enabled=False)
+    loop.tick()
+    fake_clock.set(datetime(2026, 11, 29, 9, 15, 5, tzinfo=UTC))
+    loop.tick()
+    page = superuser_client.get(reverse("admin:fencedjobs_joblease_changelist"))
+    (row,) = page.context["instance_jobs"]
+    assert row["name"] == DIGEST
+    assert 'class="fj-badge fj-failing"' in row["badge"]  # not ok while one instance is not
+    assert [(c["count"], c["state"]) for c in row["counts"]] == [
+        (1, "failing"),
+        (2, "ok"),
+        (1, "disabled"),
+    ]
+    failing = row["counts"][0]["url"]
+    assert failing == f"{changelist_url()}?job={DIGEST}&state=failing"
+    assert keys_listed(superuser_client.get(failing).content.decode()) == ["t2"]
+    html = " ".join(re.sub(r"<[^>]+>", " ", page.content.decode()).split())
+    assert "Jobs with instances" in html
+    assert "4: 1 failing , 2 ok , 1 disabled" in html

@@ -37,7 +37,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import DatabaseError
-from django.db.models import Q, QuerySet
+from django.db.models import Min, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
@@ -45,7 +45,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from django_fencedjobs import clock, db, health
+from django_fencedjobs import clock, db, health, runners
 from django_fencedjobs.admin.display import badge, breakable, instant
 from django_fencedjobs.admin.paginator import _pg_estimate
 from django_fencedjobs.exceptions import ScheduleError, UnknownJob
@@ -540,18 +540,58 @@ def _lease(instance: JobInstance) -> JobLease | None:
     return found
 
 
+#: The states an instance's health can be in that someone should look at, each found by
+#: its lease row alone (:func:`_troubled`): its stored deadline passed (late, by the index
+#: on ``late_after``), failures in a row (failing), or no live runner serving its job.
+TROUBLE = ("late", "failing", "no runner")
+
+
+def _troubled(state: str, now: datetime) -> Q:
+    """The enabled instances that may be in ``state`` (one of :data:`TROUBLE`); the list
+    shows each one's health, as decided."""
+    running = Q(enabled=True, paused=False, lease__paused=False)
+    if state == "late":
+        return running & Q(lease__late_after__lt=now)
+    if state == "failing":
+        return running & Q(lease__consecutive_failures__gt=0)
+    coverage = runners.read(now)
+    unserved = [
+        name
+        for name, first_seen in _first_seen().items()
+        if coverage.problem(name, first_seen, lambda at: format_instant(at, UTC)) is not None
+    ]
+    return running & Q(job__in=unserved)
+
+
+def _first_seen() -> dict[str, datetime]:
+    """Each job with instances, declared in code: when its first instance's row was made."""
+    parents = [job.name for job in registry.all() if job.instances]
+    rows = (
+        JobLease.objects.using(db.lease_db())
+        .filter(instance__isnull=False, parent__in=parents)
+        .order_by()
+        .values("parent")
+        .annotate(first=Min("created_at"))
+    )
+    return {row["parent"]: row["first"] for row in rows}
+
+
 class StateFilter(admin.SimpleListFilter):
     title = _("state")
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(state, state) for state in STATES]
+        return [(state, state) for state in [*STATES, *TROUBLE]]
 
     def queryset(
         self, request: HttpRequest, queryset: QuerySet[JobInstance]
     ) -> QuerySet[JobInstance]:
         value = self.value()
-        return queryset.filter(STATES[value]) if value in STATES else queryset
+        if value in STATES:
+            return queryset.filter(STATES[value])
+        if value in TROUBLE:
+            return queryset.filter(_troubled(value, clock.now()))
+        return queryset
 
 
 # -- the admin -------------------------------------------------------------------------------
@@ -560,7 +600,7 @@ class StateFilter(admin.SimpleListFilter):
 @admin.register(JobInstance)
 class JobInstanceAdmin(_ModelAdmin):
     form = InstanceForm
-    list_display = ("key", "job_name", "schedule", "enabled", "next_run", "state")
+    list_display = ("key", "job_name", "schedule", "state", "health", "last_run", "next_run")
     list_display_links = ("key",)
     list_filter = (JobFilter, StateFilter)
     list_select_related = ("lease",)
@@ -631,7 +671,53 @@ class JobInstanceAdmin(_ModelAdmin):
         perms_needed = {p for p in perms_needed if p != JobLease._meta.verbose_name}
         return deleted, counts, perms_needed, protected
 
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """The page's instances, each with its health: one reading of the health of the
+        page's instances by name (a constant number of queries for the page, whatever the
+        number of instances)."""
+        changelist = super().get_changelist_instance(request)
+        rows = list(changelist.result_list)
+        names = [row.name for row in rows if _lease(row) is not None]
+        healths = {h.name: h for h in health.all_health(names, now=clock.now())} if names else {}
+        for row in rows:
+            setattr(row, "fencedjobs_health", healths.get(row.name))  # noqa: B010
+        changelist.result_list = rows
+        return changelist
+
     # -- columns -----------------------------------------------------------------------------
+
+    @admin.display(description=_("health"))
+    def health(self, instance: JobInstance) -> SafeString | str:
+        """Its state as ``checkjobs`` reads it (late, failing, no runner, ok...), the reason
+        on hover."""
+        h: health.JobHealth | None = getattr(instance, "fencedjobs_health", None)
+        if h is None:
+            return "-"
+        return badge(h.state.value, h.state.value.replace("_", " "), h.reason)
+
+    @admin.display(description=_("last run"))
+    def last_run(self, instance: JobInstance) -> SafeString | str:
+        """The last run's outcome and when it ended; the last success and the failures in
+        a row below."""
+        h: health.JobHealth | None = getattr(instance, "fencedjobs_health", None)
+        if h is None:
+            return "-"
+        notes: list[tuple[Any, Any]] = [
+            (_("last success"), instant(h.last_success_at, h.tz) if h.last_success_at else "never")
+        ]
+        if h.consecutive_failures:
+            notes.append((_("failures in a row"), h.consecutive_failures))
+        sub = format_html_join("", '<span class="fj-sub">{}: {}</span>', notes)
+        run = h.last_run
+        if run is None:
+            return format_html("-{}", sub)
+        when = run.started_at if run.outcome == Outcome.RUNNING else run.finished_at
+        return format_html(
+            "{}<br>{}{}",
+            badge(run.outcome, str(Outcome(run.outcome).label), run.error_excerpt),
+            instant(when, h.tz),
+            sub,
+        )
 
     @admin.display(description=_("job"))
     def job_name(self, instance: JobInstance) -> SafeString:

@@ -80,6 +80,74 @@ def _with_health(rows: QuerySet[JobLease], healths: Mapping[str, JobHealth]) -> 
     return rows
 
 
+def _all_health(request: HttpRequest, now: datetime) -> list[JobHealth]:
+    """Every job's health, decided once per request (the changelist asks for its queryset
+    more than once)."""
+    found: list[JobHealth] | None = getattr(request, "fencedjobs_healths", None)
+    if found is None:
+        found = health.all_health(now=now)
+        setattr(request, "fencedjobs_healths", found)  # noqa: B010
+    return found
+
+
+#: The state filter of the Instances list that finds the instances in a health state, the
+#: worst state first.
+_INSTANCE_FILTER = {
+    State.NO_RUNNER: "no runner",
+    State.FAILING: "failing",
+    State.LATE: "late",
+    State.INVALID: "invalid",
+    State.PAUSED: "paused",
+}
+
+
+def _instance_jobs(healths: list[JobHealth]) -> list[dict[str, Any]]:
+    """Per job with instances: its name, its worst state's badge and its instances counted
+    by state, each count with the link to those instances (from the health of the
+    instances that may not be ok, which every job's health lists: no read of the rest)."""
+    url = reverse("admin:fencedjobs_jobinstance_changelist")
+    jobs = []
+    for summary in health.instance_summaries(healths):
+        if not summary.total:
+            continue
+        enabled = summary.total - summary.disabled
+        counts: list[tuple[str, int, str]] = []
+        if summary.no_runner is not None:
+            counts.append((State.NO_RUNNER.value, enabled, "no runner"))
+        else:
+            counts += [
+                (state.value, summary.listed[state], _INSTANCE_FILTER[state])
+                for state in _INSTANCE_FILTER  # the worst first
+                if summary.listed.get(state)
+            ]
+            counts.append((State.OK.value, summary.ok, ""))
+        if summary.disabled:
+            counts.append(("disabled", summary.disabled, "disabled"))
+        worst = next((state for state, count, _ in counts if count and state != "disabled"), "ok")
+        jobs.append(
+            {
+                "name": summary.job,
+                "total": summary.total,
+                "badge": badge(worst, worst.replace("_", " "), summary.no_runner or ""),
+                "counts": [
+                    {
+                        "state": state.replace("_", " "),
+                        "count": count,
+                        "url": f"{url}?{urlencode(_filtered(summary.job, found))}",
+                    }
+                    for state, count, found in counts
+                    if count
+                ],
+            }
+        )
+    return jobs
+
+
+def _filtered(job: str, state: str) -> dict[str, str]:
+    """The Instances list's filters for ``job``'s instances in ``state`` (all: "")."""
+    return {"job": job, "state": state} if state else {"job": job}
+
+
 def _per_job(values: Mapping[str, Any], default: Any, output_field: Any) -> Case:
     """A SQL expression that is ``values[name]`` for each job's row, ``default`` otherwise."""
     groups: dict[Any, list[str]] = {}
@@ -182,7 +250,7 @@ class JobLeaseAdmin(_ModelAdmin):
         one clock reading), and its state and severity as SQL values for the state filter
         and the ordering."""
         now = self._record_first_sightings(request)
-        healths = {h.name: h for h in health.all_health(now=now)}
+        healths = {h.name: h for h in _all_health(request, now)}
         # The jobs declared with a schedule; instances have a page of their own, and
         # backfill slots and one-offs are shown with their backfills and their job's runs.
         rows = (
@@ -203,6 +271,19 @@ class JobLeaseAdmin(_ModelAdmin):
         if ordering:
             rows = rows.order_by(*ordering)
         return _with_health(rows, healths)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The jobs; above them, each job declared with ``instances=True``: its instances
+        counted by state, each count a link to those instances."""
+        response = super().changelist_view(request, extra_context)
+        context = getattr(response, "context_data", None)
+        if context is not None and "cl" in context:
+            healths = getattr(request, "fencedjobs_healths", None)
+            if healths is not None:
+                context["instance_jobs"] = _instance_jobs(healths)
+        return response
 
     def get_ordering(self, request: HttpRequest) -> list[str | Combinable]:
         """Late, failing and invalid jobs first, then warnings, then the rest; by name."""
