@@ -260,13 +260,7 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
             try:
                 job = oneshots.job_for(row.name, item.kwargs)
             except UnknownJob as exc:
-                lease.pause_invalid(row.name, row.fence)
-                logger.error(
-                    "%s does not run (paused): %s",
-                    row.name,
-                    exc,
-                    extra={"event": "oneshot_invalid", "job": row.name},
-                )
+                _target_gone(row, now, exc)
                 continue
             slot = slots.plan(job, row, now)
             watermarks = _watermarks(row.name, alias)
@@ -293,6 +287,33 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
                 lease.end(row.name, fence, succeeded_at=None, failed=False)
             acquired.append(Acquired(job, record, now, watermarks, row.name))
     return acquired
+
+
+def _target_gone(row: lease.LeaseRow, now: datetime, exc: UnknownJob) -> None:
+    """A backfill slot or one-off whose target is gone (its instance deleted, its job no
+    longer declared) cannot run: its row is done (paused), and its slot is recorded
+    ``skipped`` with the reason, as the slot's next attempt, so that it is accounted for
+    and not only a line in the log."""
+    target = oneshots.target_of(row.name)
+    lease.pause_invalid(row.name, row.fence)
+    slot = row.run_slot or row.next_run_at
+    error = f"not run: {target} was deleted before it ran, or its job is no longer declared"
+    record = JobRun(
+        job=target,
+        scheduled_for=slot,
+        finished_at=now,
+        outcome=Outcome.SKIPPED,
+        kind=row.kind,
+        attempt=row.attempt,
+        error=f"{error} ({exc})",
+    )
+    lease.insert_as_next_attempt(record)
+    logger.error(
+        "%s does not run (recorded skipped): %s",
+        row.name,
+        exc,
+        extra={"event": "oneshot_invalid", "job": row.name},
+    )
 
 
 def _done_after_commit(job: Job, row: lease.LeaseRow, slot: datetime, now: datetime) -> None:

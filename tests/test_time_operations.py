@@ -396,3 +396,31 @@ def test_a_backfill_and_a_retry_of_the_same_slot_both_run_as_its_next_attempts(j
         (2, first, Outcome.SUCCEEDED),
         (3, second, Outcome.SUCCEEDED),
     ]
+
+
+@pytest.mark.parametrize("kind", [RunKind.ONCE, RunKind.BACKFILL])
+def test_a_one_shot_whose_instance_was_deleted_before_it_ran_is_recorded_skipped(jobs, kind):
+    # Queued for an instance that is then deleted: it cannot run, and it must not vanish
+    # with a line in the log: its slot is recorded as skipped, saying why.
+    ran = []
+
+    def digest(run):
+        ran.append(run.job.name)
+
+    base = job(instances=True, name="t.digest")(digest)
+    base.instances.upsert("a", cron="0 * * * *")
+    loop.tick()
+    slot = _h(8)
+    if kind == RunKind.ONCE:
+        name = backfills.run_once("t.digest[a]", slot)
+    else:
+        backfills.backfill("t.digest[a]", slot, slot + timedelta(seconds=1))
+        (name,) = JobLease.objects.filter(kind=RunKind.BACKFILL).values_list("name", flat=True)
+    base.instances.delete("a")
+    fake_clock.set(_h(10) + timedelta(seconds=1))
+    loop.tick()
+    assert ran == []
+    (run,) = JobRun.objects.filter(job="t.digest[a]", scheduled_for=slot)
+    assert (run.kind, run.outcome) == (kind, Outcome.SKIPPED)
+    assert "t.digest[a] was deleted before it ran" in run.error
+    assert JobLease.objects.get(name=name).paused  # done
