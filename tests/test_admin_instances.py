@@ -636,3 +636,38 @@ def test_the_jobs_page_counts_each_jobs_instances_by_state_linking_to_them(jobs,
     html = " ".join(re.sub(r"<[^>]+>", " ", page.content.decode()).split())
     assert "Jobs with instances" in html
     assert "4: 1 failing , 2 ok , 1 disabled" in html
+
+
+def test_an_instances_page_runs_it_now_with_the_jobs_operate_permission(digest, superuser_client):
+    digest.instances.upsert("paris", cron="0 8 * * *", kwargs={"tenant_id": 1})
+    instance = JobInstance.objects.get(key="paris")
+    page = superuser_client.get(change_url(instance)).content.decode()
+    run_now = reverse("admin:fencedjobs_jobinstance_run_now", args=[instance.pk])
+    assert f'action="{run_now}"' in page
+    assert "/admin/fencedjobs/backfill/add/?job=t.digest%5Bparis%5D" in page  # Backfill
+    assert "Run once" in page
+
+    # Who may view instances but not operate jobs sees no button and cannot post.
+    viewer = client_with("view_jobinstance")
+    assert f'action="{run_now}"' not in viewer.get(change_url(instance)).content.decode()
+    assert viewer.post(run_now).status_code == 403
+    assert superuser_client.get(run_now).status_code == 403  # a POST only
+
+    now = fake_clock()
+    response = superuser_client.post(run_now, follow=True)
+    said = [str(m) for m in response.context["messages"]]
+    assert said == ["t.digest[paris]: made due, it will run at the next tick."], said
+    assert JobLease.objects.get(name="t.digest[paris]").next_run_at == now
+    assert (
+        LogEntry.objects.filter(object_id=str(instance.pk))
+        .latest("pk")
+        .change_message.startswith("Run now: made due at")
+    )
+    assert "is due already" in superuser_client.post(run_now, follow=True).content.decode()
+    (run,) = loop.tick().runs
+    assert run.job == "t.digest[paris]"
+
+    JobInstance.objects.filter(pk=instance.pk).update(enabled=False)
+    response = superuser_client.post(run_now, follow=True)
+    said = [str(m) for m in response.context["messages"]]
+    assert said == ["t.digest[paris] is disabled: it does not run."], said
