@@ -26,7 +26,7 @@ from django.db.models import Max
 from django_fencedjobs import clock, instances, lease, oneshots
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.db import lease_db
-from django_fencedjobs.exceptions import FencedJobsError
+from django_fencedjobs.exceptions import FencedJobsError, UnknownJob
 from django_fencedjobs.instants import iso_utc
 from django_fencedjobs.models import (
     LEASE_FREE,
@@ -71,7 +71,10 @@ class BackfillPlan:
 
 
 def _target(name: str) -> Job:
-    job = instances.get_job(name)
+    try:
+        job = instances.get_job(name)
+    except UnknownJob as exc:
+        raise BackfillError(str(exc)) from None
     if job.instances:
         raise BackfillError(
             f"job {name!r} runs as its instances: name one, {name}[key], to backfill or run it"

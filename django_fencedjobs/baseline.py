@@ -60,7 +60,9 @@ def record_first_sightings(now: datetime) -> Sightings:
     reports what there is. The write runs in its own transaction, or savepoint inside the
     caller's, so a refusal leaves the caller's transaction usable.
     """
-    jobs = declared.runnable_jobs()
+    # A job with instances has no row of its own: its instances' rows are written when
+    # they are saved, each its own first sighting.
+    jobs = [job for job in declared.runnable_jobs() if not job.instances]
     if not jobs:
         return Sightings()
     existing = lease.read([job.name for job in jobs])

@@ -295,3 +295,23 @@ def test_a_job_seen_for_the_first_time_is_never_run_and_healthy(jobs):
     health = job_health("b.fresh")
     assert (health.state, health.severity) == (State.NEVER_RUN, Severity.HEALTHY)
     assert health.expected_by == T0 + timedelta(minutes=15) + DEADLINE_AFTER_SLOT
+
+
+def test_a_job_with_instances_is_a_first_sighting_once_never_again_at_each_command(jobs, caplog):
+    # It has no lease row of its own (its instances have theirs): it was "seen for the
+    # first time" by every command, one log line each time.
+    from django_fencedjobs import baseline
+
+    @job("*/15 * * * *", name="t.plain")
+    def plain(run):
+        pass
+
+    @job(instances=True, name="t.fleet")
+    def fleet(run):
+        pass
+
+    caplog.set_level("INFO", logger="django_fencedjobs")
+    assert baseline.record_first_sightings(fake_clock()).recorded == ["t.plain"]
+    assert baseline.record_first_sightings(fake_clock()).recorded == []
+    sightings = [r for r in caplog.records if getattr(r, "event", "") == "first_sighting"]
+    assert [r.jobs for r in sightings] == [["t.plain"]]

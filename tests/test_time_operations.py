@@ -424,3 +424,11 @@ def test_a_one_shot_whose_instance_was_deleted_before_it_ran_is_recorded_skipped
     assert (run.kind, run.outcome) == (kind, Outcome.SKIPPED)
     assert "t.digest[a] was deleted before it ran" in run.error
     assert JobLease.objects.get(name=name).paused  # done
+
+
+def test_a_backfill_or_one_off_of_a_name_nobody_declared_is_a_backfill_error(jobs):
+    # docs/api.md: each function of backfills raises BackfillError for what it cannot do.
+    with pytest.raises(backfills.BackfillError, match=r"t\.nobody"):
+        backfills.run_once("t.nobody", _h(8))
+    with pytest.raises(backfills.BackfillError, match=r"t\.nobody"):
+        backfills.backfill("t.nobody", _h(8), _h(9))
