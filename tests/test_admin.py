@@ -103,7 +103,7 @@ def badges(html: str) -> list[tuple[str, str]]:
     rows = re.findall(r"<tr>.*?</tr>", html, flags=re.S)
     found = []
     for row in rows:
-        state = re.search(r'class="fj-badge fj-(\w+)"', row)
+        state = re.search(r'class="fj-badge fj-([\w-]+)"', row)
         name = re.search(r'<th class="field-job"><a [^>]*><span class="fj-name">(.*?)</span>', row)
         if state and name:
             found.append((state.group(1), text(name.group(1))))
@@ -140,7 +140,7 @@ def test_the_job_list_shows_state_badges_with_late_and_failing_first(history, su
     assert response.status_code == 200
     html = response.content.decode()
     assert badges(html) == [
-        ("failing", BROKEN),
+        ("failing-critical", BROKEN),
         ("late", STALLED),
         ("ok", FINE),
         ("ok", "m.rollup"),
@@ -780,7 +780,7 @@ def test_the_jobs_views_decide_health_once_and_render_lazily(history, monkeypatc
     assert not response.is_rendered
     html = response.render().content.decode()
     assert badges(html) == [
-        ("failing", BROKEN),
+        ("failing-critical", BROKEN),
         ("late", STALLED),
         ("ok", FINE),
         ("ok", "m.rollup"),

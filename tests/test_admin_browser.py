@@ -261,7 +261,7 @@ def test_the_admin_shows_badges_and_slot_timelines_and_run_now_makes_a_job_due(
                 for name, row in by_name.items()
             }
             assert states == {
-                "crm.import_contacts": "failing",
+                "crm.import_contacts": "failing (critical)",
                 "reports.hourly_rollup": "late",
                 "billing.sync_invoices": "ok",
                 "search.reindex": "ok",
@@ -516,7 +516,7 @@ def test_an_instances_trouble_shows_on_the_jobs_page_and_the_instances_list_at_b
                     (key,) = page.locator("#result_list th.field-key").all_inner_texts()
                     assert key == "tenant-07"
                     listed = page.locator("#result_list tbody tr").first
-                    assert listed.locator("td.field-health").inner_text() == "failing"
+                    assert listed.locator("td.field-health").inner_text() == "failing (warning)"
                     last = listed.locator("td.field-last_run").inner_text()
                     assert last.startswith("failed") and "last success: never" in last
                     assert_fits(page, "the instances list filtered to the failing one")

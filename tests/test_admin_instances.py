@@ -581,7 +581,7 @@ def test_the_list_shows_each_instances_health_and_filters_the_troubled_by_state(
     html = superuser_client.get(changelist_url()).content.decode()
     text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
     assert "failures in a row: 1" in text
-    assert 'class="fj-badge fj-failing"' in html
+    assert 'class="fj-badge fj-failing-warning"' in html  # its first failure
     assert keys_listed(
         superuser_client.get(changelist_url(), {"state": "failing"}).content.decode()
     ) == ["t2"]

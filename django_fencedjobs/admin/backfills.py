@@ -276,9 +276,9 @@ class BackfillAdmin(_ModelAdmin):
     list_display = (
         "job_name",
         "span",
-        "selection",
+        "which_slots",
         "concurrency",
-        "slots",
+        "slots_queued",
         "progress",
         "requested_by",
         "created",
@@ -323,6 +323,14 @@ class BackfillAdmin(_ModelAdmin):
         """From, and to (excluded), in the job's zone."""
         tz = job_zone(b.job)
         return format_html("{}<br>{} {}", instant(b.start, tz), _("to"), instant(b.end, tz))
+
+    @admin.display(description=_("which slots"), ordering="selection")
+    def which_slots(self, b: Backfill) -> str:
+        return b.get_selection_display()
+
+    @admin.display(description=_("slots queued"), ordering="slots")
+    def slots_queued(self, b: Backfill) -> int:
+        return b.slots
 
     @admin.display(description=_("order"))
     def order(self, b: Backfill) -> str:

@@ -22,6 +22,14 @@ def badge(state: str, label: str, title: str = "") -> SafeString:
     return format_html('<span class="fj-badge fj-{}" title="{}">{}</span>', state, title, label)
 
 
+def health_badge(state: str, severity: str, reason: str) -> SafeString:
+    """A job's state as a badge, the reason on hover: failing as a warning in amber and
+    critical in red, labelled so (``failing (warning)``), as checkjobs writes them."""
+    if state == "failing":
+        return badge(f"failing-{severity}", f"failing ({severity})", reason)
+    return badge(state, state.replace("_", " "), reason)
+
+
 def instant(value: datetime | None, tz: tzinfo, *, ref: datetime | None = None) -> SafeString | str:
     """``value`` in ``tz`` to the second, and below it in UTC unless ``tz`` is UTC. With
     ``ref``, an instant written earlier in the same row: on the same local day, the time

@@ -52,7 +52,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from django_fencedjobs import clock, db, health, operations, runners
-from django_fencedjobs.admin.display import badge, breakable, instant
+from django_fencedjobs.admin.display import badge, breakable, health_badge, instant
 from django_fencedjobs.admin.paginator import _pg_estimate
 from django_fencedjobs.exceptions import ScheduleError, UnknownJob
 from django_fencedjobs.instances import declared, instance_job, validate
@@ -699,7 +699,7 @@ class JobInstanceAdmin(_ModelAdmin):
         h: health.JobHealth | None = getattr(instance, "fencedjobs_health", None)
         if h is None:
             return "-"
-        return badge(h.state.value, h.state.value.replace("_", " "), h.reason)
+        return health_badge(h.state.value, h.severity.value, h.reason)
 
     @admin.display(description=_("last run"))
     def last_run(self, instance: JobInstance) -> SafeString | str:
@@ -741,8 +741,9 @@ class JobInstanceAdmin(_ModelAdmin):
         lease = _lease(instance)
         if lease is None:
             return "-"
-        when = instant(lease.next_run_at, _zone(instance.timezone))
-        return format_html("paused<br>{}", when) if lease.paused else when
+        if lease.paused:  # its next run time is not a promise while it is paused
+            return str(_("paused"))
+        return instant(lease.next_run_at, _zone(instance.timezone))
 
     @admin.display(description=_("state"))
     def state(self, instance: JobInstance) -> SafeString:

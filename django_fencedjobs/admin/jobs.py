@@ -38,7 +38,14 @@ from django.utils.translation import gettext_lazy as _
 
 from django_fencedjobs import baseline, clock, db, health, manual, operations
 from django_fencedjobs.admin import timeline
-from django_fencedjobs.admin.display import badge, breakable, instant, job_zone, shortened
+from django_fencedjobs.admin.display import (
+    badge,
+    breakable,
+    health_badge,
+    instant,
+    job_zone,
+    shortened,
+)
 from django_fencedjobs.health import JobHealth, State
 from django_fencedjobs.instants import format_instant
 from django_fencedjobs.models import JobLease, Outcome, RunKind, Watermark
@@ -197,10 +204,14 @@ class JobLeaseAdmin(_ModelAdmin):
             {"fields": ("next_run", "expected_by", "last_success", "next_fire_times")},
         ),
         (_("Last run"), {"fields": ("last_outcome", "consecutive_failures")}),
-        (_("Lease"), {"fields": ("paused", "holder", "fence", "lease_expiry", "first_seen")}),
+        (
+            _("Lease"),
+            {"fields": ("paused_text", "holder", "fence", "lease_expiry", "first_seen")},
+        ),
         (_("Progress"), {"fields": ("watermarks",)}),
     )
     readonly_fields = (
+        "paused_text",
         "state",
         "reason",
         "schedule",
@@ -364,7 +375,7 @@ class JobLeaseAdmin(_ModelAdmin):
             return "-"
         return format_html(
             "{}{}",
-            badge(h.state.value, h.state.value.replace("_", " "), h.reason),
+            health_badge(h.state.value, h.severity.value, h.reason),
             shortened(h.reason, css="fj-reason"),
         )
 
@@ -373,7 +384,13 @@ class JobLeaseAdmin(_ModelAdmin):
         h = health_of(row)
         if h is None:
             return "-"
-        return badge(h.state.value, h.state.value.replace("_", " "), h.reason)
+        return health_badge(h.state.value, h.severity.value, h.reason)
+
+    @admin.display(description=_("paused"))
+    def paused_text(self, row: JobLease) -> str:
+        """Yes or no, in words: Django's icon for a false boolean is a red cross, which
+        beside a job reads as trouble."""
+        return str(_("yes: no run starts until it is resumed") if row.paused else _("no"))
 
     @admin.display(description=_("reason"))
     def reason(self, row: JobLease) -> str:
