@@ -130,7 +130,7 @@ class Command(BaseCommand):
                     f"admin at http://{address}/admin/; the login follows once the first runs "
                     "are in"
                 )
-            self._watch(supervisor, names, kicked_at, started, _login_box(address, password))
+            self._watch(supervisor, names, kicked_at, started, _login_box(address, password), port)
         finally:
             if supervisor.children:
                 say(
@@ -159,6 +159,7 @@ class Command(BaseCommand):
         since: datetime,
         started: float,
         login_box: list[str],
+        port: int,
     ) -> None:
         """Say when every job has a succeeded run and when the worker has run a task, then
         print ``login_box``: after the burst of log lines of the first runs, where it is
@@ -174,6 +175,11 @@ class Command(BaseCommand):
                 self._say(
                     f"{exited.name} exited with {exited.process.returncode}; stopping the demo"
                 )
+                if exited.name == "runserver":
+                    self._say(
+                        f"if its port was taken meanwhile (its log says 'That port is already "
+                        f"in use'), run e.g. `make demo DEMO_PORT={port + 1}`"
+                    )
                 return
             if pending:
                 pending -= _succeeded(pending, since)

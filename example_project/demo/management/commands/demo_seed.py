@@ -70,13 +70,13 @@ def seed(*, due_now: int = 3, minutes: int = 10, hours: int = 3) -> tuple[int, i
     with transaction.atomic():
         reminders = [
             Reminder(
-                text=f"Reminder #{n + 1}, due when the demo started",
+                text=f"Reminder #{n + 1} of the demo started at {now:%H:%M:%S}, due then",
                 due_at=now - timedelta(seconds=due_now - n),
             )
             for n in range(due_now)
         ] + [
             Reminder(
-                text=f"Reminder due {m} min after the demo started",
+                text=f"Reminder due {m} min after the demo started at {now:%H:%M:%S}",
                 due_at=now + timedelta(minutes=m),
             )
             for m in range(1, minutes + 1)
