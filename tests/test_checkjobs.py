@@ -233,3 +233,15 @@ def test_before_migrate_checkjobs_says_to_run_migrate_and_exits_3(unmigrated_env
     assert len(lines) == 1, result.stderr
     assert "run `manage.py migrate`" in lines[0]
     assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_json_gives_each_jobs_live_watermarks(history):
+    from django_fencedjobs.models import Watermark
+
+    at = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+    Watermark.objects.create(job=FINE, key="", position=at)
+    Watermark.objects.create(job=FINE, key="orders", cursor=1234)
+    _, out, _ = checkjobs("--json")
+    by_name = {entry["name"]: entry for entry in json.loads(out)["jobs"]}
+    assert by_name[FINE]["watermarks"] == {"": "2026-11-29T09:00:00+00:00", "orders": 1234}
+    assert by_name[BROKEN]["watermarks"] == {}

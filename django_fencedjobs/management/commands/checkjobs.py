@@ -21,8 +21,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_fencedjobs import baseline, clock, health, notify, preflight, runners
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant, iso_utc
+from django_fencedjobs.models import Watermark
 from django_fencedjobs.registry import registry
 from django_fencedjobs.text import one_line
 
@@ -190,7 +192,11 @@ def _json(
             "healthy": status == 0,
             "exit_code": status,
             "checked_at": now.isoformat(),
-            "jobs": [_as_dict(h) for h in healths],
+            "jobs": [
+                {**_as_dict(h), "watermarks": marks.get(h.name, {})}
+                for marks in [_watermarks([h.name for h in healths])]
+                for h in healths
+            ],
             # Jobs with instances: every instance counted; "jobs" lists those that may not
             # be ok (and any named with --job).
             "instances": [
@@ -283,6 +289,17 @@ def _exit_code(
     if strict and health.Severity.WARNING in severities:
         return 1
     return 0
+
+
+def _watermarks(names: list[str]) -> dict[str, dict[str, str | int | None]]:
+    """Each job's stored watermarks by key ("" the default), as JSON values: one query."""
+    found: dict[str, dict[str, str | int | None]] = {}
+    for mark in Watermark.objects.using(lease_db()).filter(job__in=names):
+        value = mark.value
+        found.setdefault(mark.job, {})[mark.key] = (
+            iso_utc(value) if isinstance(value, datetime) else value
+        )
+    return found
 
 
 def _as_dict(h: health.JobHealth) -> dict[str, Any]:
