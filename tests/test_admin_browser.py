@@ -205,6 +205,22 @@ FITS = """() => {
 }"""
 
 
+#: The job names (``.fj-name``) narrower than one of their parts: wrapped inside a word,
+#: where they may wrap only after a dot or an underscore.
+BROKEN_NAMES = """() => [...document.querySelectorAll('.fj-name')].filter(name => {
+    const probe = document.createElement('span');
+    probe.style.whiteSpace = 'nowrap';
+    probe.style.font = getComputedStyle(name).font;
+    document.body.appendChild(probe);
+    const widest = Math.max(...name.textContent.split(/(?<=[._])/).map(part => {
+        probe.textContent = part;
+        return probe.getBoundingClientRect().width;
+    }));
+    probe.remove();
+    return name.getBoundingClientRect().width + 0.5 < widest;
+}).map(name => name.textContent)"""
+
+
 def assert_fits(page, what: str) -> None:
     problems = page.evaluate(FITS)
     width = page.viewport_size["width"]
@@ -490,6 +506,11 @@ def test_an_instances_trouble_shows_on_the_jobs_page_and_the_instances_list_at_b
                 raise RuntimeError("the tenant's mail server refused the connection")
 
         fake_clock.set(T0)
+
+        @job("*/15 * * * *", name="reminders.jobs.send_due_reminders")
+        def reminders(run) -> None:
+            pass
+
         for tenant in range(30):
             send.instances.upsert(
                 f"tenant-{tenant:02d}", cron="*/15 * * * *", kwargs={"tenant_id": tenant}
@@ -511,6 +532,7 @@ def test_an_instances_trouble_shows_on_the_jobs_page_and_the_instances_list_at_b
                     assert row.locator(".fj-badge").inner_text() == "failing"
                     assert "30: 1 failing, 29 ok" in " ".join(row.inner_text().split())
                     assert_fits(page, "the jobs page with a job's instances counted")
+                    assert page.evaluate(BROKEN_NAMES) == [], "a name broken inside a word"
                     row.get_by_role("link", name="1 failing").click()
                     page.wait_for_url("**/fencedjobs/jobinstance/?**state=failing**")
                     (key,) = page.locator("#result_list th.field-key").all_inner_texts()

@@ -63,9 +63,9 @@ def _unbroken(text: str) -> SafeString:
 UNWRAPPED_CHARS = 16
 
 
-def breakable(name: str, *, at: str = ".") -> SafeString:
-    """A dotted name (a job, a task's path) that a narrow column wraps after a dot (or
-    another of the characters ``at``) first; a short one as it is."""
+def breakable(name: str, *, at: str = "._") -> SafeString:
+    """A dotted name (a job, a task's path) that a narrow column wraps after a dot or an
+    underscore (the characters ``at``), never inside a word; a short one as it is."""
     if len(name) <= UNWRAPPED_CHARS:
         return escape(name)
     return mark_safe(re.sub(f"([{re.escape(at)}])", r"\1<wbr>", str(escape(name))))
