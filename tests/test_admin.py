@@ -253,9 +253,10 @@ def test_slots_a_failed_run_coalesced_read_caught_up_by_its_successful_retry(sup
         ("succeeded", "09:15:00"),
         ("coalesced", "09:30:00"),
         ("coalesced", "09:45:00"),
-        ("succeeded", "10:00:00"),
+        ("retried", "10:00:00"),  # its first attempt failed: not drawn as a plain success
         ("upcoming", "10:15:00"),
     ]
+    assert "succeeded after failing" in html  # the legend
     titles = slot_titles(html)
     assert titles["09:30:00"] == (
         "2026-11-29 09:30:00 UTC: did not run; caught up by the run of 2026-11-29 10:00:00 UTC"

@@ -69,7 +69,12 @@ PAGE = Size(width=900, height=66, mark=7, most=96, day_fewest=24, fewest=30, com
 LIST = Size(width=144, height=18, mark=4, most=24, day_fewest=24, fewest=24, compact=True)
 
 #: The words for each kind of mark.
+#: A slot whose last attempt succeeded after an earlier one failed: not drawn as a slot that
+#: ran well the first time.
+RETRIED = "retried"
 KIND_LABELS: dict[str, str] = {
+    Outcome.SUCCEEDED.value: str(Outcome.SUCCEEDED.label),
+    RETRIED: "succeeded after failing",
     **{outcome.value: str(outcome.label) for outcome in Outcome},
     "absent": "did not run",
     "coalesced": "did not run, caught up later",
@@ -257,9 +262,8 @@ def events(w: Window, runs: Iterable[JobRun], *, paused: bool) -> list[_Event]:
         run = by_instant.get(at)
         after_last_run = last_run is None or at > last_run
         if run is not None:
-            found.append(
-                _Event(at, run.outcome, run, offslot=at not in on_schedule, covers=covers[at])
-            )
+            kind = RETRIED if run.outcome == Outcome.SUCCEEDED and run.attempt > 1 else run.outcome
+            found.append(_Event(at, kind, run, offslot=at not in on_schedule, covers=covers[at]))
         elif at in caught_up:
             by = caught_up[at]
             kind = Outcome.SKIPPED.value if by.outcome == Outcome.SKIPPED else "coalesced"
