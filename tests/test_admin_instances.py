@@ -487,7 +487,9 @@ def test_the_unfiltered_list_on_postgresql_uses_the_planners_estimate(
     with CaptureQueriesContext(connection) as queries:
         response = superuser_client.get(changelist_url())
     assert response.context["cl"].result_count == 12  # reltuples after ANALYZE
-    assert count_queries([q["sql"] for q in queries if "jobinstance" in q["sql"]]) == []
+    # No count of the instances' table (the health of the page's rows counts their runs).
+    listing = [q["sql"] for q in queries if 'FROM "fencedjobs_jobinstance"' in q["sql"]]
+    assert count_queries(listing) == []
     assert "about 12 instances" in " ".join(response.content.decode().split())
 
 

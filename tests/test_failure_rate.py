@@ -209,4 +209,4 @@ def test_the_admin_badge_says_the_flaky_job_is_failing(jobs):
     client.force_login(User.objects.create_superuser("admin", "admin@example.com", "pw"))
     response = client.get("/admin/fencedjobs/joblease/")
     assert response.status_code == 200
-    assert badges(response.content.decode()) == [("failing", "f.flaky")]
+    assert badges(response.content.decode()) == [("failing-critical", "f.flaky")]
