@@ -62,6 +62,11 @@ def test_a_backfill_is_dry_run_then_queued_from_its_form_and_opens_its_page(hour
             page.goto(f"{live_server.url}{reverse('admin:fencedjobs_backfill_changelist')}")
             page.click("text=Add backfill")
             page.wait_for_url("**/backfill/add/")
+            # Each choice of slots on one line, not squeezed into a narrow column.
+            heights = page.locator("#id_selection label").evaluate_all(
+                "labels => labels.map(label => label.getBoundingClientRect().height)"
+            )
+            assert len(heights) == 3 and max(heights) < 1.6 * min(heights), heights
             page.fill("#id_job", "billing.sync_invoices")
             page.fill("#id_start", "2026-11-29T04:00:00Z")
             page.fill("#id_end", "2026-11-29T09:00:00+00:00")
@@ -70,7 +75,12 @@ def test_a_backfill_is_dry_run_then_queued_from_its_form_and_opens_its_page(hour
 
             page.click("input[name=_dry_run]")
             page.wait_for_selector("#fj-plan-queue")
-            assert page.url == add_url  # the form again, with what it would queue
+            assert page.url == f"{add_url}#fj-plan"  # the form again, with what it would queue
+            # The dry run is where the page opens (scrolled to it as far as the page goes),
+            # its first slots in sight, not below the fold of a laptop's screen.
+            first = page.locator("#fj-plan-queue tbody tr").first
+            bottom = first.evaluate("row => row.getBoundingClientRect().bottom")
+            assert 0 < bottom < page.viewport_size["height"], bottom
             rows = page.locator("#fj-plan-queue tbody tr")
             assert rows.count() == 5
             assert rows.nth(0).inner_text().startswith("2026-11-29 05:00:00 Europe/Berlin")
