@@ -11,6 +11,7 @@ is imported.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,3 +151,56 @@ def test_the_graph_sees_imports_inside_functions_and_relative_ones(tmp_path):
     assert cycles({"pkg.a": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.a"}}) == [
         ["pkg.a", "pkg.sub.b", "pkg.a"]
     ]
+
+
+# -- the layers docs/internals.md states -------------------------------------------------------
+
+INTERNALS = PACKAGE.parent / "docs" / "internals.md"
+#: Imports that run back up the layers on purpose, each with its reason (docs/internals.md).
+UPWARD = {
+    (f"{ROOT}.run", f"{ROOT}.integrations.tasks"): "Run.enqueue hands its task to django.tasks",
+}
+
+
+def layers() -> list[tuple[str, list[str]]]:
+    """The table under "Modules by layer": each layer's name and its modules, as written
+    (``lease.py``, ``admin/*``), first layer first."""
+    text = INTERNALS.read_text()
+    table = text.split("## Modules by layer", 1)[1].split("\n\n|", 1)[1].split("\n\n", 1)[0]
+    found = []
+    for line in ("|" + table).splitlines()[2:]:
+        name, modules, _ = (cell.strip() for cell in line.strip("|").split("|"))
+        found.append((name, re.findall(r"`([^`]+)`", modules)))
+    return found
+
+
+def layer_of(module: str, table: list[tuple[str, list[str]]]) -> int | None:
+    relative = module.removeprefix(f"{ROOT}.").replace(".", "/")
+    for index, (_, patterns) in enumerate(table):
+        for pattern in patterns:
+            if pattern.endswith("/*") and (relative + "/").startswith(pattern[:-1]):
+                return index  # a module of the folder, or its package
+            if relative + ".py" == pattern:
+                return index
+    return None
+
+
+def test_every_module_is_in_a_layer_of_docs_internals():
+    table = layers()
+    assert [name for name, _ in table][:2] == ["facts, Django-free", "configuration"]
+    placed = [m for m in modules() if m != ROOT and ".migrations" not in m]
+    missing = [m for m in placed if m != f"{ROOT}.management" and layer_of(m, table) is None]
+    assert not missing, f"modules in no layer of {INTERNALS.name}: {missing}"
+
+
+def test_no_module_imports_from_a_layer_below_its_own():
+    table = layers()
+    wrong = []
+    for module, targets in graph().items():
+        own = layer_of(module, table)
+        for target in targets:
+            theirs = layer_of(target, table)
+            if own is None or theirs is None or theirs <= own or (module, target) in UPWARD:
+                continue
+            wrong.append(f"{module} ({table[own][0]}) imports {target} ({table[theirs][0]})")
+    assert not wrong, "imports running back down the layers:\n" + "\n".join(wrong)
