@@ -225,7 +225,11 @@ def prepare(name: str, *, due: bool = True) -> None:
 
 
 def make_due(name: str) -> None:
-    assert operations.make_due(name, now()), f"{name} was already due"
+    """Make the job due now ("run now"). A job whose own slot fell due meanwhile (an hourly
+    job whose test runs across the hour) is due already: that is what the caller needs."""
+    at = now()
+    change = operations.make_due(name, at)
+    assert change or lease_row(name).next_run_at <= at, f"{name}: not made due ({change})"
 
 
 def lease_row(name: str) -> JobLease:
