@@ -23,6 +23,11 @@ if TYPE_CHECKING:  # the package's models need Django set up, which main() does 
 #: A run enqueues one :func:`tests.rq_tasks.fenced_write` of its fence, on the RQ backend.
 RQ_FENCED_WRITE = "rq.fenced_write"
 
+#: A run enqueues :data:`FAN_OUT` :func:`tests.rq_tasks.fenced_write` tasks (seq 0, 1, ...)
+#: in one fenced block: one batch hand-over (tests/test_tasks_rq_batch.py).
+RQ_FAN_OUT = "rq.fan_out"
+FAN_OUT = 120
+
 HOURLY = timedelta(hours=1)
 
 
@@ -32,11 +37,51 @@ def enqueue_fenced_write(run: Run) -> None:
     run.enqueue(fenced_write, run.job.name, run.fence)
 
 
+def enqueue_fan_out(run: Run) -> None:
+    from django_fencedjobs import fenced_atomic
+    from tests.rq_tasks import fenced_write
+
+    with fenced_atomic():
+        for seq in range(FAN_OUT):
+            run.enqueue(fenced_write, run.job.name, seq)
+
+
 def register() -> None:
     """Declare the jobs in the current registry. Idempotent (same functions, same names)."""
     from django_fencedjobs import job
 
     job(every=HOURLY, name=RQ_FENCED_WRITE, timeout=timedelta(minutes=5))(enqueue_fenced_write)
+    job(every=HOURLY, name=RQ_FAN_OUT, timeout=timedelta(minutes=5))(enqueue_fan_out)
+
+
+#: The environment variable naming a marker file: while it exists, a hand-over waits right
+#: before its claim (``relay.claim``), having created ``<marker>.reached``
+#: (tests/test_tasks_rq_batch.py: a run's own hand-over and a relay that race).
+HOLD_CLAIM_ENV = "FENCEDJOBS_TEST_HOLD_BEFORE_CLAIM"
+
+
+def _hold_before_claim() -> None:
+    """While ``$FENCEDJOBS_TEST_HOLD_BEFORE_CLAIM`` exists, wait at each claim of a
+    hand-over, before its statement."""
+    import time
+    from pathlib import Path
+
+    from django_fencedjobs.integrations import relay
+
+    marker = os.environ.get(HOLD_CLAIM_ENV)
+    if not marker:
+        return
+    claim = relay.claim
+
+    def held(records):  # type: ignore[no-untyped-def]
+        if os.path.exists(marker):
+            Path(marker + ".reached").touch()
+            deadline = time.monotonic() + 60
+            while os.path.exists(marker) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return claim(records)
+
+    relay.claim = held
 
 
 def main(argv: list[str]) -> int:
@@ -47,7 +92,35 @@ def main(argv: list[str]) -> int:
     from django.core.management import call_command
 
     register()
+    _hold_before_claim()
     call_command("runjobs", "--once", *[word for name in argv for word in ("--job", name)])
+    return 0
+
+
+def relay_main() -> int:
+    """One look of a runner's relay (``relay_pending``), as its chore does; prints how
+    many tasks it handed over (``taken N``)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.rq_settings")
+    import django
+
+    django.setup()
+    from django_fencedjobs.integrations.tasks import relay_pending
+
+    _hold_before_claim()
+    print(f"taken {relay_pending()}")
+    return 0
+
+
+def enqueue_plain_main() -> int:
+    """Enqueue one :func:`tests.rq_tasks.fenced_write` by the task's own ``enqueue`` (the
+    backend's, no run): prints its id, to compare its RQ job with a hand-over's."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.rq_settings")
+    import django
+
+    django.setup()
+    from tests.rq_tasks import fenced_write
+
+    print(fenced_write.enqueue("plain", 0).id)
     return 0
 
 

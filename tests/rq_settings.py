@@ -18,7 +18,9 @@ INSTALLED_APPS = [*INSTALLED_APPS, "django_rq", "django_tasks_rq"]
 #: ("connection refused") instead of finding some other Redis.
 REDIS_URL = os.environ.get("FENCEDJOBS_TEST_REDIS_URL", "redis://127.0.0.1:1/0")
 
-RQ_QUEUES = {"default": {"URL": REDIS_URL}}
+#: The queue's class puts faults on enqueueing while a test's marker file exists
+#: (tests/rq_backends.py); without one it is django-rq's own.
+RQ_QUEUES = {"default": {"URL": REDIS_URL, "QUEUE_CLASS": "tests.rq_backends.FaultyQueue"}}
 
 TASKS = {**TASKS, "rq": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}}
 
@@ -31,12 +33,12 @@ LOGGING = {
 }
 
 # -- fault tests (tests/test_tasks_rq_faults.py) ----------------------------------------------
-# django-tasks-rq's backend that SIGKILLs its process, or waits, in ``enqueue`` while a marker
-# file exists (tests/rq_backends.py): the runner killed between its commit and the hand-over,
-# and Redis stopped right before the hand-over.
+# A second django-tasks-rq backend on the same queue, whose jobs meet the queue's faults
+# (tests/rq_backends.py) where the test sets a marker: the runner killed between its commit
+# and the hand-over, and Redis stopped right before the hand-over.
 TASKS = {
     **TASKS,
-    "rq_faulty": {"BACKEND": "tests.rq_backends.FaultyRQBackend", "QUEUES": ["default"]},
+    "rq_faulty": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]},
 }
 
 # -- django-tasks-db installed but not an app (tests/test_tasks_rq_without_db_app.py) ---------

@@ -204,8 +204,11 @@ def test_a_task_left_pending_by_a_runner_killed_in_the_hand_over_is_relayed_and_
 
     record = wait_finished(record, rq_worker)
     assert (record.status, record.handovers) == (TaskStatus.SUCCESSFUL, 2), record.error
-    (delivery,) = TaskDelivery.objects.filter(task_id=record.pk)
-    assert (delivery.backend, delivery.result_id) == ("rq_faulty", record.result_id)
+    # Each hand-over's id was recorded before it began; the killed one's never reached RQ.
+    killed, relayed = TaskDelivery.objects.filter(task_id=record.pk).order_by("pk")
+    assert (relayed.backend, relayed.result_id) == ("rq_faulty", record.result_id)
+    with pytest.raises(NoSuchJobError):
+        RQJob.fetch(killed.result_id, connection=conn)
     job = RQJob.fetch(record.result_id, connection=conn)
     # RQ stores a job's result after the task's own end is reported: wait for it.
     wait_until(lambda: job.results(), what="RQ's result of the job")
@@ -397,7 +400,7 @@ def test_a_task_whose_hand_over_met_redis_down_stays_pending_and_is_relayed_once
     assert "Hand-over 1: the backend 'rq_faulty' did not take the task" in record.error
     assert "ConnectionError" in record.error, record.error
     assert record.handover_after >= run.started_at + relay.BACKOFF
-    assert not TaskDelivery.objects.filter(task_id=record.pk).exists()
+    (refused,) = TaskDelivery.objects.filter(task_id=record.pk)  # its id, chosen before
 
     # Redis comes back, empty; once the backoff has passed, a runner's relay hands it over.
     redis_server.restart()
@@ -413,8 +416,10 @@ def test_a_task_whose_hand_over_met_redis_down_stays_pending_and_is_relayed_once
     assert record.handovers == 2 and record.result_id, (record.status, record.error)
     record = wait_finished(record, rq_worker)
     assert (record.status, record.handovers, record.error) == (TaskStatus.SUCCESSFUL, 2, "")
-    (delivery,) = TaskDelivery.objects.filter(task_id=record.pk)
-    assert delivery.result_id == record.result_id
+    delivery = TaskDelivery.objects.filter(task_id=record.pk).latest("pk")
+    assert delivery.result_id == record.result_id != refused.result_id
+    with pytest.raises(NoSuchJobError):
+        RQJob.fetch(refused.result_id, connection=Redis.from_url(redis_server.url))
     job = RQJob.fetch(record.result_id, connection=Redis.from_url(redis_server.url))
     wait_until(lambda: job.results(), what="RQ's result of the job")
     assert [result.worker_name for result in job.results()] == ["W0"]

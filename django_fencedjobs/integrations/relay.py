@@ -1,26 +1,27 @@
-"""The relay: tasks recorded in a run's transaction are handed to their backend until it
-takes them.
+"""The outbox of tasks handed over after the commit: which hand-over of which record is
+whose, and what became of it.
 
 A task for a backend that does not write to the lease database (RQ, Celery, Redis, or
 django-tasks-db on another database) is recorded ``pending`` in the run's fenced
 transaction, with its call (:attr:`RunTask.call <django_fencedjobs.models.RunTask.call>`):
 the records are an outbox. Right after that transaction commits, the run's process hands
-them over (:func:`deliver`). If that fails (the backend is down) or the process dies before
-it, the record stays ``pending``, and any runner's relay hands it over later
-(``integrations.tasks.relay_pending``, a runner's chore: after each pass, at most once per
-:data:`RELAY_EVERY`, for a task pending ``FENCEDJOBS["TASK_HANDOVER_GRACE"]`` after its
-commit), with backoff, up
-to :data:`MAX_HANDOVERS` times; then the task is recorded failed with the reason, and the
-job reads failing. Never silently pending.
+them over, all of them together (``integrations.tasks.hand_over``). If that fails (the
+backend is down) or the process dies before it, the records stay ``pending``, and any
+runner's relay hands them over later (``integrations.tasks.relay_pending``, a runner's
+chore, at most once per :data:`RELAY_EVERY`, for the tasks pending
+``FENCEDJOBS["TASK_HANDOVER_GRACE"]`` after their commit, :data:`RELAY_BATCH` at a time),
+with backoff, up to :data:`MAX_HANDOVERS` times; then the task is recorded failed with the
+reason, and the job reads failing. Never silently pending.
 
-Each hand-over is claimed first, by a compare-and-set on the record's count of hand-overs:
-two processes never hand the same record over at once. A hand-over that reached the
-backend but died before its id was recorded is handed over again when the relay finds it
-(``TASK_HANDOVER_GRACE`` after it began): the backend then holds two deliveries of one task. That is
-what makes delivery *at least once*; the worker side makes the writes *at most once*: the
-first execution of the task whose fenced block commits claims the record
-(:attr:`RunTask.executor <django_fencedjobs.models.RunTask.executor>`, in that block's
-transaction), and every other delivery's ``fenced_atomic()`` raises
+Each hand-over is claimed first (:func:`claim`), by a compare-and-set on the record's count
+of hand-overs, for a whole batch in one statement: two processes (two runners' relays, or
+a relay and the run's own process) never hand the same record over at once. A hand-over
+that reached the backend but died before it was recorded is handed over again when the
+relay finds it (``TASK_HANDOVER_GRACE`` after it began): the backend then holds two
+deliveries of one task. That is what makes delivery *at least once*; the worker side makes
+the writes *at most once*: the first execution of the task whose fenced block commits
+claims the record (:attr:`RunTask.executor <django_fencedjobs.models.RunTask.executor>`, in
+that block's transaction), and every other delivery's ``fenced_atomic()`` raises
 :class:`~django_fencedjobs.exceptions.DuplicateDelivery` before writing
 (:mod:`django_fencedjobs.integrations.tasks`). Together: effectively once.
 """
@@ -28,11 +29,13 @@ transaction), and every other delivery's ``fenced_atomic()`` raises
 from __future__ import annotations
 
 import logging
-from contextlib import AbstractContextManager
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
-from django.db.models import F
+from django.db import connections
+from django.db.models import Case, CharField, F, Value, When
+from django.db.models.functions import Cast, Concat
 
 from django_fencedjobs import clock, db
 from django_fencedjobs.conf import get_settings
@@ -47,8 +50,10 @@ MAX_HANDOVERS = 8
 BACKOFF = timedelta(seconds=5)
 #: How often a runner looks for tasks to relay, at most (seconds of real time).
 RELAY_EVERY = 5.0
-#: At most this many tasks per look.
-RELAY_BATCH = 100
+#: At most this many tasks per look (handed over together, as a run's are).
+RELAY_BATCH = 1000
+#: At most this many records in one claim statement (each is one parameter of it).
+CLAIM_CHUNK = 5000
 
 
 def backoff(handovers: int) -> timedelta:
@@ -57,68 +62,125 @@ def backoff(handovers: int) -> timedelta:
     return BACKOFF * (1 << doublings)
 
 
-def deliver(record: RunTask, task: Any, context: AbstractContextManager[Any]) -> Any | None:
-    """Hand ``record``'s task over once, if no other process is, inside ``context`` (what
-    a backend that runs the task at once needs of its run): the backend's result, or None
-    when another process claimed this hand-over or the backend refused it (then the record
-    says why, and when it is tried again, or that it failed for good)."""
-    alias = db.lease_db()
-    rows = RunTask.objects.using(alias).filter(pk=record.pk)
+def claim(records: Sequence[RunTask]) -> list[RunTask]:
+    """Claim the next hand-over of each of ``records`` that no other process has claimed:
+    the records claimed, their ``handovers`` counted up. One ``UPDATE ... RETURNING`` per
+    chunk of records with the same count (one, for a run's own tasks).
+
+    This compare-and-set is what keeps two hand-overs of one task apart: a record moves from
+    ``handovers = n`` to ``n + 1`` in exactly one statement, whichever process's it is (on
+    PostgreSQL the second statement waits for the first's row lock, then re-reads
+    ``handovers`` and skips the row; SQLite has one writer at a time). The claim also moves
+    the record's next hand-over ``TASK_HANDOVER_GRACE`` ahead, so no relay tries it while
+    this hand-over is under way."""
+    if not records:
+        return []
+    connection = connections[db.lease_db()]
+    table = connection.ops.quote_name(RunTask._meta.db_table)
+    after = connection.ops.adapt_datetimefield_value(
+        clock.now() + get_settings().TASK_HANDOVER_GRACE
+    )
+    by_count: dict[int, list[RunTask]] = defaultdict(list)
+    for record in records:
+        by_count[record.handovers].append(record)
+    won: set[int] = set()
+    for count, group in by_count.items():
+        for chunk in _chunks(group, CLAIM_CHUNK):
+            ids = ", ".join(["%s"] * len(chunk))
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {table} SET handovers = handovers + 1, handover_after = %s"
+                    f" WHERE status = %s AND handovers = %s AND id IN ({ids}) RETURNING id",
+                    [after, TaskStatus.PENDING.value, count, *(record.pk for record in chunk)],
+                )
+                won.update(row[0] for row in cursor.fetchall())
+    claimed = [record for record in records if record.pk in won]
+    for record in claimed:
+        record.handovers += 1
+    return claimed
+
+
+def _chunks(items: list[RunTask], size: int) -> Iterator[list[RunTask]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def will_deliver(records: Sequence[RunTask], backend: str, prefix: str) -> None:
+    """Record, before handing them over, the ids the backend will know ``records``' tasks
+    by (``prefix`` and each record's id): a worker that starts one before
+    :func:`delivered` finds its record by that id at once. An id whose hand-over then
+    fails is never started by anyone; it stays, harmless, until retention."""
     now = clock.now()
-    claimed = rows.filter(status=TaskStatus.PENDING, handovers=record.handovers).update(
-        # A hand-over in progress is not tried by another process before this.
-        handovers=F("handovers") + 1,
-        handover_after=now + get_settings().TASK_HANDOVER_GRACE,
-    )
-    if not claimed:
-        return None
-    record.handovers += 1
-    call = record.call or {}
-    try:
-        with context:
-            result = task.enqueue(*call.get("args", ()), **call.get("kwargs", {}))
-    except Exception as exc:
-        refused(record, exc)
-        return None
-    TaskDelivery.objects.using(alias).create(
-        task_id=record.pk,
-        backend=record.backend,
-        result_id=str(result.id),
-        delivered_at=clock.now(),
-    )
-    return result
-
-
-def refused(record: RunTask, exc: Exception) -> None:
-    rows = RunTask.objects.using(db.lease_db()).filter(pk=record.pk, status=TaskStatus.PENDING)
-    why = f"the backend {record.backend!r} did not take the task: {type(exc).__name__}: "
-    why += one_line(exc)
-    if record.handovers >= MAX_HANDOVERS:
-        rows.update(
-            status=TaskStatus.FAILED,
-            finished_at=clock.now(),
-            error=bounded(f"Not enqueued after {record.handovers} hand-overs: {why}", 2000),
+    TaskDelivery.objects.using(db.lease_db()).bulk_create(
+        TaskDelivery(
+            task_id=record.pk, backend=backend, result_id=f"{prefix}{record.pk}", delivered_at=now
         )
-        logger.error(
-            "task %s of %s not enqueued after %d hand-overs, recorded failed: %s",
-            record.task_path,
-            record.job,
-            record.handovers,
+        for record in records
+    )
+
+
+def delivered(records: Sequence[RunTask], prefix: str) -> None:
+    """Record that the backend took ``records``' tasks under the ids :func:`will_deliver`
+    gave them, in one statement: each record's id, ``ready`` (forward only: a worker's
+    report that landed meanwhile is kept)."""
+    RunTask.objects.using(db.lease_db()).filter(pk__in=[record.pk for record in records]).update(
+        result_id=Concat(Value(prefix), Cast("pk", output_field=CharField())),
+        enqueued_at=clock.now(),
+        error="",
+        status=Case(
+            When(status=TaskStatus.PENDING, then=Value(TaskStatus.READY.value)),
+            default=F("status"),
+        ),
+    )
+
+
+def refused(records: Sequence[RunTask], exc: BaseException) -> None:
+    """Record that the backend did not take ``records``' tasks (their hand-over claimed):
+    each is tried again after its backoff, or recorded failed after :data:`MAX_HANDOVERS`.
+    One statement and one log line per count of hand-overs, however many tasks."""
+    rows = RunTask.objects.using(db.lease_db()).filter(status=TaskStatus.PENDING)
+    by_count: dict[int, list[RunTask]] = defaultdict(list)
+    for record in records:
+        by_count[record.handovers].append(record)
+    now = clock.now()
+    for count, group in by_count.items():
+        first = group[0]
+        backend = first.backend
+        why = f"the backend {backend!r} did not take the task: {type(exc).__name__}: "
+        why += one_line(exc)
+        these = rows.filter(pk__in=[record.pk for record in group])
+        which = _which(group)
+        if count >= MAX_HANDOVERS:
+            these.update(
+                status=TaskStatus.FAILED,
+                finished_at=now,
+                error=bounded(f"Not enqueued after {count} hand-overs: {why}", 2000),
+            )
+            logger.error(
+                "%s not enqueued after %d hand-overs, recorded failed: %s",
+                which,
+                count,
+                why,
+                extra={"event": "task_not_enqueued", "job": first.job, "tasks": len(group)},
+            )
+            continue
+        after = now + backoff(count)
+        these.update(handover_after=after, error=bounded(f"Hand-over {count}: {why}", 2000))
+        logger.warning(
+            "%s: hand-over %d failed, next at %s: %s",
+            which,
+            count,
+            after.isoformat(timespec="seconds"),
             why,
-            extra={"event": "task_not_enqueued", "job": record.job},
+            extra={"event": "task_handover_failed", "job": first.job, "tasks": len(group)},
         )
-        return
-    after = clock.now() + backoff(record.handovers)
-    rows.update(handover_after=after, error=bounded(f"Hand-over {record.handovers}: {why}", 2000))
-    logger.warning(
-        "task %s of %s: hand-over %d failed, next at %s: %s",
-        record.task_path,
-        record.job,
-        record.handovers,
-        after.isoformat(),
-        why,
-        extra={"event": "task_handover_failed", "job": record.job},
-    )
+
+
+def _which(records: Sequence[RunTask]) -> str:
+    first = records[0]
+    if len(records) == 1:
+        return f"task {first.task_path} of {first.job}"
+    return f"{len(records)} tasks ({first.task_path} of {first.job} first)"
 
 
 def pending(now: datetime, limit: int = RELAY_BATCH) -> list[RunTask]:

@@ -442,19 +442,80 @@ def writes_to(task: Task[Any, Any], alias: str) -> bool:
 
 
 def _hand_over(tasks: list[tuple[RunTask, Task[Any, Any]]]) -> None:
-    """Give the backend the tasks whose records just committed, in order: right after the
-    commit, once. A task the backend does not take (or all of them, if this process dies
-    first) stays ``pending`` for the relay (:mod:`~django_fencedjobs.integrations.relay`),
-    which hands it over later, with backoff, until the backend takes it or it is recorded
-    failed."""
+    """Right after the commit of a run's fenced block: hand its tasks over
+    (:func:`hand_over`). What the database refuses now is left to the relay: the records
+    are committed, ``pending``."""
+    try:
+        hand_over(tasks)
+    except DatabaseError:
+        logger.warning("could not hand %d task(s) over; the relay will", len(tasks), exc_info=True)
+
+
+def hand_over(tasks: Sequence[tuple[RunTask, Task[Any, Any]]]) -> int:
+    """Hand ``tasks`` (each with its committed ``pending`` record) to their backends; how
+    many the backends took. The run's own hand-over after its commit and the relay's are
+    this one function.
+
+    1. Each record's hand-over is claimed, all in one statement (:func:`relay.claim`): a
+       record another process is handing over is left to it.
+    2. The tasks of django-tasks-rq go to Redis together, one pipeline per queue
+       (:mod:`~django_fencedjobs.integrations.rq`), their ids chosen and their deliveries
+       recorded before, their records marked handed over in one statement after. Any
+       other backend has no batch form: its tasks are enqueued one by one, each recorded
+       as the backend answers (:func:`_hand_over_one`).
+    3. A batch the backend refuses is recorded refused, each record tried again after its
+       backoff (:func:`relay.refused`).
+    """
+    from django_fencedjobs.integrations import rq
+
+    taken = 0
+    batch: list[tuple[RunTask, Task[Any, Any]]] = []
+    batched: dict[Task[Any, Any], bool] = {}
+    claimed = {record.pk for record in relay.claim([record for record, _ in tasks])}
     for record, task in tasks:
+        if record.pk not in claimed:
+            continue  # another process has this hand-over
+        if task not in batched:
+            batched[task] = rq.takes(task)
+        if batched[task]:
+            batch.append((record, task))
+        else:
+            taken += _hand_over_one(record, task)
+    if batch:
+        records = [record for record, _ in batch]
+        # One prefix per batch: ids unique across batches, processes and projects
+        # sharing one Redis, each record's own within the batch.
+        prefix = f"fj{uuid.uuid4().hex}-"
+        relay.will_deliver(records, batch[0][1].backend, prefix)
         try:
-            result = relay.deliver(record, task, dispatching(record))
-        except DatabaseError:
-            logger.warning("could not hand task %s over; the relay will", record.pk, exc_info=True)
-            continue
-        if result is not None:
-            record_delivery(record, task, result)
+            rq.hand_over(batch, prefix)
+        except Exception as exc:
+            relay.refused(records, exc)
+        else:
+            relay.delivered(records, prefix)
+            taken += len(batch)
+    return taken
+
+
+def _hand_over_one(record: RunTask, task: Task[Any, Any]) -> int:
+    """Hand one task over by its backend's ``enqueue`` (its hand-over claimed): 1 if the
+    backend took it. A backend that runs the task at once (``ImmediateBackend``) finds its
+    run's fence in :class:`dispatching`."""
+    call = record.call or {}
+    try:
+        with dispatching(record):
+            result = task.enqueue(*call.get("args", ()), **call.get("kwargs", {}))
+    except Exception as exc:
+        relay.refused([record], exc)
+        return 0
+    TaskDelivery.objects.using(db.lease_db()).create(
+        task_id=record.pk,
+        backend=record.backend,
+        result_id=str(result.id),
+        delivered_at=clock.now(),
+    )
+    record_delivery(record, task, result)
+    return 1
 
 
 def record_delivery(record: RunTask, task: Task[Any, Any], result: TaskResult[Any, Any]) -> None:
@@ -488,24 +549,26 @@ def record_delivery(record: RunTask, task: Task[Any, Any], result: TaskResult[An
 
 
 def relay_pending(now: datetime | None = None) -> int:
-    """The relay's look: hand over the tasks due for it (:func:`relay.pending`); how many
-    the backends took, each to the backend and queue it was enqueued on. A task whose path
-    no longer imports, or whose backend is gone, is recorded failed."""
-    taken = 0
+    """The relay's look: hand over the tasks due for it (:func:`relay.pending`), together
+    (:func:`hand_over`); how many the backends took, each to the backend and queue it was
+    enqueued on. A task whose path no longer imports, or whose backend is gone, is
+    recorded failed."""
+    tasks: list[tuple[RunTask, Task[Any, Any]]] = []
+    found: dict[tuple[str, str, str], Task[Any, Any]] = {}
     for record in relay.pending(now or clock.now()):
+        where = (record.task_path, record.backend, record.queue_name)
         try:
-            task = import_string(record.task_path)
-            # Where it was enqueued, not where the task is declared to go by default.
-            task = task.using(backend=record.backend, queue_name=record.queue_name or None)
+            if where not in found:
+                # Where it was enqueued, not where the task is declared to go by default.
+                found[where] = import_string(record.task_path).using(
+                    backend=record.backend, queue_name=record.queue_name or None
+                )
         except Exception as exc:  # gone from the code, or its backend from TASKS: for good
             record.handovers = relay.MAX_HANDOVERS
-            relay.refused(record, exc)
+            relay.refused([record], exc)
             continue
-        result = relay.deliver(record, task, dispatching(record))
-        if result is not None:
-            record_delivery(record, task, result)
-            taken += 1
-    return taken
+        tasks.append((record, found[where]))
+    return hand_over(tasks)
 
 
 #: A task's statuses in the order they come; a record moves only forward (but for a
@@ -752,12 +815,11 @@ def _after_task(task_result: TaskResult[Any, Any]) -> None:
     """Send ``run_tasks_finished`` when the task just reported was its run's last."""
     alias = db.lease_db()
     try:
-        record = (
-            RunTask.objects.using(alias)
-            .select_related("run")
-            .get(backend=task_result.backend, result_id=str(task_result.id))
-            .run
-        )
+        # By any delivery's id: a batch's records get theirs after its workers may start.
+        found = _find(task_result.backend, str(task_result.id))
+        if found is None:
+            raise RunTask.DoesNotExist(task_result.id)
+        record = RunTask.objects.using(alias).select_related("run").get(pk=found[0]).run
         tasks = RunTask.objects.using(alias).filter(run=record)
         if tasks.filter(status__in=UNFINISHED_TASK).exists():
             return
