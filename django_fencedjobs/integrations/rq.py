@@ -83,22 +83,24 @@ def hand_over(tasks: Sequence[tuple[RunTask, Any]], prefix: str) -> None:
 
 def _tell_enqueued(tasks: Sequence[tuple[RunTask, Any]], prefix: str) -> None:
     """Send ``task_enqueued`` for each task, as the backend's ``enqueue`` does, when
-    anyone listens (a result per task costs as much as the rest of its hand-over)."""
+    anyone listens (django-tasks itself does, to log it)."""
     from django_tasks.base import TaskResult, TaskResultStatus
     from django_tasks.signals import task_enqueued
 
     from django_fencedjobs import clock
 
+    now = None
     for record, task in tasks:
         sender = type(task.get_backend())
         if not task_enqueued.has_listeners(sender):
             continue
         call = record.call or {}
+        now = now or clock.now()
         result: TaskResult[Any] = TaskResult(
             task=task,
             id=f"{prefix}{record.pk}",
             status=TaskResultStatus.READY,
-            enqueued_at=clock.now(),
+            enqueued_at=now,
             started_at=None,
             last_attempted_at=None,
             finished_at=None,
