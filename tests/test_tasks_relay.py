@@ -196,3 +196,63 @@ def test_a_task_recorded_failed_then_run_again_successfully_reads_successful(job
     integration._task_finished(type(None), task_result=result)
     record.refresh_from_db()
     assert record.status == TaskStatus.SUCCESSFUL
+
+
+def _outbox(n: int) -> list[RunTask]:
+    """``n`` committed outbox records of one run of ``t.relayed``, none handed over."""
+    from django_fencedjobs.models import JobRun
+
+    run = JobRun.objects.create(job="t.relayed", scheduled_for=clock.now(), fence=1)
+    return RunTask.objects.bulk_create(
+        RunTask(
+            run=run,
+            job="t.relayed",
+            fence=1,
+            task_path="tests.taskapp.tasks.flaky_write",
+            backend="flaky",
+            status=TaskStatus.PENDING,
+            call={"args": ["t.relayed", i], "kwargs": {}},
+            handover_after=clock.now(),
+        )
+        for i in range(n)
+    )
+
+
+def test_a_hand_over_is_claimed_once_whoever_claims_it_with_the_same_count(jobs):
+    records = _outbox(3)
+    first = relay.claim(records)
+    assert [record.handovers for record in first] == [1, 1, 1]
+    # Another process that read the records before this claim (count 0) gets none.
+    stale = [RunTask.objects.get(pk=record.pk) for record in records]
+    for record in stale:
+        record.handovers = 0
+    assert relay.claim(stale) == []
+    assert set(RunTask.objects.values_list("handovers", flat=True)) == {1}
+    # The next hand-over, by the count read now, is claimed again.
+    assert len(relay.claim(list(RunTask.objects.all()))) == 3
+    # A record no longer pending is nobody's to hand over.
+    RunTask.objects.filter(pk=records[0].pk).update(status=TaskStatus.READY)
+    assert {r.pk for r in relay.claim(list(RunTask.objects.all()))} == {
+        records[1].pk,
+        records[2].pk,
+    }
+
+
+def test_a_batch_marked_handed_over_keeps_what_a_worker_reported_first(jobs):
+    ahead, behind = relay.claim(_outbox(2))
+    # A worker that was quicker than the mark: its task already failed, with its reason.
+    RunTask.objects.filter(pk=ahead.pk).update(status=TaskStatus.FAILED, error="it broke")
+    RunTask.objects.filter(pk=behind.pk).update(error="Hand-over 1: the broker was down")
+    relay.delivered([ahead, behind], "fjabc-")
+    ahead.refresh_from_db()
+    behind.refresh_from_db()
+    assert (ahead.result_id, ahead.status, ahead.error) == (
+        f"fjabc-{ahead.pk}",
+        TaskStatus.FAILED,
+        "it broke",
+    )
+    assert (behind.result_id, behind.status, behind.error) == (
+        f"fjabc-{behind.pk}",
+        TaskStatus.READY,
+        "",
+    )

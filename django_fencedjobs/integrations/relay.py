@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 
 from django.db import connections
-from django.db.models import Case, CharField, F, Value, When
+from django.db.models import Case, CharField, F, Q, TextField, Value, When
 from django.db.models.functions import Cast, Concat
 
 from django_fencedjobs import clock, db
@@ -123,14 +123,13 @@ def delivered(records: Sequence[RunTask], prefix: str) -> None:
     """Record that the backend took ``records``' tasks under the ids :func:`will_deliver`
     gave them, in one statement: each record's id, ``ready`` (forward only: a worker's
     report that landed meanwhile is kept)."""
+    not_started = Q(status=TaskStatus.PENDING)
     RunTask.objects.using(db.lease_db()).filter(pk__in=[record.pk for record in records]).update(
         result_id=Concat(Value(prefix), Cast("pk", output_field=CharField())),
         enqueued_at=clock.now(),
-        error="",
-        status=Case(
-            When(status=TaskStatus.PENDING, then=Value(TaskStatus.READY.value)),
-            default=F("status"),
-        ),
+        # A failed hand-over's reason goes; a worker's report of the task is kept.
+        error=Case(When(not_started, then=Value("")), default=F("error"), output_field=TextField()),
+        status=Case(When(not_started, then=Value(TaskStatus.READY.value)), default=F("status")),
     )
 
 
