@@ -158,7 +158,7 @@ def enqueue_cost(smoke: bool) -> tuple[list[list[str]], dict[str, float]]:
                 "plain_auto": plain_autocommit,
                 "run": whole_run,
             }
-            repeats = 2 if smoke else (3 if n >= 10_000 else 9)
+            repeats = 2 if smoke else (5 if n >= 10_000 else 9)
             for fn in variants.values():
                 fn()  # warm
             samples: dict[str, list[float]] = {key: [] for key in variants}
