@@ -61,7 +61,8 @@ class FencedJobsConfig(AppConfig):
         from django_fencedjobs.conf import get_settings
         from django_fencedjobs.integrations import relay, uses_tasks
 
-        chores = [Chore("retention", retention.INTERVAL.total_seconds, retention.purge)]
+        purging = retention.Retention()
+        chores = [Chore("retention", purging.every, purging.turn)]
         if uses_tasks():
             from django_fencedjobs.integrations.tasks import relay_pending
 

@@ -8,7 +8,9 @@ that runs every minute keeps a month of it.
 Deleting is bounded: at most :data:`MAX_BATCHES` statements of at most :data:`BATCH_SIZE`
 ids each per call, each in its own short transaction, never one statement over the whole
 table (which would hold locks and bloat the WAL for as long as it ran). A backlog (a first
-deployment over years of history) drains over successive calls.
+deployment over years of history, or more runs a day than one turn a while can delete)
+drains over successive turns, which come every :data:`BEHIND_EVERY` while it lasts
+(:class:`Retention`).
 
 Backfills and one-offs are pruned alike (:func:`purge_oneshots`): a done one-shot lease
 row (kind ``backfill`` or ``once``, paused) whose slot is older than ``RUN_RETENTION``
@@ -18,15 +20,19 @@ period; so does the row's fence, for that long after its last run); then a
 :class:`~django_fencedjobs.models.Backfill` with no row left, requested longer ago than
 ``RUN_RETENTION``. A pending row (not done) is never deleted, however old its slot.
 
-A runner purges as one of its chores (:func:`purge`, :mod:`django_fencedjobs.chores`): after
-its pass (``runjobs --once``), and every :data:`INTERVAL` of real, monotonic time in its
-loop (a fake clock jumping in tests does not trigger a purge per jump). Runners racing
-to purge are harmless: deleting an id twice deletes it once.
+A runner purges as one of its chores (:class:`Retention`, :mod:`django_fencedjobs.chores`):
+after its pass (``runjobs --once``), and in its loop every :data:`INTERVAL` of real,
+monotonic time, or every :data:`BEHIND_EVERY` while expired runs are left behind (a fake
+clock jumping in tests does not trigger a purge per jump). A turn deletes for at most
+:data:`TURN_BUDGET` (a batch under way finishes): chores run between the runner's passes,
+so a turn is time its due runs may wait. Runners racing to purge are harmless: deleting
+an id twice deletes it once.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -52,14 +58,46 @@ logger = logging.getLogger("django_fencedjobs")
 BATCH_SIZE = 1000
 #: DELETE statements per call.
 MAX_BATCHES = 10
-#: A runner's loop purges at most once per this much (monotonic) time.
+#: A runner's loop purges at most once per this much (monotonic) time...
 INTERVAL = timedelta(minutes=10)
+#: ... but every this many seconds while a turn left expired runs behind.
+BEHIND_EVERY = 2.0
+#: A runner's turn deletes for at most this many seconds (the batch under way finishes).
+TURN_BUDGET = 0.25
+
+
+class Retention:
+    """A runner's retention chore: :meth:`turn` at most every :meth:`every` seconds. Its
+    own state says whether the last turn left expired runs behind: then the next turn
+    comes in :data:`BEHIND_EVERY` seconds, not :data:`INTERVAL`. So 100,000 hourly jobs
+    (2.4 million runs a day) are purged as fast as they expire, a quarter of a second at a
+    time (benchmark P14)."""
+
+    def __init__(self) -> None:
+        self.behind = False
+
+    def every(self) -> float:
+        return BEHIND_EVERY if self.behind else INTERVAL.total_seconds()
+
+    def turn(self, now: datetime) -> None:
+        """Old runs, then done one-shot rows and their backfills."""
+        _, self.behind = _purge_runs(now, BATCH_SIZE, MAX_BATCHES, TURN_BUDGET)
+        purge_oneshots(now)
 
 
 def purge_runs(
     now: datetime, *, batch_size: int = BATCH_SIZE, max_batches: int = MAX_BATCHES
 ) -> int:
     """Delete expired runs, at most ``batch_size * max_batches`` of them; return how many."""
+    return _purge_runs(now, batch_size, max_batches, budget=None)[0]
+
+
+def _purge_runs(
+    now: datetime, batch_size: int, max_batches: int, budget: float | None
+) -> tuple[int, bool]:
+    """Delete expired runs, at most ``batch_size * max_batches`` of them and for at most
+    ``budget`` seconds (if given): how many, and whether expired runs are left behind."""
+    began = time.monotonic()
     settings = get_settings()
     alias = lease_db()
     cutoff = now - settings.RUN_RETENTION
@@ -79,7 +117,7 @@ def purge_runs(
             .values("scheduled_for")[kept - 1 : kept]
         )
         expired = expired.filter(scheduled_for__lt=Subquery(kth_newest))
-    deleted = 0
+    deleted, behind = 0, False
     for _ in range(max_batches):
         ids = list(expired.order_by("scheduled_for").values_list("pk", flat=True)[:batch_size])
         if not ids:
@@ -92,6 +130,11 @@ def purge_runs(
         deleted += by_model.get(JobRun._meta.label, 0)
         if len(ids) < batch_size:
             break
+        if budget is not None and time.monotonic() - began >= budget:
+            behind = True  # out of time, at least one batch done
+            break
+    else:
+        behind = True  # every batch full: more may have expired
     if deleted:
         logger.info(
             "deleted %d run(s) older than %s",
@@ -99,7 +142,7 @@ def purge_runs(
             settings.RUN_RETENTION,
             extra={"event": "runs_purged", "deleted": deleted, "cutoff": cutoff.isoformat()},
         )
-    return deleted
+    return deleted, behind
 
 
 def purge_oneshots(
@@ -168,6 +211,6 @@ def purge_oneshots(
 
 
 def purge(now: datetime) -> None:
-    """The runner's chore: old runs, then done one-shot rows and their backfills."""
+    """One purge on demand: old runs, then done one-shot rows and their backfills."""
     purge_runs(now)
     purge_oneshots(now)

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_fencedjobs import job
+from django_fencedjobs import job, retention
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.declared import runnable_jobs
 from django_fencedjobs.loop import Dispatcher, app_chores, tick
@@ -101,6 +101,36 @@ def test_deleting_is_bounded_per_statement_and_per_call():
     assert purge_runs(NOW, batch_size=4, max_batches=3) == 6  # the backlog drains
     assert purge_runs(NOW, batch_size=4, max_batches=3) == 0
     assert JobRun.objects.filter(job="r.backlog").count() == 3
+
+
+def test_a_turn_that_leaves_expired_runs_behind_is_followed_soon_until_none_are(monkeypatch):
+    # More runs expire than one turn deletes (100,000 hourly jobs expire 2.4 million runs a
+    # day): the next turn comes in seconds, not after the interval, until the backlog is gone.
+    runs("r.backlog", 30, newest=NOW - timedelta(days=10), step=timedelta(hours=1))
+    runs("r.backlog", 3, newest=NOW, step=timedelta(hours=1))
+    monkeypatch.setattr(retention, "BATCH_SIZE", 4)
+    monkeypatch.setattr(retention, "MAX_BATCHES", 3)
+    purging = retention.Retention()
+    assert purging.every() == retention.INTERVAL.total_seconds()
+    left = []
+    for _ in range(3):
+        purging.turn(NOW)
+        left.append((JobRun.objects.filter(job="r.backlog").count(), purging.every()))
+    assert left == [
+        (21, retention.BEHIND_EVERY),
+        (9, retention.BEHIND_EVERY),
+        (3, retention.INTERVAL.total_seconds()),
+    ]
+
+
+def test_a_turn_out_of_time_stops_after_its_batch_and_comes_back_soon(monkeypatch):
+    runs("r.backlog", 30, newest=NOW - timedelta(days=10), step=timedelta(hours=1))
+    monkeypatch.setattr(retention, "BATCH_SIZE", 4)
+    monkeypatch.setattr(retention, "TURN_BUDGET", 0.0)
+    purging = retention.Retention()
+    purging.turn(NOW)  # one batch, whatever the time: a backlog always drains
+    assert JobRun.objects.filter(job="r.backlog").count() == 26
+    assert purging.every() == retention.BEHIND_EVERY
 
 
 def test_a_runner_purges_after_its_pass_and_then_at_most_once_per_interval():
