@@ -49,11 +49,12 @@ MODULES = [
     ("P11", "bench.p11_population"),
     ("P12", "bench.p12_admin_instances"),
     ("P5", "bench.p5_admin"),
+    ("P14", "bench.p14_history"),
 ]
 
 #: Run only when named by ``--only`` (or at smoke sizes): P11's two populations take about
-#: 20 minutes.
-NAMED_ONLY = {"P11"}
+#: 20 minutes, P14's 20 million runs about as long.
+NAMED_ONLY = {"P11", "P14"}
 
 
 def run_module(module: str, *, smoke: bool) -> common.Report:

@@ -9,6 +9,7 @@ its name in ``FENCEDJOBS_BENCH_DB``; it drops it at the end.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -53,6 +54,12 @@ LOGGING = {
 }
 
 FENCEDJOBS: dict[str, object] = {}
+# P14's runner purges with this retention (bench/p14_history.py).
+if os.environ.get("FENCEDJOBS_BENCH_RETENTION_HOURS"):
+    FENCEDJOBS["RUN_RETENTION"] = timedelta(
+        hours=float(os.environ["FENCEDJOBS_BENCH_RETENTION_HOURS"])
+    )
+    FENCEDJOBS["RUNS_KEPT_PER_JOB"] = int(os.environ["FENCEDJOBS_BENCH_RUNS_KEPT"])
 
 #: An RQ task backend (django-tasks-rq), only when the benchmark that needs it names the Redis
 #: server it started (bench/p8_tasks.py: a throwaway redis-server of its own). A settings module
