@@ -53,7 +53,7 @@ EXPIRED_SLOTS = 24
 
 def sizes(smoke: bool) -> tuple[int, int, int, int, int]:
     """(instances, slots at the small size, slots at the large, samples, runner window s)."""
-    return (2_000, 10, 40, 3, 10) if smoke else (100_000, 10, 200, 9, 40)
+    return (2_000, 10, 40, 3, 10) if smoke else (100_000, 10, 200, 3, 40)
 
 
 def latest_hour() -> int:
