@@ -39,8 +39,9 @@ logger = logging.getLogger("django_fencedjobs")
 
 @dataclass(frozen=True)
 class Chore:
-    """One chore: ``action(now)`` at most every ``every()`` seconds (read at each turn, so
-    that a changed setting applies), when ``enabled()``."""
+    """One chore: ``action(now)`` at most every ``every()`` seconds, when ``enabled()``.
+    ``every()`` is read after each turn: a changed setting applies, and a chore may say
+    how soon it needs its next turn from what its last one found."""
 
     name: str
     every: Callable[[], float]
@@ -70,17 +71,20 @@ class Chores:
         an ``Exception``."""
         ran = []
         for chore in self.chores:
-            started = time.monotonic()
-            if started < self._next.get(chore.name, 0.0):
+            if time.monotonic() < self._next.get(chore.name, 0.0):
                 continue
             try:
                 if not chore.enabled():
                     continue
-                self._next[chore.name] = started + chore.every()
                 ran.append(chore.name)
                 if now is None:
                     now = clock.now()
-                chore.action(now)
+                try:
+                    chore.action(now)
+                finally:
+                    # Read after the turn: how soon the next comes may depend on what this
+                    # one found (retention comes back in seconds while it is behind).
+                    self._next[chore.name] = time.monotonic() + chore.every()
             except Exception as exc:
                 self._failed(chore, exc)
         return ran

@@ -74,6 +74,19 @@ def test_a_chore_runs_at_most_once_per_its_interval_and_only_when_enabled(jobs):
     assert done == ["hourly", "opt-in"]
 
 
+def test_a_chore_behind_after_its_turn_gets_its_next_turn_as_soon_as_it_asks(jobs):
+    # Retention's way: a turn that leaves work behind asks for the next in seconds, not
+    # after its usual interval. How soon is read after the turn, from what it found.
+    behind = [False]
+
+    def turn(now):
+        behind[0] = True  # more expired than one turn deletes
+
+    chores = Chores([Chore("retention", lambda: 0 if behind[0] else 3600, turn)])
+    assert chores.run_due() == ["retention"]
+    assert chores.run_due() == ["retention"]
+
+
 def test_a_chore_of_the_same_name_replaces_the_one_before():
     chores = Chores([Chore("sweep", always(1), lambda now: None)])
     chores.add(Chore("sweep", always(2), lambda now: None))
