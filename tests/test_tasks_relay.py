@@ -256,3 +256,12 @@ def test_a_batch_marked_handed_over_keeps_what_a_worker_reported_first(jobs):
         TaskStatus.READY,
         "",
     )
+
+
+def test_each_delivery_of_a_batch_is_recorded_under_its_own_tasks_backend(jobs):
+    first, second = _outbox(2)
+    RunTask.objects.filter(pk=second.pk).update(backend="other")
+    second.refresh_from_db()
+    relay.will_deliver([first, second], "fjabc-")
+    delivered = dict(TaskDelivery.objects.values_list("result_id", "backend"))
+    assert delivered == {f"fjabc-{first.pk}": "flaky", f"fjabc-{second.pk}": "other"}

@@ -105,7 +105,7 @@ def _chunks(items: list[RunTask], size: int) -> Iterator[list[RunTask]]:
         yield items[start : start + size]
 
 
-def will_deliver(records: Sequence[RunTask], backend: str, prefix: str) -> None:
+def will_deliver(records: Sequence[RunTask], prefix: str) -> None:
     """Record, before handing them over, the ids the backend will know ``records``' tasks
     by (``prefix`` and each record's id): a worker that starts one before
     :func:`delivered` finds its record by that id at once. An id whose hand-over then
@@ -113,7 +113,10 @@ def will_deliver(records: Sequence[RunTask], backend: str, prefix: str) -> None:
     now = clock.now()
     TaskDelivery.objects.using(db.lease_db()).bulk_create(
         TaskDelivery(
-            task_id=record.pk, backend=backend, result_id=f"{prefix}{record.pk}", delivered_at=now
+            task_id=record.pk,
+            backend=record.backend,
+            result_id=f"{prefix}{record.pk}",
+            delivered_at=now,
         )
         for record in records
     )

@@ -458,8 +458,8 @@ def hand_over(tasks: Sequence[tuple[RunTask, Task[Any, Any]]]) -> int:
 
     1. Each record's hand-over is claimed, all in one statement (:func:`relay.claim`): a
        record another process is handing over is left to it.
-    2. The tasks of django-tasks-rq go to Redis together, one pipeline per queue
-       (:mod:`~django_fencedjobs.integrations.rq`), their ids chosen and their deliveries
+    2. The tasks of django-tasks-rq go to Redis together, one pipeline per backend and
+       queue (:mod:`~django_fencedjobs.integrations.rq`), their ids chosen and their deliveries
        recorded before, their records marked handed over in one statement after. Any
        other backend has no batch form: its tasks are enqueued one by one, each recorded
        as the backend answers (:func:`_hand_over_one`).
@@ -469,7 +469,8 @@ def hand_over(tasks: Sequence[tuple[RunTask, Task[Any, Any]]]) -> int:
     from django_fencedjobs.integrations import rq
 
     taken = 0
-    batch: list[tuple[RunTask, Task[Any, Any]]] = []
+    # The batches, one per backend and queue: one pipeline each, taken or refused alone.
+    batches: dict[tuple[str, str], list[tuple[RunTask, Task[Any, Any]]]] = {}
     batched: dict[Task[Any, Any], bool] = {}
     claimed = {record.pk for record in relay.claim([record for record, _ in tasks])}
     for record, task in tasks:
@@ -478,15 +479,15 @@ def hand_over(tasks: Sequence[tuple[RunTask, Task[Any, Any]]]) -> int:
         if task not in batched:
             batched[task] = rq.takes(task)
         if batched[task]:
-            batch.append((record, task))
+            batches.setdefault((task.backend, task.queue_name), []).append((record, task))
         else:
             taken += _hand_over_one(record, task)
-    if batch:
+    for batch in batches.values():
         records = [record for record, _ in batch]
         # One prefix per batch: ids unique across batches, processes and projects
         # sharing one Redis, each record's own within the batch.
         prefix = f"fj{uuid.uuid4().hex}-"
-        relay.will_deliver(records, batch[0][1].backend, prefix)
+        relay.will_deliver(records, prefix)
         try:
             rq.hand_over(batch, prefix)
         except Exception as exc:
