@@ -52,7 +52,8 @@ BACKOFF = timedelta(seconds=5)
 RELAY_EVERY = 5.0
 #: At most this many tasks per look (handed over together, as a run's are).
 RELAY_BATCH = 1000
-#: At most this many records in one claim statement (each is one parameter of it).
+#: At most this many records in one statement of the outbox (each is one parameter of it:
+#: SQLite takes at most 32,766).
 CLAIM_CHUNK = 5000
 
 
@@ -127,19 +128,23 @@ def delivered(records: Sequence[RunTask], prefix: str) -> None:
     gave them, in one statement: each record's id, ``ready`` (forward only: a worker's
     report that landed meanwhile is kept)."""
     not_started = Q(status=TaskStatus.PENDING)
-    RunTask.objects.using(db.lease_db()).filter(pk__in=[record.pk for record in records]).update(
-        result_id=Concat(Value(prefix), Cast("pk", output_field=CharField())),
-        enqueued_at=clock.now(),
-        # A failed hand-over's reason goes; a worker's report of the task is kept.
-        error=Case(When(not_started, then=Value("")), default=F("error"), output_field=TextField()),
-        status=Case(When(not_started, then=Value(TaskStatus.READY.value)), default=F("status")),
-    )
+    rows, now = RunTask.objects.using(db.lease_db()), clock.now()
+    for chunk in _chunks(list(records), CLAIM_CHUNK):  # (SQLite's bound on parameters)
+        rows.filter(pk__in=[record.pk for record in chunk]).update(
+            result_id=Concat(Value(prefix), Cast("pk", output_field=CharField())),
+            enqueued_at=now,
+            # A failed hand-over's reason goes; a worker's report of the task is kept.
+            error=Case(
+                When(not_started, then=Value("")), default=F("error"), output_field=TextField()
+            ),
+            status=Case(When(not_started, then=Value(TaskStatus.READY.value)), default=F("status")),
+        )
 
 
 def refused(records: Sequence[RunTask], exc: BaseException) -> None:
     """Record that the backend did not take ``records``' tasks (their hand-over claimed):
     each is tried again after its backoff, or recorded failed after :data:`MAX_HANDOVERS`.
-    One statement and one log line per count of hand-overs, however many tasks."""
+    One log line per count of hand-overs, however many tasks."""
     rows = RunTask.objects.using(db.lease_db()).filter(status=TaskStatus.PENDING)
     by_count: dict[int, list[RunTask]] = defaultdict(list)
     for record in records:
@@ -150,14 +155,15 @@ def refused(records: Sequence[RunTask], exc: BaseException) -> None:
         backend = first.backend
         why = f"the backend {backend!r} did not take the task: {type(exc).__name__}: "
         why += one_line(exc)
-        these = rows.filter(pk__in=[record.pk for record in group])
+        chunks = [[record.pk for record in chunk] for chunk in _chunks(group, CLAIM_CHUNK)]
         which = _which(group)
         if count >= MAX_HANDOVERS:
-            these.update(
-                status=TaskStatus.FAILED,
-                finished_at=now,
-                error=bounded(f"Not enqueued after {count} hand-overs: {why}", 2000),
-            )
+            for ids in chunks:
+                rows.filter(pk__in=ids).update(
+                    status=TaskStatus.FAILED,
+                    finished_at=now,
+                    error=bounded(f"Not enqueued after {count} hand-overs: {why}", 2000),
+                )
             logger.error(
                 "%s not enqueued after %d hand-overs, recorded failed: %s",
                 which,
@@ -167,7 +173,10 @@ def refused(records: Sequence[RunTask], exc: BaseException) -> None:
             )
             continue
         after = now + backoff(count)
-        these.update(handover_after=after, error=bounded(f"Hand-over {count}: {why}", 2000))
+        for ids in chunks:
+            rows.filter(pk__in=ids).update(
+                handover_after=after, error=bounded(f"Hand-over {count}: {why}", 2000)
+            )
         logger.warning(
             "%s: hand-over %d failed, next at %s: %s",
             which,
