@@ -186,6 +186,9 @@ def run_them_all(rq_worker) -> None:
     rq_worker("W0")
     wait_until(
         lambda: RunTask.objects.filter(job=RQ_FAN_OUT, status__in=FINISHED_TASK).count() == FAN_OUT,
+        # RQ's forking worker forks a process per job: 120 of them take a minute or more on
+        # a machine busy with other tests.
+        timeout=WAIT * 8,
         what="the worker to run every task",
         diagnostics=rq_worker.logs,
     )
