@@ -96,6 +96,14 @@ def bench_database() -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def child_env(**more: str) -> dict[str, str]:
+    """The environment of a benchmark's child process (a runner, a worker): this one, with
+    the bench settings and the repository importable, and ``more``."""
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.settings", **more)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def setup_django() -> None:
     # Always the benchmarks' own settings, even when started from the test suite.
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"

@@ -32,7 +32,6 @@ expired: 2,400,000 runs, what 100,000 hourly instances expire every day.
 from __future__ import annotations
 
 import io
-import os
 import signal
 import subprocess
 import sys
@@ -304,12 +303,8 @@ def runner_window(seconds: int, *, retention: tuple[float, int] | None) -> Windo
     from django_fencedjobs.models import JobRun
 
     JobRun.objects.filter(job=TICK_JOB).delete()
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.settings")
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(common.REPO), env.get("PYTHONPATH", "")) if p
-    )
-    if retention is not None:
-        env[RETENTION_ENV], env[KEPT_ENV] = str(retention[0]), str(retention[1])
+    purging = {RETENTION_ENV: str(retention[0]), KEPT_ENV: str(retention[1])} if retention else {}
+    env = common.child_env(**purging)
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.p14_history", "--serve-runner"], cwd=common.REPO, env=env
     )

@@ -73,14 +73,6 @@ REDIS_URL_ENV = "FENCEDJOBS_BENCH_REDIS_URL"
 RQ_SKIPPED_ENV = "FENCEDJOBS_BENCH_RQ_SKIPPED"
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.settings")
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(common.REPO), env.get("PYTHONPATH", "")) if p
-    )
-    return env
-
-
 def enqueue_cost(smoke: bool) -> tuple[list[list[str]], dict[str, float]]:
     from django.db import transaction
     from django_tasks_db.models import DBTaskResult
@@ -206,7 +198,7 @@ def lateness(smoke: bool) -> tuple[list[float], int, int]:
     seconds = 12 if smoke else 60
     common.clear_jobs(PREFIX)
     DBTaskResult.objects.all().delete()
-    env = _env()
+    env = common.child_env()
     runner_proc = subprocess.Popen(
         [sys.executable, "-m", "bench.p8_tasks", "--serve-runner"], cwd=common.REPO, env=env
     )
@@ -455,7 +447,7 @@ def rq_lateness(smoke: bool) -> tuple[list[float], int, int, str]:
 
     seconds = 12 if smoke else 60
     common.clear_jobs(PREFIX)
-    env = _env()
+    env = common.child_env()
     redis = _redis()
     with tempfile.TemporaryDirectory() as tmp, RQWorkers(env, Path(tmp)) as workers:
         worker = workers("bench-p8")

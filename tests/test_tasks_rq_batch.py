@@ -28,7 +28,6 @@ from redis import Redis
 from rq import Queue
 from rq.job import Job as RQJob
 
-from django_fencedjobs.declared import sync as sync_rows
 from django_fencedjobs.models import (
     FINISHED_TASK,
     JobRun,
@@ -37,11 +36,10 @@ from django_fencedjobs.models import (
     TaskDelivery,
     TaskStatus,
 )
-from django_fencedjobs.registry import registry
-from tests import rq_jobs
-from tests.faults.harness import REPO_ROOT, WAIT, make_due, wait_until
+from tests.faults.harness import REPO_ROOT, WAIT, wait_until
 from tests.rq_jobs import FAN_OUT, HOLD_CLAIM_ENV, RQ_FAN_OUT
 from tests.taskapp.backends import KILL_MARKER_ENV
+from tests.test_tasks_rq import prepare, run_jobs
 from tests.testapp.models import Write
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
@@ -61,29 +59,8 @@ HOW_RUN = (
 )
 
 
-def prepare(name: str) -> None:
-    from django_fencedjobs import clock
-
-    with registry.isolated():
-        rq_jobs.register()
-        sync_rows([registry.get(name)], clock.now())
-    make_due(name)
-
-
 def _python(code: str, *args: str) -> list[str]:
     return [sys.executable, "-c", f"import sys, tests.rq_jobs as m; sys.exit({code})", *args]
-
-
-def run_jobs(env: dict[str, str], name: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        _python("m.main(sys.argv[1:])", name),
-        env=env,
-        cwd=REPO_ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
 
 
 def start(env: dict[str, str], code: str, log: Path, *args: str) -> subprocess.Popen[str]:

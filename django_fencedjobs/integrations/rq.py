@@ -35,7 +35,10 @@ def takes(task: Any) -> bool:
     backend = task.get_backend()
     if not isinstance(backend, RQBackend) or type(backend).enqueue is not RQBackend.enqueue:
         return False
-    return bool(_queue(task.queue_name)._is_async)
+    from django_rq.settings import QUEUES
+
+    # The queue's setting, as django-rq reads it, without building a queue (a connection).
+    return bool(QUEUES[task.queue_name].get("ASYNC", True))
 
 
 def _queue(name: str) -> Any:
