@@ -97,6 +97,37 @@ def load_slots(first: int, last: int, instances: int, latest: int) -> None:
             )
 
 
+def settle_leases(job: str) -> None:
+    """Each instance's lease row as its runs' ends would have left it: its last success,
+    its failures since, and the ages of its last two failures among its judged slots
+    (``JobLease.last_failure_age``), read from its latest 64 judged runs."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE fencedjobs_joblease AS lease SET
+                last_success_at = (SELECT MAX(finished_at) FROM fencedjobs_jobrun
+                                   WHERE job = lease.name AND outcome = 'succeeded'),
+                consecutive_failures = COALESCE(array_position(judged.o, 'succeeded'),
+                                                cardinality(judged.o) + 1) - 1,
+                last_failure_age = array_position(judged.o, 'failed'),
+                previous_failure_age = CASE WHEN 'failed' = ANY(judged.o) THEN array_position(
+                    judged.o, 'failed', array_position(judged.o, 'failed') + 1) END
+            FROM (SELECT row.id, COALESCE(latest.o, '{}') AS o
+                  FROM fencedjobs_joblease AS row
+                  JOIN fencedjobs_jobinstance AS instance ON instance.id = row.instance_id,
+                  LATERAL (SELECT array_agg(outcome ORDER BY scheduled_for DESC) AS o
+                           FROM (SELECT outcome, scheduled_for FROM fencedjobs_jobrun
+                                 WHERE job = row.name AND outcome IN ('succeeded', 'failed')
+                                 ORDER BY scheduled_for DESC LIMIT 64) AS runs) AS latest
+                  WHERE instance.job = %s) AS judged
+            WHERE lease.id = judged.id
+            """,
+            [job],
+        )
+
+
 def measure(smoke: bool) -> common.Report:
     from django.contrib.auth.models import Permission, User
     from django.core.management import CommandError, call_command
@@ -170,11 +201,13 @@ def measure(smoke: bool) -> common.Report:
     latest = latest_hour()
     began = time.monotonic()
     load_slots(0, small_slots, instances, latest)
+    settle_leases(DIGEST)
     small_load = time.monotonic() - began
     small = JobRun.objects.count()
     measure_size(small)
     began = time.monotonic()
     load_slots(small_slots, big_slots, instances, latest)
+    settle_leases(DIGEST)
     big_load = time.monotonic() - began
     big = JobRun.objects.count()
     measure_size(big)

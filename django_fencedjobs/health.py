@@ -116,7 +116,7 @@ from django.db.models.functions import Coalesce
 
 from django_fencedjobs import clock, instances, oneshots, runners
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.db import lease_db
+from django_fencedjobs.db import lease_db, without_jit
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant
 from django_fencedjobs.listing import describe_schedule
@@ -153,7 +153,8 @@ __all__ = [
 ]
 
 #: The fewest failures in the window that make a failure rate a verdict: one failure is
-#: the last run's (judged on its own), not a rate.
+#: the last run's (judged on its own), not a rate. Two: the lease row keeps the ages of its
+#: last two failures (``previous_failure_age``, read by :func:`_may_not_be_ok`).
 MIN_RATE_FAILURES = 2
 #: What an unfinished task past its deadline most likely means, by status.
 UNFINISHED_MEANING = {
@@ -534,13 +535,14 @@ def _read_leases(names: Sequence[str] | None, now: datetime) -> dict[str, JobLea
     # attempt ran to an end, within FAILURE_RATE_PERIOD; a LIMIT on the (job, -scheduled_for)
     # index, per job. A failed attempt whose retry the job's row has scheduled is not judged
     # yet.
+    since = now - settings.FAILURE_RATE_PERIOD
     window = (
-        _last_attempts()
+        _last_attempts(since)
         .filter(
             _own_slot(),
             job=OuterRef(OuterRef("name")),
             outcome__in=RATED_OUTCOMES,
-            scheduled_for__gt=now - settings.FAILURE_RATE_PERIOD,
+            scheduled_for__gt=since,
         )
         .exclude(scheduled_for=Coalesce(OuterRef(OuterRef("run_slot")), Value(LEASE_FREE)))
         .order_by("-scheduled_for")
@@ -562,7 +564,9 @@ def _read_leases(names: Sequence[str] | None, now: datetime) -> dict[str, JobLea
         .annotate(
             latest_run_id=Subquery(recent.values("pk")[:1]),
             latest_finished_id=Subquery(
-                recent.exclude(outcome=Outcome.RUNNING).filter(~_later_attempt()).values("pk")[:1]
+                recent.exclude(outcome=Outcome.RUNNING)
+                .filter(_probed(~_later_attempt()))
+                .values("pk")[:1]
             ),
             tasks_waiting_run_id=Subquery(
                 tasks.filter(status__in=UNFINISHED_TASK).order_by("fence").values("run_id")[:1]
@@ -585,19 +589,33 @@ def _read_leases(names: Sequence[str] | None, now: datetime) -> dict[str, JobLea
             # A one-off notified late: judged again, so that its recovery is told too.
             | Q(kind=RunKind.ONCE, name__in=JobNotice.objects.exclude(state=State.OK).values("job"))
         )
-    return {row.name: row for row in rows}
+    with without_jit():
+        return {row.name: row for row in rows}
 
 
-def _later_attempt() -> Exists:
+def _later_attempt(since: datetime | None = None) -> Exists:
     """Whether a later attempt of the run's slot exists (negated: the run is its slot's
-    last attempt). One probe of the unique ``(job, scheduled_for, attempt)`` index."""
-    return Exists(
-        JobRun.objects.filter(
-            job=OuterRef("job"),
-            scheduled_for=OuterRef("scheduled_for"),
-            attempt__gt=OuterRef("attempt"),
-        )
+    last attempt). One probe of the unique ``(job, scheduled_for, attempt)`` index.
+
+    ``since``: the runs asked about are all of slots after it. PostgreSQL plans ``NOT
+    EXISTS`` as an anti-join, which reads the attempts of the job to hash or scan them: the
+    bound keeps that to the slots asked about, not the job's whole history."""
+    later = JobRun.objects.filter(
+        job=OuterRef("job"),
+        scheduled_for=OuterRef("scheduled_for"),
+        attempt__gt=OuterRef("attempt"),
     )
+    if since is not None:
+        later = later.filter(scheduled_for__gt=since)
+    return Exists(later)
+
+
+def _probed(condition: Any) -> Q:
+    """``condition``, kept a filter of each row rather than a join: for a scan that stops
+    at its first rows (a ``LIMIT``), a probe per row read beats an anti-join that reads
+    every run of the job first. (PostgreSQL turns only a ``NOT EXISTS`` at the top of the
+    conditions into a join; one inside an ``OR`` stays a filter.)"""
+    return Q(condition) | Q(pk__isnull=True)
 
 
 def _own_slot() -> Exists:
@@ -610,9 +628,10 @@ def _own_slot() -> Exists:
     )
 
 
-def _last_attempts() -> QuerySet[JobRun]:
-    """Each slot's last attempt: a slot is judged by it, whatever the earlier ones were."""
-    return JobRun.objects.filter(~_later_attempt())
+def _last_attempts(since: datetime | None = None) -> QuerySet[JobRun]:
+    """Each slot's last attempt: a slot is judged by it, whatever the earlier ones were
+    (``since``: of the slots after it only, as :func:`_later_attempt`)."""
+    return JobRun.objects.filter(~_later_attempt(since))
 
 
 def _late_oneoffs(now: datetime) -> Q:
@@ -631,23 +650,25 @@ def _late_oneoffs(now: datetime) -> Q:
 def _may_not_be_ok(now: datetime, settings: Any) -> Q:
     """The instances :func:`all_health` judges one by one, when it judges every job: those
     that may be in a state other than ok, running or disabled, found by indexes however
-    many instances there are. Every other instance is enabled, valid (not paused), has no
-    failure since its last success, no failed or capped run and no failed or unfinished
-    task in the failure rate's period, and its stored deadline (``late_after``) is ahead:
-    ok or running, which :class:`InstanceSummary` counts."""
+    many instances there are, whatever their history. Every other instance is enabled,
+    valid (not paused), has no failure since its last success, at most one failure among
+    its last ``FAILURE_RATE_RUNS`` judged slots (its row's ``previous_failure_age``: the
+    failure rate needs two to warn), no capped run and no failed or unfinished task in the
+    failure rate's period, and its stored deadline (``late_after``) is ahead: ok or
+    running, which :class:`InstanceSummary` counts."""
     period = now - settings.FAILURE_RATE_PERIOD
-    troubled_runs = _last_attempts().filter(
-        Q(outcome__in=FAILURE_OUTCOMES) | Q(capped=True), scheduled_for__gt=period
-    )
+    capped = _last_attempts(period).filter(capped=True, scheduled_for__gt=period)
     troubled_tasks = RunTask.objects.filter(
         status__in=[*UNFINISHED_TASK, TaskStatus.FAILED], run__scheduled_for__gt=period
     )
     return Q(instance__enabled=True) & (  # a disabled one is counted, never listed
         Q(paused=True)  # enabled but paused: invalid, or paused by an operator
         | Q(consecutive_failures__gt=0)
+        # Two failures within the failure rate's window of runs: the rate may warn.
+        | Q(previous_failure_age__lte=settings.FAILURE_RATE_RUNS)
         | Q(late_after__isnull=True, paused=False)
         | Q(late_after__lt=now, paused=False)
-        | Q(name__in=troubled_runs.values("job"))
+        | Q(name__in=capped.values("job"))
         | Q(name__in=troubled_tasks.values("job"))
         # Notified in another state: judged again, so that its recovery is told too.
         | Q(name__in=JobNotice.objects.exclude(state=State.OK).values("job"))

@@ -272,7 +272,8 @@ def acquire(
             cursor.execute(
                 f"UPDATE {table} SET fence = fence + 1, owner = %s, lease_until = %s,"
                 " next_run_at = %s, run_slot = %s, attempt = %s,"
-                " consecutive_failures = consecutive_failures + %s"
+                " consecutive_failures = consecutive_failures + %s,"
+                f" {_aged_if_failed('%s')}"
                 f" WHERE name = (SELECT name FROM {table} WHERE name = %s AND fence = %s"
                 "  AND next_run_at = %s AND lease_until < %s AND NOT paused"
                 "  FOR UPDATE SKIP LOCKED)",
@@ -283,6 +284,8 @@ def acquire(
                     run_slot,
                     attempt,
                     int(dropped_retry),
+                    dropped_retry,
+                    dropped_retry,
                     seen.name,
                     seen.fence,
                     seen.next_run_at,
@@ -308,9 +311,26 @@ def acquire(
                 run_slot=run_slot,
                 attempt=attempt,
                 consecutive_failures=F("consecutive_failures") + int(dropped_retry),
+                **(_failure_aged() if dropped_retry else {}),
             )
         )
     return seen.fence + 1 if updated == 1 else None
+
+
+def _failure_aged() -> dict[str, Any]:
+    """The row's failure ages (``JobLease.last_failure_age``) once one more of its slots is
+    judged a failure: a failed run's end when no retry follows it, or a retry dropped."""
+    return {"last_failure_age": Value(1), "previous_failure_age": F("last_failure_age") + 1}
+
+
+def _aged_if_failed(failed: str, row: str = "") -> str:
+    """:func:`_failure_aged` in SQL, when the condition ``failed`` holds (the SET list's
+    last items). A failure age with no failure before it stays NULL (NULL + 1)."""
+    return (
+        f" last_failure_age = CASE WHEN {failed} THEN 1 ELSE {row}last_failure_age END,"
+        f" previous_failure_age = CASE WHEN {failed} THEN {row}last_failure_age + 1"
+        f" ELSE {row}previous_failure_age END"
+    )
 
 
 @dataclass(frozen=True)
@@ -731,8 +751,9 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
             "  owner = %s, lease_until = claimed.lease_until,"
             "  next_run_at = claimed.next_run_at, run_slot = claimed.run_slot,"
             "  attempt = claimed.attempt,"
-            "  consecutive_failures = lease.consecutive_failures + claimed.dropped"
-            "  FROM claimed WHERE lease.name = claimed.name AND lease.fence = claimed.fence"
+            "  consecutive_failures = lease.consecutive_failures + claimed.dropped,"
+            + _aged_if_failed("claimed.dropped = 1", row="lease.")
+            + "  FROM claimed WHERE lease.name = claimed.name AND lease.fence = claimed.fence"
             "  AND lease.next_run_at = claimed.slot AND lease.lease_until < %s"
             "  AND NOT lease.paused RETURNING lease.name),"
             + (
@@ -1135,17 +1156,19 @@ def end(
     if succeeded_at is not None:
         changes["last_success_at"] = succeeded_at
         changes["consecutive_failures"] = 0
+        changes["last_failure_age"] = F("last_failure_age") + 1
+        changes["previous_failure_age"] = F("previous_failure_age") + 1
         if late_after is not None:  # an instance's stored deadline moves on
             changes["late_after"] = late_after
     elif failed:
-        counted: Any = F("consecutive_failures") + 1
+        judged = {"consecutive_failures": F("consecutive_failures") + 1, **_failure_aged()}
         if retry is not None:  # a slot is judged by its last attempt
-            counted = Case(
-                When(retrying, then=F("consecutive_failures")),
-                default=counted,
-                output_field=models.PositiveIntegerField(),
-            )
-        changes["consecutive_failures"] = counted
+            number = models.PositiveIntegerField()
+            judged = {
+                field: Case(When(retrying, then=F(field)), default=value, output_field=number)
+                for field, value in judged.items()
+            }
+        changes.update(judged)
     return rows.update(**changes) == 1
 
 
@@ -1340,6 +1363,14 @@ def _end_runs_in_one_statement(ends: list[RunEnd], lock_wait: float) -> dict[int
         "  consecutive_failures = CASE WHEN ending.succeeded_at IS NOT NULL THEN 0"
         f"   WHEN ending.failed AND NOT {retrying} THEN lease.consecutive_failures + 1"
         "   ELSE lease.consecutive_failures END,"
+        # The failure ages (JobLease.last_failure_age) of one more slot judged.
+        "  last_failure_age = CASE WHEN ending.succeeded_at IS NOT NULL"
+        "   THEN lease.last_failure_age + 1"
+        f"   WHEN ending.failed AND NOT {retrying} THEN 1 ELSE lease.last_failure_age END,"
+        "  previous_failure_age = CASE WHEN ending.succeeded_at IS NOT NULL"
+        "   THEN lease.previous_failure_age + 1"
+        f"   WHEN ending.failed AND NOT {retrying} THEN lease.last_failure_age + 1"
+        "   ELSE lease.previous_failure_age END,"
         "  late_after = COALESCE(ending.late_after, lease.late_after),"
         f"  next_run_at = CASE WHEN {retrying} THEN ending.retry_at ELSE lease.next_run_at END,"
         f"  run_slot = CASE WHEN {retrying} THEN ending.retry_slot ELSE lease.run_slot END,"

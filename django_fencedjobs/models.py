@@ -153,6 +153,16 @@ class JobLease(models.Model):
     next_run_at = models.DateTimeField(_("next run at"))
     last_success_at = models.DateTimeField(_("last success at"), null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(_("consecutive failures"), default=0)
+    #: How many of the job's judged slots ago (its runs' ends that rate it, as
+    #: ``consecutive_failures`` counts them) its latest failure was, and the failure before
+    #: that: 1 when the latest judged slot failed; None when there was none. Written by
+    #: the same statements as ``consecutive_failures``, so that health finds the instances
+    #: whose failure rate may warn (two failures within ``FAILURE_RATE_RUNS``) on their
+    #: rows alone, however long their history.
+    last_failure_age = models.PositiveIntegerField(_("last failure age"), null=True, blank=True)
+    previous_failure_age = models.PositiveIntegerField(
+        _("previous failure age"), null=True, blank=True
+    )
     paused = models.BooleanField(_("paused"), default=False)
     schedule_fingerprint = models.CharField(_("schedule fingerprint"), max_length=64, blank=True)
     #: The instance this row is the lease of; None for a job declared with a schedule. An
@@ -322,6 +332,13 @@ class JobRun(models.Model):
             models.Index(fields=["-scheduled_for", "-id"], name="fencedjobs_run_recent"),
             models.Index(fields=["job", "-scheduled_for"], name="fencedjobs_run_job_recent"),
             models.Index(fields=["outcome", "-scheduled_for"], name="fencedjobs_run_outcome"),
+            # Health's read of the jobs whose last run may have stopped at max_batches: the
+            # few capped runs, not every run of a day.
+            models.Index(
+                fields=["-scheduled_for"],
+                condition=models.Q(capped=True),
+                name="fencedjobs_run_capped",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -182,3 +182,91 @@ def test_the_end_clock_is_the_stores_when_the_runner_gives_none():
     ended = lease.end_runs([ending(row, run, finished_at=None)], lock_wait=1)[run.pk]
     assert ended.finished_at is not None
     assert JobRun.objects.get(pk=run.pk).finished_at == ended.finished_at
+
+
+def held_again(name: str, slot: datetime) -> tuple[JobLease, JobRun]:
+    """The lease row ``name`` (free) held again, by a run of ``slot``."""
+    row = JobLease.objects.get(name=name)
+    row.fence += 1
+    row.owner = "A:1"
+    row.lease_until = END + timedelta(minutes=1)
+    row.save()
+    run = JobRun.objects.create(
+        job=name, scheduled_for=slot, started_at=slot, outcome=Outcome.RUNNING, fence=row.fence
+    )
+    return row, run
+
+
+def ages(name: str) -> tuple[int | None, int | None]:
+    row = JobLease.objects.get(name=name)
+    return row.last_failure_age, row.previous_failure_age
+
+
+def test_the_failure_ages_count_the_judged_slots_since_each_of_the_last_two_failures():
+    """``last_failure_age`` and ``previous_failure_age``: how many judged slots ago the
+    latest failure and the one before it were. A failure whose retry follows is not judged
+    yet, nor is an outcome that rates nothing (interrupted)."""
+    row, run = held("s.ages")
+    assert ages("s.ages") == (None, None)
+    retry = lease.Retry(backoff=timedelta(minutes=5), slot=SLOT, attempt=2)
+    steps = [
+        (Outcome.FAILED, {}, (1, None)),
+        (Outcome.SUCCEEDED, {}, (2, None)),
+        (Outcome.SUCCEEDED, {}, (3, None)),
+        (Outcome.FAILED, {"retry": retry}, (3, None)),  # its retry follows: not judged yet
+        (Outcome.TIMED_OUT, {}, (1, 4)),  # the retry failed: the slot is a failure
+        (Outcome.SUCCEEDED, {}, (2, 5)),
+        (Outcome.INTERRUPTED, {}, (2, 5)),
+        (Outcome.FAILED, {}, (1, 3)),
+    ]
+    for step, (outcome, more, expected) in enumerate(steps, start=1):
+        if step > 1:
+            row, run = held_again("s.ages", SLOT + timedelta(minutes=step))
+        assert lease.end_runs([ending(row, run, outcome, **more)], lock_wait=1)[run.pk]
+        assert ages("s.ages") == expected, f"after step {step}, {outcome}"
+
+
+def test_a_retry_dropped_for_a_later_slot_counts_its_failure_in_the_failure_ages():
+    """A failed attempt whose retry a later slot superseded: judged a failure when that
+    slot's run takes the lease (``acquire``, and the batch's ``take``), as
+    ``consecutive_failures`` counts it."""
+    row, run = held("s.dropped")
+    lease.end_runs([ending(row, run, Outcome.SUCCEEDED)], lock_wait=1)
+    row, run = held_again("s.dropped", NEXT)
+    lease.end_runs([ending(row, run, Outcome.FAILED)], lock_wait=1)
+    assert ages("s.dropped") == (1, None)
+    later = END + timedelta(hours=3)
+    seen = lease.read(["s.dropped"])["s.dropped"]
+    fence = lease.acquire(
+        seen,
+        owner="B:2",
+        now=later,
+        ttl=timedelta(minutes=1),
+        next_run_at=later + timedelta(hours=1),
+        dropped_retry=True,
+    )
+    assert fence == seen.fence + 1
+    after = JobLease.objects.get(name="s.dropped")
+    assert (after.consecutive_failures, ages("s.dropped")) == (2, (1, 2))
+
+    # Free again, its latest failure 4 judged slots ago and none before it.
+    JobLease.objects.filter(name="s.dropped").update(
+        owner="", lease_until=LEASE_FREE, last_failure_age=4, previous_failure_age=None
+    )
+    seen = lease.read(["s.dropped"])["s.dropped"]
+    record = JobRun(job="s.dropped", scheduled_for=seen.next_run_at, fence=seen.fence + 1)
+    taken, skipped = lease.take(
+        [
+            lease.Take(
+                row=seen,
+                next_run_at=seen.next_run_at + timedelta(hours=1),
+                lease_until=later + timedelta(minutes=1),
+                record=record,
+                dropped_retry=True,
+            )
+        ],
+        later,
+    )
+    assert (len(taken), skipped) == (1, [])
+    after = JobLease.objects.get(name="s.dropped")
+    assert (after.consecutive_failures, ages("s.dropped")) == (3, (1, 5))

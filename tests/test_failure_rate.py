@@ -24,6 +24,7 @@ from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.health import Severity, State, all_health, job_health
 from django_fencedjobs.integrations.prometheus import metrics_view
 from django_fencedjobs.loop import tick
+from django_fencedjobs.models import JobRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,6 +153,43 @@ def test_reading_the_failure_rate_costs_the_same_queries_for_few_or_many_runs_an
         fake_clock.set(T0 + n * EVERY)
         tick()
     assert len(queries()) == len(few)
+
+
+@override_settings(FENCEDJOBS={"CLOCK": FAKE, "FAILURE_RATE_RUNS": 5})
+def test_health_finds_every_instance_whose_failure_rate_may_warn_by_its_lease_row(jobs):
+    """Health judges one by one only the instances that may not be ok, found by their rows
+    (``JobLease.previous_failure_age``) rather than their runs, however long their
+    history: two failures within the window's runs, or a failed last run. An instance
+    with one failure in its window, or two further apart than the window, is ok without
+    being read; judged one by one, each of those reads ok too."""
+    patterns = {
+        "twice": "SSSSFSFS",  # 2 of the last 5: a warning
+        "apart": "FSSSSSFS",  # never two failures in a window of 5
+        "once": "SSSSSFSS",
+        "last": "SSSSSSSF",
+        "never": "SSSSSSSS",
+    }
+    plans = {key: iter(pattern) for key, pattern in patterns.items()}
+
+    @job(instances=True, timeout=timedelta(minutes=1), name="f.tenant")
+    def handler(run, *, key: str):
+        if next(plans[key]) == "F":
+            raise RuntimeError("upstream said no")
+
+    for key in patterns:
+        handler.instances.upsert(key, every=EVERY, kwargs={"key": key})
+    for n in range(1, 9):
+        fake_clock.set(T0 + n * EVERY)
+        tick()
+    assert JobRun.objects.filter(job__startswith="f.tenant[").count() == 8 * len(patterns)
+
+    listed = {h.name: (h.state, h.severity) for h in all_health()}
+    assert listed == {
+        "f.tenant[twice]": (State.FAILING, Severity.WARNING),
+        "f.tenant[last]": (State.FAILING, Severity.WARNING),
+    }
+    for key in ("apart", "once", "never"):
+        assert job_health(f"f.tenant[{key}]").state == State.OK, key
 
 
 def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -282,7 +282,8 @@ def test_all_health_lists_the_worst_first_with_a_constant_number_of_queries(jobs
     tick()
     with CaptureQueriesContext(connection) as many:
         healths = all_health()
-    assert len(many) == len(few) <= 3
+    # Three reads; on PostgreSQL, also the transaction the first is read in (its JIT off).
+    assert len(many) == len(few) <= (5 if connection.vendor == "postgresql" else 3)
     assert [h.name for h in healths][:1] == ["h.bad"]
     assert healths[0].state == State.FAILING
     assert {h.state for h in healths[1:]} == {State.OK}
