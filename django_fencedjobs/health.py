@@ -351,14 +351,14 @@ def all_health(
     """The health of every job (declared in code or present in the database), or of the named
     ones (:class:`UnknownJob` for a name that is neither), worst first, then by name.
 
-    A constant number of queries whatever the number of jobs: the runners' rows, the
-    clock (when it is the
-    database's), the lease rows with the ids of each job's latest run and latest finished run
-    (two correlated subqueries, each one index lookup on ``(job, -scheduled_for)``), its
-    failure rate's window counted (two more, each at most ``FAILURE_RATE_RUNS`` rows of the
-    same index) and the two runs whose tasks health reads (two more, on the tasks'
-    ``(status, job)`` index), those runs, and, when any job has tasks, the tasks of those
-    runs counted by status.
+    A constant number of queries whatever the number of jobs, each bounded whatever the
+    length of their history: the runners' rows, the clock (when it is the database's), the
+    lease rows (:func:`_read_leases`, on PostgreSQL in a transaction of its own with JIT
+    off) with the ids of each job's latest run and latest finished run (two correlated
+    subqueries, each a few entries of ``(job, -scheduled_for)``), its failure rate's window
+    counted (three more, each at most ``FAILURE_RATE_RUNS`` rows of the same index) and the
+    two runs whose tasks health reads (two more, on the tasks' ``(status, job)`` index),
+    those runs, and, when any job has tasks, the tasks of those runs counted by status.
     """
     if now is None:
         now = clock.now()
