@@ -334,57 +334,16 @@ def _aged_if_failed(failed: str, row: str = "") -> str:
 
 
 @dataclass(frozen=True)
-class DueRow:
-    """A due lease row locked by a claim (:func:`claim_named`, :func:`claim_instances`),
-    with its watermarks as committed, by key, and an instance's definition (what its job
-    is built from); None for a row claimed by name, whose job the caller has."""
+class DueInstance:
+    """A due instance's lease row locked by :func:`claim_instances`, with the instance's
+    definition (what its job is built from) and its watermarks as committed, by key."""
 
     row: LeaseRow
-    instance: JobInstance | None
+    instance: JobInstance
     watermarks: dict[str, datetime | int]
 
 
-def claim_named(names: list[str], now: datetime, limit: int) -> list[DueRow]:
-    """Lock up to ``limit`` of the rows ``names`` that are due (a job declared with a
-    schedule, an instance run by name), earliest next fire time first, for :func:`take`
-    in the same transaction.
-
-    The names come from the tick's scan (:func:`scan`), which decides nothing: the claim
-    reads them again, locked. ``FOR UPDATE SKIP LOCKED`` (PostgreSQL): a row another runner
-    is claiming right now, or that a run holds inside a fenced transaction, is passed over,
-    not waited for, so runners that read the same due jobs get disjoint batches; one
-    statement, the rows by their unique name and their watermarks with them. Elsewhere
-    the rows are read unlocked and :func:`take`'s compare-and-set decides, row by row.
-    """
-    if limit < 1 or not names:
-        return []
-    connection = connections[lease_db()]
-    if connection.vendor != "postgresql":
-        rows = JobLease.objects.using(lease_db()).filter(
-            name__in=names, paused=False, next_run_at__lte=now, lease_until__lt=now
-        )
-        return _with_watermarks(list(rows.order_by("next_run_at")[:limit]), instance=False)
-    watermark_table = connection.ops.quote_name(Watermark._meta.db_table)
-    with connection.cursor() as cursor:
-        _load_instants_in_c(connection, cursor.cursor)
-        cursor.execute(
-            f"SELECT {', '.join(f'lease.{field}' for field in _ROW_FIELDS)},"
-            " (SELECT json_agg(json_build_array(mark.key, mark.position, mark.cursor))"
-            f"  FROM {watermark_table} AS mark WHERE mark.job = lease.name)::text"
-            f" FROM {_table(connection)} AS lease"
-            "  JOIN unnest(%s::text[]) AS job(name) ON lease.name = job.name"
-            " WHERE NOT lease.paused AND lease.next_run_at <= %s AND lease.lease_until < %s"
-            " ORDER BY lease.next_run_at LIMIT %s"
-            " FOR UPDATE OF lease SKIP LOCKED",
-            [_text_array(tuple(names)), now, now, limit],
-        )
-        rows = cursor.fetchall()
-    return [
-        DueRow(LeaseRow(*fields), None, _watermarks_from_json(marks)) for *fields, marks in rows
-    ]
-
-
-def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueRow]:
+def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueInstance]:
     """Lock up to ``limit`` due instances of the jobs ``parents``, for :func:`take` in the
     same transaction: the earliest next fire time first within each job, the jobs in the
     order given (the dispatcher gives the job whose instance is due earliest first).
@@ -401,7 +360,7 @@ def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueRo
     On PostgreSQL one statement per job reads the rows, their instances and their
     watermarks (one statement in all for a runner of one job with instances).
     """
-    claimed: list[DueRow] = []
+    claimed: list[DueInstance] = []
     for parent in parents:
         if len(claimed) >= limit:
             break
@@ -409,7 +368,7 @@ def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueRo
     return claimed
 
 
-def _claim_of(parent: str, now: datetime, limit: int) -> list[DueRow]:
+def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
         return _claim_instances_elsewhere(parent, now, limit)
@@ -435,7 +394,7 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueRow]:
         )
         rows = cursor.fetchall()
     return [
-        DueRow(
+        DueInstance(
             LeaseRow(name, fence, next_run_at, lease_until, False, fingerprint, run_slot, attempt),
             JobInstance(
                 id=pk,
@@ -486,9 +445,10 @@ def _watermarks_from_json(text: str | None) -> dict[str, datetime | int]:
     return found
 
 
-def _claim_instances_elsewhere(parent: str, now: datetime, limit: int) -> list[DueRow]:
-    rows = (
-        JobLease.objects.using(lease_db())
+def _claim_instances_elsewhere(parent: str, now: datetime, limit: int) -> list[DueInstance]:
+    alias = lease_db()
+    rows = list(
+        JobLease.objects.using(alias)
         .filter(
             parent=parent,
             instance__isnull=False,
@@ -497,17 +457,11 @@ def _claim_instances_elsewhere(parent: str, now: datetime, limit: int) -> list[D
             lease_until__lt=now,
         )
         .select_related("instance")
-        .order_by("next_run_at")
+        .order_by("next_run_at")[:limit]
     )
-    return _with_watermarks(list(rows[:limit]), instance=True)
-
-
-def _with_watermarks(rows: list[JobLease], *, instance: bool) -> list[DueRow]:
-    """The claim of ``rows`` (read unlocked: elsewhere than on PostgreSQL), with their
-    watermarks (one query) and, for ``instance``, their instances."""
     marks: dict[str, dict[str, datetime | int]] = {}
     for job, key, position, cursor in (
-        Watermark.objects.using(lease_db())
+        Watermark.objects.using(alias)
         .filter(job__in=[row.name for row in rows])
         .values_list("job", "key", "position", "cursor")
     ):
@@ -515,9 +469,9 @@ def _with_watermarks(rows: list[JobLease], *, instance: bool) -> list[DueRow]:
         if value is not None:
             marks.setdefault(job, {})[key] = value
     return [
-        DueRow(
+        DueInstance(
             LeaseRow(*(getattr(row, field) for field in _ROW_FIELDS)),
-            row.instance if instance else None,
+            row.instance,  # type: ignore[arg-type]
             marks.get(row.name, {}),
         )
         for row in rows
