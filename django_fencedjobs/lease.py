@@ -273,7 +273,7 @@ def acquire(
                 f"UPDATE {table} SET fence = fence + 1, owner = %s, lease_until = %s,"
                 " next_run_at = %s, run_slot = %s, attempt = %s,"
                 " consecutive_failures = consecutive_failures + %s,"
-                f" {_aged_if_failed('%s')}"
+                f" {_aged(failed='TRUE' if dropped_retry else 'FALSE')}"
                 f" WHERE name = (SELECT name FROM {table} WHERE name = %s AND fence = %s"
                 "  AND next_run_at = %s AND lease_until < %s AND NOT paused"
                 "  FOR UPDATE SKIP LOCKED)",
@@ -284,8 +284,6 @@ def acquire(
                     run_slot,
                     attempt,
                     int(dropped_retry),
-                    dropped_retry,
-                    dropped_retry,
                     seen.name,
                     seen.fence,
                     seen.next_run_at,
@@ -323,13 +321,15 @@ def _failure_aged() -> dict[str, Any]:
     return {"last_failure_age": Value(1), "previous_failure_age": F("last_failure_age") + 1}
 
 
-def _aged_if_failed(failed: str, row: str = "") -> str:
-    """:func:`_failure_aged` in SQL, when the condition ``failed`` holds (the SET list's
-    last items). A failure age with no failure before it stays NULL (NULL + 1)."""
+def _aged(*, failed: str, succeeded: str = "FALSE", row: str = "") -> str:
+    """The failure ages (``JobLease.last_failure_age``) in SQL, as SET items: one more slot
+    judged, a success when ``succeeded`` holds, a failure (:func:`_failure_aged`) when
+    ``failed`` does; else unchanged. An age with no failure before it stays NULL."""
     return (
-        f" last_failure_age = CASE WHEN {failed} THEN 1 ELSE {row}last_failure_age END,"
-        f" previous_failure_age = CASE WHEN {failed} THEN {row}last_failure_age + 1"
-        f" ELSE {row}previous_failure_age END"
+        f" last_failure_age = CASE WHEN {succeeded} THEN {row}last_failure_age + 1"
+        f"  WHEN {failed} THEN 1 ELSE {row}last_failure_age END,"
+        f" previous_failure_age = CASE WHEN {succeeded} THEN {row}previous_failure_age + 1"
+        f"  WHEN {failed} THEN {row}last_failure_age + 1 ELSE {row}previous_failure_age END"
     )
 
 
@@ -752,7 +752,7 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
             "  next_run_at = claimed.next_run_at, run_slot = claimed.run_slot,"
             "  attempt = claimed.attempt,"
             "  consecutive_failures = lease.consecutive_failures + claimed.dropped,"
-            + _aged_if_failed("claimed.dropped = 1", row="lease.")
+            + _aged(failed="claimed.dropped = 1", row="lease.")
             + "  FROM claimed WHERE lease.name = claimed.name AND lease.fence = claimed.fence"
             "  AND lease.next_run_at = claimed.slot AND lease.lease_until < %s"
             "  AND NOT lease.paused RETURNING lease.name),"
@@ -1363,14 +1363,12 @@ def _end_runs_in_one_statement(ends: list[RunEnd], lock_wait: float) -> dict[int
         "  consecutive_failures = CASE WHEN ending.succeeded_at IS NOT NULL THEN 0"
         f"   WHEN ending.failed AND NOT {retrying} THEN lease.consecutive_failures + 1"
         "   ELSE lease.consecutive_failures END,"
-        # The failure ages (JobLease.last_failure_age) of one more slot judged.
-        "  last_failure_age = CASE WHEN ending.succeeded_at IS NOT NULL"
-        "   THEN lease.last_failure_age + 1"
-        f"   WHEN ending.failed AND NOT {retrying} THEN 1 ELSE lease.last_failure_age END,"
-        "  previous_failure_age = CASE WHEN ending.succeeded_at IS NOT NULL"
-        "   THEN lease.previous_failure_age + 1"
-        f"   WHEN ending.failed AND NOT {retrying} THEN lease.last_failure_age + 1"
-        "   ELSE lease.previous_failure_age END,"
+        + _aged(
+            succeeded="ending.succeeded_at IS NOT NULL",
+            failed=f"ending.failed AND NOT {retrying}",
+            row="lease.",
+        )
+        + ","
         "  late_after = COALESCE(ending.late_after, lease.late_after),"
         f"  next_run_at = CASE WHEN {retrying} THEN ending.retry_at ELSE lease.next_run_at END,"
         f"  run_slot = CASE WHEN {retrying} THEN ending.retry_slot ELSE lease.run_slot END,"
