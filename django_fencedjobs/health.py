@@ -99,6 +99,7 @@ from enum import StrEnum
 from typing import Any
 
 from django.db.models import (
+    Case,
     Count,
     Exists,
     F,
@@ -111,6 +112,7 @@ from django.db.models import (
     QuerySet,
     Subquery,
     Value,
+    When,
 )
 from django.db.models.functions import Coalesce
 
@@ -156,6 +158,11 @@ __all__ = [
 #: the last run's (judged on its own), not a rate. Two: the lease row keeps the ages of its
 #: last two failures (``previous_failure_age``, read by :func:`_may_not_be_ok`).
 MIN_RATE_FAILURES = 2
+#: The most instances :func:`all_health` judges one by one when it judges every job: when
+#: more may not be ok (a dead runner, a bad deploy), the first of them by name are judged and
+#: listed, and :func:`instance_summaries` counts all of them by their lease rows instead, so
+#: that a page or a ``checkjobs`` of 100,000 troubled instances costs what one of 500 does.
+INSTANCES_JUDGED = 500
 #: What an unfinished task past its deadline most likely means, by status.
 UNFINISHED_MEANING = {
     TaskStatus.PENDING: "not taken by the task backend yet (it refused the hand-over, or "
@@ -435,10 +442,11 @@ def _job_of(name: str, row: JobLease | None) -> Job | None:
 class InstanceSummary:
     """The instances of one job declared with ``instances=True``, counted by state.
 
-    :func:`all_health` lists only the instances that may not be ok (see
-    :func:`_read_leases`); every other enabled one is ok (or running), by its stored
-    deadline and its failures. So ``ok`` is the total less the disabled and the listed
-    ones that are not healthy."""
+    :func:`all_health` lists the instances that may not be ok (see :func:`_may_not_be_ok`),
+    at most :data:`INSTANCES_JUDGED`; every other enabled one is ok (or running), by its
+    stored deadline and its failures. When all of the job's that may not be ok were judged,
+    their states are :attr:`listed`'s; when more were found, all of them are counted by
+    their lease rows (:attr:`counted`)."""
 
     job: str
     total: int
@@ -448,41 +456,98 @@ class InstanceSummary:
     #: Why no live runner serves the job (then every enabled instance is ``no_runner``,
     #: critical); None when one does, or none was ever seen.
     no_runner: str | None = None
+    #: When more of the job's instances may not be ok than were judged one by one: each of
+    #: them counted by its lease row (``invalid``, ``paused``, ``failing``, ``late``, and
+    #: ``unjudged`` for the rest, which may warn of a failure rate, a capped run or tasks).
+    counted: dict[str, int] | None = None
+    #: Of :attr:`counted`, the critical ones: invalid, late, or failing at least the
+    #: job's ``failure_threshold`` times in a row.
+    counted_critical: int = 0
+
+    @property
+    def states(self) -> dict[str, int]:
+        """The enabled instances' states that are not ok, counted: ``no_runner`` for all of
+        them, else :attr:`counted`, else :attr:`listed` (the healthy states left out)."""
+        if self.no_runner is not None:
+            enabled = self.total - self.disabled
+            return {State.NO_RUNNER.value: enabled} if enabled else {}
+        if self.counted is not None:
+            return {state: count for state, count in self.counted.items() if count}
+        return {
+            state: count
+            for state, count in self.listed.items()
+            if state not in _HEALTHY_STATES and count
+        }
 
     @property
     def ok(self) -> int:
-        if self.no_runner is not None:
-            return 0
-        unhealthy = sum(
-            count for state, count in self.listed.items() if state not in _HEALTHY_STATES
-        )
-        return self.total - self.disabled - unhealthy
+        return self.total - self.disabled - sum(self.states.values())
 
     @property
     def severity(self) -> Severity:
-        """Critical when no runner serves the job's enabled instances; else what the listed
-        ones are judged (they are in :func:`all_health`'s list too)."""
+        """Critical when no runner serves the job's enabled instances, or when counted and
+        any counted one is critical; else what the listed ones are judged (they are in
+        :func:`all_health`'s list too)."""
         if self.no_runner is not None and self.total > self.disabled:
             return Severity.CRITICAL
+        if self.counted is not None:
+            if self.counted_critical:
+                return Severity.CRITICAL
+            if any(count for state, count in self.counted.items() if state != UNJUDGED):
+                return Severity.WARNING
         return Severity.HEALTHY
+
+    @property
+    def worst(self) -> str:
+        """The worst state of the enabled instances, of :data:`STATES_WORST_FIRST`."""
+        states = self.states
+        return next((state for state in STATES_WORST_FIRST if states.get(state)), "ok")
 
 
 _HEALTHY_STATES = {State.OK, State.RUNNING, State.NEVER_RUN, State.REMOVED}
+#: The state of instances that may not be ok and were counted, not judged.
+UNJUDGED = "unjudged"
+#: The states of a job's instances, the worst first: what a page lists and links first.
+STATES_WORST_FIRST = (
+    State.NO_RUNNER.value,
+    State.FAILING.value,
+    State.LATE.value,
+    State.INVALID.value,
+    State.CAPPED.value,
+    State.PAUSED.value,
+    UNJUDGED,
+)
 
 
 def instance_summaries(
-    healths: Iterable[JobHealth], *, coverage: runners.Coverage | None = None
+    healths: Iterable[JobHealth],
+    *,
+    coverage: runners.Coverage | None = None,
+    now: datetime | None = None,
 ) -> list[InstanceSummary]:
-    """Per job declared with ``instances=True``: its instances counted (one query), with
-    the states of those in ``healths`` (:func:`all_health`'s list), and whether a live
-    runner serves the job (``coverage``, read here when not given): without one, every
-    enabled instance is ``no_runner``, whatever the list says (a runner that died is
-    noticed within ``RUNNER_TIMEOUT``, not at each instance's deadline)."""
+    """Per job with instances: its instances counted (one query, a scan of their lease
+    rows), with the states of those in ``healths`` (:func:`all_health`'s list, judged at
+    ``now``), and whether a live runner serves the job (``coverage``, read here when not
+    given): without one, every enabled instance is ``no_runner``, whatever the list says (a
+    runner that died is noticed within ``RUNNER_TIMEOUT``, not at each instance's deadline).
+
+    The same query counts the instances that may not be ok by their rows: when ``healths``
+    holds fewer of a job's than that (:data:`INSTANCES_JUDGED`), the counts are the
+    summary's."""
+    healths = list(healths)
+    if now is None:
+        now = healths[0].checked_at if healths else clock.now()
     listed: dict[str, dict[str, int]] = {}
     for h in healths:
         if h.job is not None and h.job.parent is not None:
             states = listed.setdefault(h.job.parent, {})
             states[h.state] = states.get(h.state, 0) + 1
+    thresholds = {job.name: job.failure_threshold for job in registry.all() if job.instances}
+    may = _may_not_be_ok(now, get_settings())
+    unpaused = may & Q(paused=False)
+    failing = unpaused & Q(consecutive_failures__gt=0)
+    late = unpaused & Q(consecutive_failures=0, late_after__lt=now)
+    invalid = may & Q(paused=True, instance__paused=False)
     rows = (
         JobLease.objects.using(lease_db())
         .filter(instance__isnull=False)
@@ -492,18 +557,41 @@ def instance_summaries(
             total=Count("pk"),
             disabled=Count("pk", filter=Q(instance__enabled=False)),
             first_seen=Min("created_at"),
+            n_may=Count("pk", filter=may),
+            n_invalid=Count("pk", filter=invalid),
+            n_paused=Count("pk", filter=may & Q(paused=True, instance__paused=True)),
+            n_failing=Count("pk", filter=failing),
+            n_late=Count("pk", filter=late),
+            n_critical=Count(
+                "pk",
+                filter=invalid
+                | late
+                | (failing & Q(consecutive_failures__gte=_threshold(thresholds))),
+            ),
         )
     )
     found: dict[str, dict[str, Any]] = {row["instance__job"]: dict(row) for row in rows}
     parents = [job.name for job in registry.all() if job.instances] + sorted(found)
     if coverage is None:
-        coverage = runners.read(clock.now())
+        coverage = runners.read(now)
 
     def no_runner(parent: str) -> str | None:
         row = found.get(parent)
         if row is None or parent not in registry:
             return None
         return coverage.problem(parent, row["first_seen"], lambda at: format_instant(at, UTC))
+
+    def counted(parent: str) -> dict[str, int] | None:
+        row = found.get(parent)
+        if row is None or parent not in registry:
+            return None
+        if sum(listed.get(parent, {}).values()) >= row["n_may"]:
+            return None  # every one judged
+        states = ("invalid", "paused", "failing", "late")
+        return {
+            **{state: row[f"n_{state}"] for state in states},
+            UNJUDGED: row["n_may"] - sum(row[f"n_{state}"] for state in states),
+        }
 
     return [
         InstanceSummary(
@@ -512,9 +600,20 @@ def instance_summaries(
             disabled=found.get(parent, {}).get("disabled", 0),
             listed=listed.get(parent, {}),
             no_runner=no_runner(parent),
+            counted=counted(parent),
+            counted_critical=found.get(parent, {}).get("n_critical", 0),
         )
         for parent in dict.fromkeys(parents)
     ]
+
+
+def _threshold(thresholds: dict[str, int]) -> Case:
+    """Each instance's ``failure_threshold`` (its job's), as a SQL expression."""
+    return Case(
+        *(When(parent=name, then=Value(value)) for name, value in thresholds.items()),
+        default=Value(1),
+        output_field=IntegerField(),
+    )
 
 
 def job_health(name: str, *, now: datetime | None = None) -> JobHealth:
@@ -582,9 +681,16 @@ def _read_leases(names: Sequence[str] | None, now: datetime) -> dict[str, JobLea
     if names:
         rows = rows.filter(name__in=list(names))
     else:
+        # The instances that may not be ok, the first INSTANCES_JUDGED by name: one scan of
+        # the lease rows, stopped there; the subqueries above run for those rows only.
+        judged = (
+            JobLease.objects.filter(_may_not_be_ok(now, settings))
+            .order_by("name")
+            .values("name")[:INSTANCES_JUDGED]
+        )
         rows = rows.filter(
             Q(instance__isnull=True, kind=RunKind.SCHEDULED)
-            | _may_not_be_ok(now, settings)
+            | Q(name__in=Subquery(judged))
             | _late_oneoffs(now)
             # A one-off notified late: judged again, so that its recovery is told too.
             | Q(kind=RunKind.ONCE, name__in=JobNotice.objects.exclude(state=State.OK).values("job"))

@@ -43,6 +43,7 @@ from django_fencedjobs import clock, instances, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.health import (
+    UNJUDGED,
     InstanceSummary,
     JobHealth,
     Severity,
@@ -176,8 +177,14 @@ def evaluate(
         return []
     now = now or (healths[0].checked_at if healths else clock.now())
     if summaries is None:
-        summaries = instance_summaries(healths)
-    judged = [*healths, *_all_instances(summaries, now)]
+        summaries = instance_summaries(healths, now=now)
+    # A job whose instances were counted, not all judged (more may not be ok than health
+    # judges one by one): told once for all of them, by job[*], not instance by instance.
+    counted = {summary.job for summary in summaries if summary.counted is not None}
+    judged = [
+        *(h for h in healths if h.job is None or h.job.parent not in counted),
+        *_all_instances(summaries, now),
+    ]
     if not judged:
         return []
     recorded = _record(judged, now, settings.owner)
@@ -193,24 +200,35 @@ def evaluate(
 
 def _all_instances(summaries: Sequence[InstanceSummary], now: datetime) -> list[JobHealth]:
     """Per job with instances, one condition for all of them (``job[*]``): ``no_runner``
-    while no live runner serves the job's enabled instances, else ok. A dead runner is one
-    message for all the instances it ran, not one per instance."""
-    return [
-        JobHealth(
-            name=summary.job + ALL_INSTANCES,
-            checked_at=now,
-            state=State.NO_RUNNER if summary.no_runner else State.OK,
-            severity=Severity.CRITICAL if summary.no_runner else Severity.HEALTHY,
-            reason=(
-                f"{summary.total - summary.disabled} enabled instance(s): {summary.no_runner}"
-                if summary.no_runner
-                else f"a live runner serves the {summary.total - summary.disabled} enabled"
-                " instance(s)"
-            ),
+    while no live runner serves the job's enabled instances; the worst of their states while
+    more may not be ok than health judges one by one (counted by their lease rows); else
+    ok. A dead runner or a bad deploy is one message for all the instances it touched, not
+    one per instance."""
+    return [_of_all(summary, now) for summary in summaries if summary.total]
+
+
+def _of_all(summary: InstanceSummary, now: datetime) -> JobHealth:
+    enabled = summary.total - summary.disabled
+    if summary.no_runner:
+        state, severity = State.NO_RUNNER, Severity.CRITICAL
+        reason = f"{enabled} enabled instance(s): {summary.no_runner}"
+    elif summary.counted is not None and summary.worst != UNJUDGED:
+        state, severity = State(summary.worst), summary.severity
+        counts = ", ".join(f"{count} {name}" for name, count in summary.states.items())
+        reason = (
+            f"{summary.states[state]} of {enabled} enabled instance(s) {state.value}, counted "
+            f"by their lease rows ({counts}, {summary.ok} ok)"
         )
-        for summary in summaries
-        if summary.total
-    ]
+    else:
+        state, severity = State.OK, Severity.HEALTHY
+        reason = f"a live runner serves the {enabled} enabled instance(s)"
+    return JobHealth(
+        name=summary.job + ALL_INSTANCES,
+        checked_at=now,
+        state=state,
+        severity=severity,
+        reason=reason,
+    )
 
 
 def _messages(transitions: Sequence[Transition]) -> list[Transition]:

@@ -198,6 +198,75 @@ def test_health_lists_the_instances_that_need_attention_and_counts_the_rest(jobs
     assert health.job_health("t.h[off]").reason.startswith("disabled")
 
 
+def test_more_instances_in_trouble_than_are_judged_are_counted_by_their_rows_and_told_once(
+    jobs, monkeypatch
+):
+    """A bad deploy or a stalled runner puts every instance in trouble at once: health
+    judges the first INSTANCES_JUDGED by name (here 3, as 500 would be at 100,000) and
+    counts all of them by their lease rows; one message for the job's instances."""
+    from io import StringIO
+
+    from django.core import mail
+    from django.core.management import CommandError, call_command
+    from django.test import override_settings
+
+    from django_fencedjobs import health, notify
+
+    monkeypatch.setattr(health, "INSTANCES_JUDGED", 3)
+
+    @job(instances=True, timeout=timedelta(seconds=30), name="t.many", failure_threshold=2)
+    def handler(run, *, fail: bool):
+        if fail:
+            raise RuntimeError("upstream said no")
+
+    for n in range(6):
+        handler.instances.upsert(f"k{n}", every=timedelta(minutes=1), kwargs={"fail": n < 2})
+    handler.instances.upsert("off", every=timedelta(minutes=1), kwargs={"fail": False})
+    handler.instances.set_enabled(["off"], False)
+    for _ in range(2):  # k0 and k1 fail twice: failing, critical at the threshold
+        fake_clock.advance(timedelta(minutes=1))
+        loop.tick()
+    (summary,) = health.instance_summaries(health.all_health())
+    assert summary.counted is None  # two may not be ok: both judged
+    assert summary.states == {"failing": 2} and summary.ok == 4
+
+    # Nothing runs for a while: all six enabled ones are in trouble, three are judged.
+    fake_clock.advance(timedelta(minutes=10))
+    healths = health.all_health()
+    assert [h.name for h in healths] == ["t.many[k0]", "t.many[k1]", "t.many[k2]"]
+    (summary,) = health.instance_summaries(healths)
+    assert summary.states == {"failing": 2, "late": 4}
+    assert (summary.ok, summary.disabled, summary.counted_critical) == (0, 1, 6)
+    assert (summary.severity, summary.worst) == (health.Severity.CRITICAL, "failing")
+
+    out = StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command("checkjobs", stdout=out)
+    assert raised.value.returncode == 2
+    assert "t.many[*] (failing)" in str(raised.value)
+    line = "t.many: 7 instance(s): 0 ok, 1 disabled, 2 failing, 4 late (counted"
+    assert line in out.getvalue()
+
+    with override_settings(
+        FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock", "NOTIFY": True},
+        ADMINS=[("Ops", "ops@example.com")],
+    ):
+        mail.outbox.clear()
+        told = notify.evaluate(healths, now=fake_clock())
+        assert [t.name for t in told] == ["t.many[*]"]
+        (message,) = mail.outbox
+        assert "the instances of t.many: ok -> failing (critical)" in message.subject
+        assert "2 failing, 4 late, 0 ok" in message.body
+        # Back under the cap (the late ones ran): told back to ok, by job[*] again.
+        fake_clock.advance(timedelta(minutes=1))
+        loop.tick()
+        loop.tick()
+        (summary,) = health.instance_summaries(health.all_health())
+        assert summary.counted is None and summary.states == {"failing": 2}
+        told = notify.evaluate(health.all_health(), now=fake_clock())
+        assert sorted(t.name for t in told) == ["t.many[*]", "t.many[k0]", "t.many[k1]"]
+
+
 def test_an_instance_runs_now_by_its_name(jobs, capsys):
     from django.core.management import call_command
 

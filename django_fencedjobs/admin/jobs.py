@@ -97,45 +97,47 @@ def _all_health(request: HttpRequest, now: datetime) -> list[JobHealth]:
     return found
 
 
-#: The state filter of the Instances list that finds the instances in a health state, the
-#: worst state first.
+#: The state filter of the Instances list that finds the instances in a health state (by
+#: their lease rows; the other states link to all the job's instances).
 _INSTANCE_FILTER = {
-    State.NO_RUNNER: "no runner",
-    State.FAILING: "failing",
-    State.LATE: "late",
-    State.INVALID: "invalid",
-    State.PAUSED: "paused",
+    State.NO_RUNNER.value: "no runner",
+    State.FAILING.value: "failing",
+    State.LATE.value: "late",
+    State.INVALID.value: "invalid",
+    State.PAUSED.value: "paused",
 }
 
 
 def _instance_jobs(healths: list[JobHealth]) -> list[dict[str, Any]]:
     """Per job with instances: its name, its worst state's badge and its instances counted
-    by state, each count with the link to those instances (from the health of the
-    instances that may not be ok, which every job's health lists: no read of the rest)."""
+    by state, the worst first, each count with the link to those instances (from the health
+    of the instances that may not be ok, which every job's health lists, or their count by
+    their lease rows: no read of the rest)."""
     url = reverse("admin:fencedjobs_jobinstance_changelist")
     jobs = []
     for summary in health.instance_summaries(healths):
         if not summary.total:
             continue
-        enabled = summary.total - summary.disabled
-        counts: list[tuple[str, int, str]] = []
-        if summary.no_runner is not None:
-            counts.append((State.NO_RUNNER.value, enabled, "no runner"))
-        else:
-            counts += [
-                (state.value, summary.listed[state], _INSTANCE_FILTER[state])
-                for state in _INSTANCE_FILTER  # the worst first
-                if summary.listed.get(state)
-            ]
-            counts.append((State.OK.value, summary.ok, ""))
+        states = summary.states
+        counts: list[tuple[str, int, str]] = [
+            (state, states[state], _INSTANCE_FILTER.get(state, ""))
+            for state in health.STATES_WORST_FIRST
+            if state in states
+        ]
+        counts.append((State.OK.value, summary.ok, ""))
         if summary.disabled:
             counts.append(("disabled", summary.disabled, "disabled"))
-        worst = next((state for state, count, _ in counts if count and state != "disabled"), "ok")
+        worst = summary.worst
+        reason = summary.no_runner or (
+            "counted by their lease rows: more may not be ok than are judged one by one"
+            if summary.counted is not None
+            else ""
+        )
         jobs.append(
             {
                 "name": summary.job,
                 "total": summary.total,
-                "badge": badge(worst, worst.replace("_", " "), summary.no_runner or ""),
+                "badge": badge(worst, worst.replace("_", " "), reason),
                 "counts": [
                     {
                         "state": state.replace("_", " "),

@@ -172,6 +172,8 @@ INSTANCE_STATES = (
     health.State.NO_RUNNER.value,
     health.State.INVALID.value,
     health.State.CAPPED.value,
+    health.State.PAUSED.value,
+    health.UNJUDGED,
 )
 
 #: How many instances one health read judges by name (``instance_series="each"``): their
@@ -206,7 +208,7 @@ class FencedJobsCollector:
         # Every job declared in code, and only the instances that may not be ok.
         seen = runners.read(now)
         listed = health.all_health(now=now, coverage=seen)
-        summaries = health.instance_summaries(listed, coverage=seen)
+        summaries = health.instance_summaries(listed, coverage=seen, now=now)
         parents = {summary.job: _instance_series(summary.job) for summary in summaries}
         each = sorted(parent for parent, series in parents.items() if series == "each")
         # A series per job: the jobs declared in code, and every instance of a job that
@@ -310,19 +312,19 @@ def _instance_counts(
 ) -> None:
     """``fencedjobs_instances`` and ``fencedjobs_instances_critical`` per job with
     instances, from the counts and the instances listed (every instance not listed is
-    ok or running, so none of them is critical)."""
+    ok or running, so none of them is critical; when more may not be ok than were listed,
+    the summary has counted the critical ones by their lease rows)."""
     critical: dict[str, int] = {}
     for h in listed:
         parent = _parent_of(h, parents)
         if parent is not None and h.severity is health.Severity.CRITICAL:
             critical[parent] = critical.get(parent, 0) + 1
     for summary in summaries:
-        counts = {"ok": summary.ok, "disabled": summary.disabled, **summary.listed}
-        if summary.severity is health.Severity.CRITICAL:
-            # No live runner serves the job: every enabled instance is no_runner.
-            enabled = summary.total - summary.disabled
-            counts = {"disabled": summary.disabled, "no_runner": enabled}
-            critical[summary.job] = enabled
+        counts = {"ok": summary.ok, "disabled": summary.disabled, **summary.states}
+        if summary.no_runner is not None:
+            critical[summary.job] = summary.total - summary.disabled
+        elif summary.counted is not None:
+            critical[summary.job] = summary.counted_critical
         for state in INSTANCE_STATES:
             add("fencedjobs_instances", [summary.job, state], counts.get(state, 0))
         add("fencedjobs_instances_critical", [summary.job], critical.get(summary.job, 0))

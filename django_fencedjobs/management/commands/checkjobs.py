@@ -109,7 +109,7 @@ class Command(BaseCommand):
             without = [s for s in summaries if s.severity is health.Severity.CRITICAL]
             if without:
                 listed = ", ".join(
-                    [*([listed] if listed else []), *(f"{s.job}[*] (no_runner)" for s in without)]
+                    [*([listed] if listed else []), *(f"{s.job}[*] ({s.worst})" for s in without)]
                 )
             count = len(bad) + len(without)
             raise CommandError(
@@ -140,7 +140,7 @@ def _judged(
     per-job alert on it follows its instances."""
     if not jobs:
         healths = health.all_health(None, now=now, coverage=seen)
-        return healths, health.instance_summaries(healths, coverage=seen)
+        return healths, health.instance_summaries(healths, coverage=seen, now=now)
     parents = [name for name in jobs if name in registry and _runs_as_instances(name)]
     others = [name for name in jobs if name not in parents]
     healths = health.all_health(others, now=now, coverage=seen) if others else []
@@ -152,7 +152,7 @@ def _judged(
         for h in health.all_health(None, now=now, coverage=seen)
         if h.job is not None and h.job.parent in parents and h.name not in named
     ]
-    summaries = health.instance_summaries(listed, coverage=seen)
+    summaries = health.instance_summaries(listed, coverage=seen, now=now)
     return [*healths, *listed], [s for s in summaries if s.job in parents]
 
 
@@ -163,7 +163,7 @@ def _runs_as_instances(name: str) -> bool:
 
 def _summary_line(summary: health.InstanceSummary) -> str:
     """One line per job with instances: the instances are listed above only when they may
-    not be ok; this counts them all."""
+    not be ok (the first ones by name, when many are); this counts them all."""
     if summary.no_runner is not None and summary.total > summary.disabled:
         enabled = summary.total - summary.disabled
         return (
@@ -172,12 +172,14 @@ def _summary_line(summary: health.InstanceSummary) -> str:
     counts = [f"{summary.ok} ok"]
     if summary.disabled:
         counts.append(f"{summary.disabled} disabled")
-    counts += [
-        f"{count} {state}"
-        for state, count in sorted(summary.listed.items())
-        if state not in ("ok", "running", "never_run")
-    ]
-    return f"{summary.job}: {summary.total} instance(s): {', '.join(counts)}"
+    counts += [f"{count} {state}" for state, count in sorted(summary.states.items())]
+    line = f"{summary.job}: {summary.total} instance(s): {', '.join(counts)}"
+    if summary.counted is not None:
+        line += (
+            f" (counted by their lease rows: more may not be ok than the "
+            f"{health.INSTANCES_JUDGED} judged one by one, listed above)"
+        )
+    return line
 
 
 def _json(
@@ -206,6 +208,8 @@ def _json(
                     "ok": s.ok,
                     "disabled": s.disabled,
                     "listed": s.listed,
+                    "states": s.states,
+                    "counted": s.counted is not None,
                     "no_runner": s.no_runner,
                 }
                 for s in summaries
