@@ -698,12 +698,15 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
     runs: ``(taken and recorded, taken but their slot was recorded already)``. The records
     of the first list have their primary key.
 
-    Each row is taken by the compare-and-set of :func:`acquire` (fence and slot unchanged,
-    lease expired, not paused: the rows are locked by this transaction, so all of them are
-    taken); the runs of older fences still marked running are marked abandoned (as
-    :func:`mark_abandoned` does), and each run is inserted unless its slot is recorded
-    already (a run now landed on it). On PostgreSQL all of it is one statement, whatever
-    the size of the batch; elsewhere row by row.
+    Each run is inserted unless its slot is recorded already (a run now landed on it), and
+    only the rows whose run was inserted are taken, by the compare-and-set of
+    :func:`acquire` (fence and slot unchanged, lease expired, not paused: the rows are
+    locked by this transaction, so none changes meanwhile); the runs of older fences still
+    marked running are marked abandoned (as :func:`mark_abandoned` does). A row whose slot
+    was recorded already is moved past it, as :func:`operations.skip_slot
+    <django_fencedjobs.operations.skip_slot>` does, its fence unchanged: every fence a row
+    hands out is a recorded run's. On PostgreSQL all of it is one statement, whatever the
+    size of the batch; elsewhere row by row.
     """
     if not batch:
         return [], []
@@ -746,6 +749,23 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
             "  AS claimed(name text, fence bigint, slot timestamptz, next_run_at timestamptz,"
             "  lease_until timestamptz, run_slot timestamptz, attempt integer,"
             "  dropped integer) LIMIT %s),"
+            # The rows the batch may take, checked as the grant below checks them (they
+            # are locked by this transaction: nothing changes them before it).
+            " takeable AS ("
+            f" SELECT lease.name FROM {_table(connection)} AS lease JOIN claimed"
+            "  ON lease.name = claimed.name WHERE lease.fence = claimed.fence"
+            "  AND lease.next_run_at = claimed.slot AND lease.lease_until < %s"
+            "  AND NOT lease.paused),"
+            # The runs first: a row is taken only when its run is recorded, so that no
+            # fence is handed out without a run (a first attempt whose slot is recorded
+            # already inserts nothing).
+            " inserted AS ("
+            f" INSERT INTO {run_table} ({columns})"
+            f"  SELECT {values} FROM (SELECT * FROM json_populate_recordset("
+            f"  NULL::{run_table}, %s::json) LIMIT %s) AS run"
+            "  WHERE job IN (SELECT name FROM takeable)"
+            "  ON CONFLICT ON CONSTRAINT fencedjobs_run_once DO NOTHING"
+            "  RETURNING id, job, attempt),"
             " granted AS ("
             f" UPDATE {_table(connection)} AS lease SET fence = lease.fence + 1,"
             "  owner = %s, lease_until = claimed.lease_until,"
@@ -753,29 +773,29 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
             "  attempt = claimed.attempt,"
             "  consecutive_failures = lease.consecutive_failures + claimed.dropped,"
             + _aged(failed="claimed.dropped = 1", row="lease.")
-            + "  FROM claimed WHERE lease.name = claimed.name AND lease.fence = claimed.fence"
-            "  AND lease.next_run_at = claimed.slot AND lease.lease_until < %s"
-            "  AND NOT lease.paused RETURNING lease.name),"
+            + "  FROM claimed WHERE lease.name = claimed.name"
+            "  AND lease.name IN (SELECT job FROM inserted) RETURNING lease.name),"
+            # Past a slot recorded already, its fence unchanged (operations.skip_slot).
+            " passed AS ("
+            f" UPDATE {_table(connection)} AS lease SET next_run_at = claimed.next_run_at,"
+            "  run_slot = NULL, attempt = 1"
+            "  FROM claimed WHERE lease.name = claimed.name"
+            "  AND lease.name IN (SELECT name FROM takeable)"
+            "  AND lease.name NOT IN (SELECT job FROM inserted) RETURNING lease.name)"
             + (
-                " abandoned AS ("
+                ", abandoned AS ("
                 # Every run of these jobs still marked running has an older fence: this
                 # statement's own inserts are not visible to it. (Rows of kind
                 # "scheduled" only: a backfill slot's runs are recorded under their
                 # job's name.)
                 f" UPDATE {run_table} SET outcome = %s, finished_at = %s, error = %s"
-                "  WHERE outcome = %s AND kind = %s AND job IN (SELECT name FROM granted)),"
+                "  WHERE outcome = %s AND kind = %s AND job IN (SELECT name FROM granted))"
                 if abandoned
                 else ""
             )
-            + " inserted AS ("
-            f" INSERT INTO {run_table} ({columns})"
-            f"  SELECT {values} FROM (SELECT * FROM json_populate_recordset("
-            f"  NULL::{run_table}, %s::json) LIMIT %s) AS run"
-            "  WHERE job IN (SELECT name FROM granted)"
-            "  ON CONFLICT ON CONSTRAINT fencedjobs_run_once DO NOTHING"
-            "  RETURNING id, job, attempt)"
-            " SELECT granted.name, inserted.id, inserted.attempt FROM granted"
-            " LEFT JOIN inserted ON inserted.job = granted.name",
+            + " SELECT granted.name, inserted.id, inserted.attempt FROM granted"
+            " JOIN inserted ON inserted.job = granted.name"
+            " UNION ALL SELECT passed.name, NULL, NULL FROM passed",
             [
                 _json(
                     {
@@ -791,14 +811,14 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
                     for item in batch
                 ),
                 len(batch),
-                batch[0].record.owner,
                 now,
-                *(marking if abandoned else []),
                 _json(
                     {column: getattr(item.record, column) for column in _RECORD_COLUMNS}
                     for item in batch
                 ),
                 len(batch),
+                batch[0].record.owner,
+                *(marking if abandoned else []),
             ],
         )
         result = {name: (pk, attempt) for name, pk, attempt in cursor.fetchall()}
@@ -882,29 +902,32 @@ def _take_elsewhere(batch: list[Take], now: datetime) -> tuple[list[Take], list[
     alias = lease_db()
     recorded, skipped = [], []
     for item in batch:
-        fence = acquire(
-            item.row,
-            owner=item.record.owner,
-            now=now,
-            ttl=item.lease_until - now,
-            next_run_at=item.next_run_at,
-            run_slot=item.run_slot,
-            attempt=item.attempt,
-            dropped_retry=item.dropped_retry,
-        )
-        if fence is None:
-            continue
-        if item.row.lease_until != LEASE_FREE:
-            mark_abandoned(item.row.name, fence, now)
-        if item.record.attempt > 1:  # a retry: never dropped
-            insert_as_next_attempt(item.record)
-            recorded.append(item)
-            continue
         try:
-            with transaction.atomic(using=alias):
-                item.record.save(using=alias, force_insert=True)
+            with transaction.atomic(using=alias):  # the row is taken with its run, or not
+                fence = acquire(
+                    item.row,
+                    owner=item.record.owner,
+                    now=now,
+                    ttl=item.lease_until - now,
+                    next_run_at=item.next_run_at,
+                    run_slot=item.run_slot,
+                    attempt=item.attempt,
+                    dropped_retry=item.dropped_retry,
+                )
+                if fence is None:
+                    continue
+                if item.row.lease_until != LEASE_FREE:
+                    mark_abandoned(item.row.name, fence, now)
+                if item.record.attempt > 1:  # a retry: never dropped
+                    insert_as_next_attempt(item.record)
+                else:
+                    item.record.save(using=alias, force_insert=True)
             recorded.append(item)
-        except IntegrityError:
+        except IntegrityError:  # its slot is recorded already: past it, fence unchanged
+            JobLease.objects.using(alias).filter(
+                name=item.row.name, fence=item.row.fence, next_run_at=item.row.next_run_at
+            ).update(next_run_at=item.next_run_at, run_slot=None, attempt=1)
+            item.record.pk = None
             skipped.append(item)
     return recorded, skipped
 

@@ -227,8 +227,7 @@ def claim(bases: dict[str, Job], limit: int) -> list[Acquired]:
         owner = get_settings().owner
         planned = _plan(bases, lease.claim_instances(list(bases), now, limit), now, owner)
         recorded, skipped = lease.take([take for take, _, _ in planned], now)
-        for take in skipped:
-            lease.end(take.row.name, take.record.fence, succeeded_at=None, failed=False)
+        for take in skipped:  # moved past the slot by the take, no fence handed out
             logger.warning(
                 "slot %s of %s is already recorded; skipped",
                 take.record.scheduled_for.isoformat(),

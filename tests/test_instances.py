@@ -267,6 +267,39 @@ def test_more_instances_in_trouble_than_are_judged_are_counted_by_their_rows_and
         assert sorted(t.name for t in told) == ["t.many[*]", "t.many[k0]", "t.many[k1]"]
 
 
+def test_a_slot_recorded_already_is_passed_over_without_handing_out_a_fence(jobs, caplog):
+    """Two instances due in one batch, the slot of one recorded already (a run landed on
+    it): that one moves past its slot with its fence unchanged, so that every fence a lease
+    row hands out is a recorded run's; the other runs."""
+    digest = _declare_digest()
+    digest.instances.upsert("a", every=timedelta(minutes=1), kwargs={"tenant_id": 1})
+    digest.instances.upsert("b", every=timedelta(minutes=1), kwargs={"tenant_id": 2})
+    before = {row.name: row for row in JobLease.objects.filter(parent="t.digest")}
+    slot = before["t.digest[a]"].next_run_at
+    JobRun.objects.create(
+        job="t.digest[a]",
+        scheduled_for=slot,
+        outcome=Outcome.SUCCEEDED,
+        fence=before["t.digest[a]"].fence,
+        owner="elsewhere",
+        started_at=slot,
+        finished_at=slot,
+    )
+    fake_clock.set(max(row.next_run_at for row in before.values()))
+    loop.tick()
+
+    after = {row.name: row for row in JobLease.objects.filter(parent="t.digest")}
+    passed = after["t.digest[a]"]
+    assert passed.fence == before["t.digest[a]"].fence
+    assert passed.next_run_at > slot and passed.owner == ""
+    assert list(JobRun.objects.filter(job="t.digest[a]").values_list("owner", flat=True)) == [
+        "elsewhere"
+    ]
+    assert after["t.digest[b]"].fence > before["t.digest[b]"].fence  # taken, then ended
+    assert CALLS == [("t.digest[b]", {"tenant_id": 2, "greeting": "hi"})]
+    assert f"slot {slot.isoformat()} of t.digest[a] is already recorded; skipped" in caplog.text
+
+
 def test_an_instance_runs_now_by_its_name(jobs, capsys):
     from django.core.management import call_command
 
