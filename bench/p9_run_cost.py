@@ -8,7 +8,7 @@ on one job whose handler makes one fenced one-row write:
 
 * **run on a pool worker**: handed to a worker thread of a :class:`~django_fencedjobs.loop.Pool`
   and waited for, the path ``runjobs`` takes;
-* **run in the caller's thread**: ``runner.run_job`` (the supervisor thread is still
+* **run in the caller's thread**: ``runner.run_named`` (the supervisor thread is still
   there; the run's own thread is not);
 * **a process per run**, the other way to bound runs (celery's hard time limit, django-q2):
   the least such a process costs, starting Python and ``django.setup()`` with no run in it.
@@ -32,7 +32,7 @@ NAME = "bench.p9.one_write"
 def measure(smoke: bool) -> common.Report:
 
     from bench.benchapp.models import Row
-    from django_fencedjobs import clock, fenced_atomic, job, lease, loop, operations, runner
+    from django_fencedjobs import clock, fenced_atomic, job, loop, operations, runner
     from django_fencedjobs.declared import sync as sync_rows
     from django_fencedjobs.registry import registry
 
@@ -49,23 +49,23 @@ def measure(smoke: bool) -> common.Report:
         declared = job(every=timedelta(hours=1), name=NAME)(one_write).job  # type: ignore[attr-defined]
         sync_rows([declared], clock.now())
 
-        def due_row() -> lease.LeaseRow:
+        def make_due() -> None:
             operations.make_due(NAME, clock.now())
-            return lease.read([NAME])[NAME]
 
         def sample(how: str) -> float:
             total = 0.0
             for _ in range(runs_per_sample):
-                row = due_row()
+                make_due()
                 start = time.perf_counter()
                 if how == "thread":
-                    pool.submit(declared, row)
+                    (acquired,) = runner.claim(1, named={NAME: declared})
+                    pool.submit(acquired)
                     while not (done := pool.finished()):
                         pool.wake.wait(1)
                         pool.wake.clear()
                     (record,) = done
                 else:
-                    record = runner.run_job(declared, row)
+                    record = runner.run_named(declared)
                 total += time.perf_counter() - start
                 assert record is not None and record.outcome == "succeeded", record
             return total / runs_per_sample

@@ -334,16 +334,57 @@ def _aged(*, failed: str, succeeded: str = "FALSE", row: str = "") -> str:
 
 
 @dataclass(frozen=True)
-class DueInstance:
-    """A due instance's lease row locked by :func:`claim_instances`, with the instance's
-    definition (what its job is built from) and its watermarks as committed, by key."""
+class DueRow:
+    """A due lease row locked by a claim (:func:`claim_named`, :func:`claim_instances`),
+    with its watermarks as committed, by key, and an instance's definition (what its job
+    is built from); None for a row claimed by name, whose job the caller has."""
 
     row: LeaseRow
-    instance: JobInstance
+    instance: JobInstance | None
     watermarks: dict[str, datetime | int]
 
 
-def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueInstance]:
+def claim_named(names: list[str], now: datetime, limit: int) -> list[DueRow]:
+    """Lock up to ``limit`` of the rows ``names`` that are due (a job declared with a
+    schedule, an instance run by name), earliest next fire time first, for :func:`take`
+    in the same transaction.
+
+    The names come from the tick's scan (:func:`scan`), which decides nothing: the claim
+    reads them again, locked. ``FOR UPDATE SKIP LOCKED`` (PostgreSQL): a row another runner
+    is claiming right now, or that a run holds inside a fenced transaction, is passed over,
+    not waited for, so runners that read the same due jobs get disjoint batches; one
+    statement, the rows by their unique name and their watermarks with them. Elsewhere
+    the rows are read unlocked and :func:`take`'s compare-and-set decides, row by row.
+    """
+    if limit < 1 or not names:
+        return []
+    connection = connections[lease_db()]
+    if connection.vendor != "postgresql":
+        rows = JobLease.objects.using(lease_db()).filter(
+            name__in=names, paused=False, next_run_at__lte=now, lease_until__lt=now
+        )
+        return _with_watermarks(list(rows.order_by("next_run_at")[:limit]), instance=False)
+    watermark_table = connection.ops.quote_name(Watermark._meta.db_table)
+    with connection.cursor() as cursor:
+        _load_instants_in_c(connection, cursor.cursor)
+        cursor.execute(
+            f"SELECT {', '.join(f'lease.{field}' for field in _ROW_FIELDS)},"
+            " (SELECT json_agg(json_build_array(mark.key, mark.position, mark.cursor))"
+            f"  FROM {watermark_table} AS mark WHERE mark.job = lease.name)::text"
+            f" FROM {_table(connection)} AS lease"
+            "  JOIN unnest(%s::text[]) AS job(name) ON lease.name = job.name"
+            " WHERE NOT lease.paused AND lease.next_run_at <= %s AND lease.lease_until < %s"
+            " ORDER BY lease.next_run_at LIMIT %s"
+            " FOR UPDATE OF lease SKIP LOCKED",
+            [_text_array(tuple(names)), now, now, limit],
+        )
+        rows = cursor.fetchall()
+    return [
+        DueRow(LeaseRow(*fields), None, _watermarks_from_json(marks)) for *fields, marks in rows
+    ]
+
+
+def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueRow]:
     """Lock up to ``limit`` due instances of the jobs ``parents``, for :func:`take` in the
     same transaction: the earliest next fire time first within each job, the jobs in the
     order given (the dispatcher gives the job whose instance is due earliest first).
@@ -360,7 +401,7 @@ def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueIn
     On PostgreSQL one statement per job reads the rows, their instances and their
     watermarks (one statement in all for a runner of one job with instances).
     """
-    claimed: list[DueInstance] = []
+    claimed: list[DueRow] = []
     for parent in parents:
         if len(claimed) >= limit:
             break
@@ -368,7 +409,7 @@ def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueIn
     return claimed
 
 
-def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
+def _claim_of(parent: str, now: datetime, limit: int) -> list[DueRow]:
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
         return _claim_instances_elsewhere(parent, now, limit)
@@ -394,7 +435,7 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueInstance]:
         )
         rows = cursor.fetchall()
     return [
-        DueInstance(
+        DueRow(
             LeaseRow(name, fence, next_run_at, lease_until, False, fingerprint, run_slot, attempt),
             JobInstance(
                 id=pk,
@@ -445,10 +486,9 @@ def _watermarks_from_json(text: str | None) -> dict[str, datetime | int]:
     return found
 
 
-def _claim_instances_elsewhere(parent: str, now: datetime, limit: int) -> list[DueInstance]:
-    alias = lease_db()
-    rows = list(
-        JobLease.objects.using(alias)
+def _claim_instances_elsewhere(parent: str, now: datetime, limit: int) -> list[DueRow]:
+    rows = (
+        JobLease.objects.using(lease_db())
         .filter(
             parent=parent,
             instance__isnull=False,
@@ -457,11 +497,17 @@ def _claim_instances_elsewhere(parent: str, now: datetime, limit: int) -> list[D
             lease_until__lt=now,
         )
         .select_related("instance")
-        .order_by("next_run_at")[:limit]
+        .order_by("next_run_at")
     )
+    return _with_watermarks(list(rows[:limit]), instance=True)
+
+
+def _with_watermarks(rows: list[JobLease], *, instance: bool) -> list[DueRow]:
+    """The claim of ``rows`` (read unlocked: elsewhere than on PostgreSQL), with their
+    watermarks (one query) and, for ``instance``, their instances."""
     marks: dict[str, dict[str, datetime | int]] = {}
     for job, key, position, cursor in (
-        Watermark.objects.using(alias)
+        Watermark.objects.using(lease_db())
         .filter(job__in=[row.name for row in rows])
         .values_list("job", "key", "position", "cursor")
     ):
@@ -469,9 +515,9 @@ def _claim_instances_elsewhere(parent: str, now: datetime, limit: int) -> list[D
         if value is not None:
             marks.setdefault(job, {})[key] = value
     return [
-        DueInstance(
+        DueRow(
             LeaseRow(*(getattr(row, field) for field in _ROW_FIELDS)),
-            row.instance,  # type: ignore[arg-type]
+            row.instance if instance else None,
             marks.get(row.name, {}),
         )
         for row in rows

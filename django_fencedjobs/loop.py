@@ -1,11 +1,13 @@
 """The tick, the worker pool and the loop: which due job runs when, and on which worker.
 
 A runner process runs due jobs side by side on a bounded :class:`Pool` of worker threads.
-Each worker runs one job at a time (:func:`~django_fencedjobs.runner.run_job`: acquire,
-execute, record) on a database connection of its own, kept from run to run and thrown
-away after a run that had to be interrupted. A job is handed to a worker only when one is
-free: a job waits unacquired rather than sit behind a slow one with its lease taken, and
-that wait shows as lateness (``started_at - scheduled_for``).
+The dispatching thread claims due rows for the free workers, as many as are free, in one
+transaction (:func:`~django_fencedjobs.runner.claim`); each worker runs one claimed run at
+a time (:func:`~django_fencedjobs.runner.run_acquired`: execute, record) on a database
+connection of its own, kept from run to run and thrown away after a run that had to be
+interrupted. A job is claimed only when a worker is free: a job waits unacquired rather
+than sit behind a slow one with its lease taken, and that wait shows as lateness
+(``started_at - scheduled_for``).
 
 A :class:`Dispatcher` owns one runner's dispatching: its jobs, its pool, its stop and wake
 events, the order it takes jobs due at the same instant in, and the runs it still has to
@@ -59,7 +61,6 @@ from django_fencedjobs.runner import (
     claim,
     claim_oneshots,
     run_acquired,
-    run_job,
 )
 
 logger = logging.getLogger("django_fencedjobs")
@@ -158,48 +159,32 @@ class Pool:
         self._abandoned: list[threading.Thread] = []
         _pools.add(self)
         _runs_jobs.set()
-        self._work: queue.SimpleQueue[tuple[Job, lease.LeaseRow | Acquired] | None] = (
-            queue.SimpleQueue()
-        )
+        self._work: queue.SimpleQueue[Acquired | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._workers: list[_Worker] = []
         self._busy: set[str] = set()
-        self._not_before: dict[str, float] = {}
         self._done: list[JobRun] = []
-        self._passed_over = 0
 
     def free(self) -> int:
         with self._lock:
             return self.size - len(self._busy)
 
-    def held_back(self) -> set[str]:
-        """Jobs not to hand out now: those a worker has and has not finished, and those a
-        worker could not acquire a moment ago (their row was locked, or another process
-        took them) until :data:`RETRY_LOCKED` has passed."""
-        now = time.monotonic()
+    def busy(self) -> set[str]:
+        """The lease rows a worker holds and has not finished with, by name."""
         with self._lock:
-            self._not_before = {n: t for n, t in self._not_before.items() if t > now}
-            return self._busy | set(self._not_before)
+            return set(self._busy)
 
-    def passed_over(self) -> int:
-        """How many handed-out jobs were not acquired (another process took them first, or
-        their row was locked) since the last call."""
+    def submit(self, acquired: Acquired) -> None:
+        """Run a claimed run on a free worker."""
         with self._lock:
-            count, self._passed_over = self._passed_over, 0
-            return count
-
-    def submit(self, job: Job, row: lease.LeaseRow | Acquired) -> None:
-        """Run ``job`` on a free worker: acquired from ``row`` there, or already acquired
-        (an instance of a batch claim)."""
-        with self._lock:
-            name = _lease_of(row)
+            name = acquired.lease_name
             if len(self._busy) >= self.size or name in self._busy:
                 raise RuntimeError(f"no free worker for {name}")
             self._busy.add(name)
             idle = len(self._busy) > sum(1 for w in self._workers if not w.retired.is_set())
             if idle:
                 self._start_worker()
-        self._work.put((job, row))
+        self._work.put(acquired)
 
     def abandoned(self) -> int:
         """How many handlers this pool gave up on are still running."""
@@ -246,21 +231,20 @@ class Pool:
     def _work_loop(self, worker: _Worker) -> None:
         try:
             while not worker.retired.is_set():
-                item = self._work.get()
-                if item is None:
+                acquired = self._work.get()
+                if acquired is None:
                     return
-                job, row = item
-                record = self._run(worker, job, row)
+                record = self._run(worker, acquired)
                 if worker.retired.is_set():
-                    return  # given up on, and replaced: the job is not ours any more
-                self._finish(_lease_of(row), record)
+                    return  # given up on, and replaced: the run is not ours any more
+                self._finish(acquired.lease_name, record)
         finally:
             try:
                 connections.close_all()  # this thread's connections only
             except Exception:
                 logger.debug("closing a worker's connections failed", exc_info=True)
 
-    def _run(self, worker: _Worker, job: Job, row: lease.LeaseRow | Acquired) -> JobRun | None:
+    def _run(self, worker: _Worker, acquired: Acquired) -> JobRun | None:
         def give_up() -> None:
             # The supervisor recorded the run and ended its session; this worker is stuck
             # in the handler. Free its place for a new worker, and count the stuck thread
@@ -276,27 +260,24 @@ class Pool:
                     self.gave_up = running
             if limit_reached:
                 self.stop.set()
-            # Its record (a claimed run's is at hand; one acquired in this thread is read).
-            given_up = row.record if isinstance(row, Acquired) else _latest_run(job.name)
-            self._finish(_lease_of(row), given_up)
+            self._finish(acquired.lease_name, acquired.record)
 
+        name = acquired.job.name
         try:
             _keep_or_replace(connections[db.lease_db()])
-            if isinstance(row, Acquired):
-                return run_acquired(
-                    row, stop=self.stop, unrecorded=self.unrecorded, on_abandon=give_up
-                )
-            return run_job(job, row, stop=self.stop, unrecorded=self.unrecorded, on_abandon=give_up)
+            return run_acquired(
+                acquired, stop=self.stop, unrecorded=self.unrecorded, on_abandon=give_up
+            )
         except DatabaseError as exc:
             logger.error(
                 "could not run %s, database unavailable: %s",
-                job.name,
+                name,
                 exc,
-                extra={"event": "database_unavailable", "job": job.name},
+                extra={"event": "database_unavailable", "job": name},
             )
             connections[db.lease_db()].close()
         except Exception:
-            logger.exception("the runner failed around %s", job.name)
+            logger.exception("the runner failed around %s", name)
         return None
 
     def _finish(self, name: str, record: JobRun | None) -> None:
@@ -304,9 +285,6 @@ class Pool:
             self._busy.discard(name)
             if record is not None:
                 self._done.append(record)
-            else:
-                self._not_before[name] = time.monotonic() + RETRY_LOCKED.total_seconds()
-                self._passed_over += 1
         self.wake.set()
 
 
@@ -321,19 +299,6 @@ def _keep_or_replace(connection: BaseDatabaseWrapper) -> None:
     if connection.settings_dict.get("CONN_MAX_AGE") == 0:
         connection.close_at = None
     connection.close_if_unusable_or_obsolete()
-
-
-def _lease_of(row: lease.LeaseRow | Acquired) -> str:
-    """The lease row a handed-out run holds, by name: what the pool counts busy (a job's
-    backfill slots and one-offs each hold a row of their own, beside the job's)."""
-    return row.lease_name if isinstance(row, Acquired) else row.name
-
-
-def _latest_run(name: str) -> JobRun | None:
-    try:
-        return JobRun.objects.using(db.lease_db()).filter(job=name).order_by("-fence").first()
-    except DatabaseError:
-        return None
 
 
 @dataclass
@@ -385,6 +350,8 @@ class Dispatcher:
         self._backlog: list[lease.LeaseRow] = []
         self._wakeup: datetime | None = None
         self._scanned = 0.0
+        #: Due jobs of the last scan that a claim passed over (another runner has them).
+        self._passed_over = 0
         #: How many times the loop failed on an error that was not the database's.
         self.errors = 0
         #: A due job was held back since the last scan: look at it again in a moment.
@@ -425,6 +392,7 @@ class Dispatcher:
             self._scan_instances(now)
         self._scan_oneshots(now)
         self._scanned = time.monotonic()
+        self._passed_over = 0
         return list(self._backlog)
 
     def _scan_instances(self, now: datetime) -> None:
@@ -449,41 +417,62 @@ class Dispatcher:
             self._wakeup = earliest if self._wakeup is None else min(self._wakeup, earliest)
 
     def hand_out(self, pool: Pool) -> None:
-        """Hand due jobs of the last scan to free workers, earliest first; jobs the pool
-        holds back (running here, or their row was locked or taken a moment ago) wait for
-        a later scan."""
-        held_back = pool.held_back()
-        if any(row.name in held_back for row in self._backlog):
+        """Claim due rows of the last scan for the free workers, earliest first, and hand
+        them out: the due jobs (by name, this runner's tiebreak first among those due at
+        the same instant), then due instances, in one claim (:func:`claim`), after the ends
+        of the runs that freed the workers; then backfill slots and one-offs. A job the
+        claim passes over (another runner took it, or holds its row) waits for a later
+        scan."""
+        busy = pool.busy()
+        if any(row.name in busy for row in self._backlog):
             self._retry_soon = True
-            self._backlog = [row for row in self._backlog if row.name not in held_back]
-        while self._backlog and pool.free() and not self.stop.is_set():
-            row = self._backlog.pop(0)
-            pool.submit(self._by_name[row.name], row)
-        free = pool.free()
-        if self._due_parents and free and not self.stop.is_set():
+            self._backlog = [row for row in self._backlog if row.name not in busy]
+        rescanned = False
+        while (self._backlog or self._due_parents) and pool.free() and not self.stop.is_set():
+            free = pool.free()
             if self._gather(pool, free):
                 return
-            # Due instances, the earliest first, for every free worker: one claim, after
-            # the ends of the runs that freed them.
-            self.unrecorded.record()
-            due = {name: self._bases[name] for name in self._due_parents}
-            claimed = claim(due, free)
-            for acquired in claimed:
-                pool.submit(acquired.job, acquired)
-            # Fewer than asked for: none due is left that could be claimed now (the rest,
-            # if any, are locked or held: looked at again in a moment).
-            if len(claimed) < free:
-                self._due_parents = []
-                self._retry_soon = True
+            self._claim_for(pool, free)
+            if self._is_stale() and not rescanned:
+                # Other runners are draining these jobs: what is left of them (once a pass:
+                # a row held locked stays due).
+                self.scan()
+                rescanned = True
         free = pool.free()
         if self._due_oneshots and free and not self.stop.is_set():
             # Backfill slots and one-offs, claimed as instances are.
             oneshots = claim_oneshots(self._due_oneshots, free)
             for acquired in oneshots:
-                pool.submit(acquired.job, acquired)
+                pool.submit(acquired)
             if len(oneshots) < free:
                 self._due_oneshots = []
                 self._retry_soon = True
+
+    def _claim_for(self, pool: Pool, free: int) -> None:
+        """One claim for ``free`` workers: the next due jobs of the backlog, then due
+        instances; each run claimed goes to a worker."""
+        self.unrecorded.record()
+        offered = [row.name for row in self._backlog[:free]]
+        self._backlog = self._backlog[free:]
+        due = {name: self._bases[name] for name in self._due_parents}
+        claimed = claim(free, named={name: self._by_name[name] for name in offered}, bases=due)
+        for acquired in claimed:
+            pool.submit(acquired)
+        taken = {acquired.lease_name for acquired in claimed}
+        for name in offered:
+            if name not in taken:
+                self._passed_over += 1
+                self._retry_soon = True
+                logger.debug(
+                    "%s: another runner took this slot first, or holds the row; passed over",
+                    name,
+                    extra={"event": "passed_over", "job": name},
+                )
+        # Fewer than asked for: no due instance is left that could be claimed now (the rest,
+        # if any, are locked or held: looked at again in a moment).
+        if len(claimed) < free and self._due_parents:
+            self._due_parents = []
+            self._retry_soon = True
 
     def _gather(self, pool: Pool, free: int) -> bool:
         """Whether to put the claim off for a moment (:data:`CLAIM_GATHER`): some workers
@@ -500,11 +489,11 @@ class Dispatcher:
         return False
 
     def _ends_wait(self) -> bool:
-        """Due instances wait for workers: the ends of the runs that free them wait for the
+        """Due rows wait for workers: the ends of the runs that free them wait for the
         next claim, which records them just before it claims (:meth:`hand_out`), several
         in one statement. It comes as soon as every worker is free, or
         :data:`CLAIM_GATHER` after the first."""
-        return bool(self._due_parents)
+        return bool(self._backlog or self._due_parents)
 
     def _gather_left(self) -> float | None:
         """Seconds until a claim put off to gather workers is made anyway; None if none is."""
@@ -608,11 +597,10 @@ class Dispatcher:
                         if max_ticks is not None and ticks >= max_ticks:
                             break
                         ticks += 1
-                        pool.passed_over()
                         self.scan()
                         self._retry_soon = False
                         signals.send(signals.tick_finished, now=clock.now())
-                    elif self._is_stale(pool):
+                    elif self._is_stale():
                         self.scan()
                     self.hand_out(pool)
                     sleep, backoff = self.sleep_time(max_sleep), 0.5
@@ -679,12 +667,12 @@ class Dispatcher:
             )
         self._backlog, self._due_parents, self._due_oneshots = [], [], []
 
-    def _is_stale(self, pool: Pool) -> bool:
+    def _is_stale(self) -> bool:
         """The last scan is stale: a job from it was passed over (another process took it)
         and it is at least :data:`RESCAN_AFTER` old."""
         return (
             time.monotonic() - self._scanned >= RESCAN_AFTER.total_seconds()
-            and pool.passed_over() > 0
+            and self._passed_over > 0
         )
 
     def _record_before_exit(self) -> None:

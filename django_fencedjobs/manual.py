@@ -81,8 +81,7 @@ def run_now(job: Job, *, stop: threading.Event | None = None) -> JobRun:
     declared.sync([job], now)  # a job no runner has seen yet gets its row here
     _refuse_if_busy(job, now)
     operations.make_due(job.name, now)
-    row = lease.read([job.name])[job.name]
-    record = runner.run_job(job, row, stop=stop)
+    record = runner.run_named(job, stop=stop)
     if record is None:  # another runner took the lease between the check and now
         _refuse_if_busy(job, clock.now())
         raise FencedJobsError(

@@ -43,7 +43,6 @@ from django_fencedjobs import (
     db,
     lease,
     oneshots,
-    operations,
     outcomes,
     retries,
     signals,
@@ -92,25 +91,22 @@ class Acquired:
         self.lease_name = self.lease_name or self.job.name
 
 
-def run_job(
+def run_named(
     job: Job,
-    row: lease.LeaseRow,
     *,
     stop: threading.Event | None = None,
     unrecorded: Unrecorded | None = None,
-    on_abandon: Any = None,
 ) -> JobRun | None:
-    """Acquire ``job``'s lease (as read in ``row``) and run it in this thread; None when
-    another process got there first. Whatever the handler raises is recorded, not raised
-    (but ``KeyboardInterrupt``, after recording). ``stop`` is the runner's stop request
-    (the run stops between batches once it is set); a run whose end cannot be recorded
-    (the database stays away) goes to ``unrecorded``, for the runner to record later.
-    ``on_abandon()`` is called, from the supervisor's thread, if the handler is given up
-    on."""
-    acquired = _acquire(job, row)
-    if acquired is None:
+    """Claim the row of ``job`` (declared with a schedule, or an instance, by its name) if
+    it is due, and run it in this thread; None when it is not due or another process has
+    it. Whatever the handler raises is recorded, not raised (but ``KeyboardInterrupt``,
+    after recording). ``stop`` is the stop request (the run stops between batches once it
+    is set); a run whose end cannot be recorded (the database stays away) goes to
+    ``unrecorded``, to be recorded later."""
+    claimed = claim(1, named={job.name: job})
+    if not claimed:
         return None
-    return run_acquired(acquired, stop=stop, unrecorded=unrecorded, on_abandon=on_abandon)
+    return run_acquired(claimed[0], stop=stop, unrecorded=unrecorded)
 
 
 def run_acquired(
@@ -120,8 +116,8 @@ def run_acquired(
     unrecorded: Unrecorded | None = None,
     on_abandon: Any = None,
 ) -> JobRun:
-    """Run an acquired run in this thread (:func:`run_job` after its acquisition, or a run
-    of a batch :func:`claim` acquired) and record its end."""
+    """Run a run a claim acquired (:func:`claim`, :func:`claim_oneshots`) in this thread
+    and record its end."""
     job, record, now = acquired.job, acquired.record, acquired.now
     if record.outcome == Outcome.MISSED:
         logger.warning(
@@ -142,90 +138,37 @@ def run_acquired(
     return _execute(state, now, Unrecorded() if unrecorded is None else unrecorded, on_abandon)
 
 
-def _acquire(job: Job, row: lease.LeaseRow) -> Acquired | None:
-    """Step 1, in one transaction: take the lease, record the run (running, or missed past
-    its starting deadline) and read the watermarks it starts from. None when the job is
-    not due, another process took it first, or its slot is recorded already (then it is
-    skipped)."""
-    alias = db.lease_db()
-    try:
-        with transaction.atomic(using=alias):
-            # The clock first: the database's goes with the transaction's BEGIN.
-            now = clock.now()
-            if not row.is_due(now):
-                return None
-            slot = slots.plan(job, row, now)
-            scheduled_for, next_run_at = slot.scheduled_for, slot.next_run_at
-            owner = get_settings().owner
-            fence = lease.acquire(
-                row,
-                owner=owner,
-                now=now,
-                ttl=job.lease_ttl,
-                next_run_at=next_run_at,
-                run_slot=slot.run_slot,
-                attempt=slot.next_attempt,
-                dropped_retry=slot.dropped_retry,
-            )
-            if fence is None:
-                logger.debug(
-                    "%s: another runner took this slot first, or holds the row; passed over",
-                    job.name,
-                    extra={"event": "passed_over", "job": job.name},
-                )
-                return None
-            if row.lease_until != LEASE_FREE:
-                # The last run did not end its lease (a run's end frees it, in the
-                # transaction that records it): runs of it may still read running.
-                lease.mark_abandoned(job.name, fence, now)
-            watermarks = _watermarks(job.name, alias)
-            record = _new_record(job, fence, owner, now, slot, watermarks)
-            if slot.attempt > 1:  # a retry: after whatever ran the slot meanwhile
-                lease.insert_as_next_attempt(record)
-            else:
-                record.save(using=alias, force_insert=True)
-            if record.outcome == Outcome.MISSED:
-                lease.end(job.name, fence, succeeded_at=None, failed=False)
-    except IntegrityError:
-        # A run for this slot already exists (e.g. "run now" landed on a recorded slot):
-        # skip the slot rather than retry it forever (a backfill slot or one-off: done).
-        if row.kind == RunKind.SCHEDULED:
-            operations.skip_slot(row, next_run_at=next_run_at)
-        else:
-            lease.pause_invalid(row.name, row.fence)
-        logger.warning(
-            "slot %s of %s is already recorded; skipped",
-            scheduled_for.isoformat(),
-            job.name,
-            extra={"event": "slot_skipped", "job": job.name},
-        )
-        return None
-    return Acquired(job, record, now, watermarks)
+def claim(
+    limit: int, *, named: dict[str, Job] | None = None, bases: dict[str, Job] | None = None
+) -> list[Acquired]:
+    """Acquire up to ``limit`` due rows, the earliest first: the rows of the jobs ``named``
+    (declared with a schedule, or instances run by name; by their names,
+    :func:`lease.claim_named`), then due instances of the jobs ``bases`` (declared with
+    ``instances=True``, by name; by their index, :func:`lease.claim_instances`). One
+    transaction and one take for the whole batch: the one way a due row is acquired.
 
-
-def claim(bases: dict[str, Job], limit: int) -> list[Acquired]:
-    """Acquire up to ``limit`` due instances of the jobs ``bases`` (declared with
-    ``instances=True``, by name), the earliest first: one transaction for the whole batch.
-
-    On PostgreSQL the batch costs four round trips, whatever its size: the clock with
-    ``BEGIN``, one statement that locks the due rows and reads their instances and
-    watermarks (:func:`lease.claim_instances`, by an index), one that takes their leases
-    and records their runs (:func:`lease.take`), and ``COMMIT``. A run acquired alone
-    (:func:`run_job`) costs five. Every per-run guarantee is the same as :func:`run_job`'s:
-    each instance has its own fence, a slot is recorded at most once, earlier runs still
-    marked running are marked abandoned. A runner killed after this commits leaves leases
-    that expire after ``lease_ttl``, like a run killed mid-way.
+    On PostgreSQL the batch costs a few round trips, whatever its size: the clock with
+    ``BEGIN``, a statement that locks the due rows and reads their watermarks (one for the
+    named rows, one per job with instances), one that takes their leases and records their
+    runs (:func:`lease.take`), and ``COMMIT``. Each row has its own fence; a slot is
+    recorded at most once (a slot found recorded already is skipped, with one line in the
+    log); earlier runs of a row still marked running are marked abandoned. A runner killed
+    after this commits leaves leases that expire after ``lease_ttl``, like a run killed
+    mid-way.
 
     An instance found invalid (changed without ``save()``) is paused, not run, with one
     line in the log; the others of the batch run.
     """
-    if limit < 1 or not bases:
+    named, bases = named or {}, bases or {}
+    if limit < 1 or not (named or bases):
         return []
     alias = db.lease_db()
     with transaction.atomic(using=alias):
-        now = clock.now()  # with BEGIN, as in _acquire
+        now = clock.now()  # the database's clock goes with BEGIN
         owner = get_settings().owner
-        planned = _plan(bases, lease.claim_instances(list(bases), now, limit), now, owner)
+        due = lease.claim_named(list(named), now, limit)
+        due += lease.claim_instances(list(bases), now, limit - len(due))
+        planned = _plan(named, bases, due, now, owner)
         recorded, skipped = lease.take([take for take, _, _ in planned], now)
         for take in skipped:  # moved past the slot by the take, no fence handed out
             logger.warning(
@@ -335,17 +278,21 @@ def _done_after_commit(job: Job, row: lease.LeaseRow, slot: datetime, now: datet
 
 
 def _plan(
-    bases: dict[str, Job], due: list[lease.DueInstance], now: datetime, owner: str
+    named: dict[str, Job], bases: dict[str, Job], due: list[lease.DueRow], now: datetime, owner: str
 ) -> list[tuple[lease.Take, Job, dict[str, WatermarkValue]]]:
     """Each claimed row's lease to take (its slot, next fire time and record), its job and
     its watermarks; invalid instances are paused instead."""
     planned = []
     for item in due:
-        job = instance_job(bases[item.instance.job], item.instance)
+        if item.instance is None:
+            job = named[item.row.name]
+        else:
+            job = instance_job(bases[item.instance.job], item.instance)
         if job.schedule is None:
             lease.pause_invalid(item.row.name, item.row.fence)
             logger.error(
-                "instance %s is invalid and does not run (paused): %s (%s)",
+                "%s %s is invalid and does not run (paused): %s (%s)",
+                "job" if item.instance is None else "instance",
                 job.name,
                 job.schedule_error,
                 job.check_id,
@@ -883,5 +830,5 @@ __all__ = [
     "claim_oneshots",
     "record_end",
     "run_acquired",
-    "run_job",
+    "run_named",
 ]

@@ -442,14 +442,47 @@ def test_a_batch_claim_costs_four_round_trips_whatever_its_size_and_an_end_one(j
     fake_clock.advance(timedelta(minutes=1))
     bases = {"t.digest": digest.job}
     batch: list = []
-    assert round_trips_of(lambda: batch.extend(runner.claim(bases, 10))) == 4
+    assert round_trips_of(lambda: batch.extend(runner.claim(10, bases=bases))) == 4
     assert len(batch) == 10
-    assert round_trips_of(lambda: batch.extend(runner.claim(bases, 1))) == 4
+    assert round_trips_of(lambda: batch.extend(runner.claim(1, bases=bases))) == 4
     acquired = batch[0]
     state = RunState(acquired.job, acquired.record, watermarks=acquired.watermarks)
     # The end: its bound on lock waits and its one statement, in one query and transaction.
     assert round_trips_of(lambda: runner.record_end(state, Outcome.SUCCEEDED, "")) == 1
     assert JobRun.objects.get(pk=acquired.record.pk).outcome == Outcome.SUCCEEDED
+
+
+@pytest.mark.postgres_only
+def test_due_jobs_and_instances_are_claimed_together_in_one_transaction(jobs):
+    """Jobs declared with a schedule are claimed as instances are: the due rows of a batch,
+    whatever their number, by name and by the instances' index, taken in one statement
+    (before, each job was acquired in a transaction of its own on a worker's thread)."""
+    from django_fencedjobs import runner
+    from django_fencedjobs.declared import runnable_jobs, sync
+    from tests.conftest import round_trips_of
+
+    named = {}
+    for n in range(12):
+        handler = job(every=timedelta(minutes=1), name=f"t.job{n:02d}")(lambda run: None)
+        named[handler.job.name] = handler.job
+    digest = _declare_digest()
+    for n in range(3):
+        digest.instances.upsert(f"k{n}", every=timedelta(minutes=1), kwargs={"tenant_id": n})
+    sync(runnable_jobs(), fake_clock())
+    fake_clock.advance(timedelta(minutes=1))
+    batch: list = []
+
+    def claim() -> None:
+        batch.extend(runner.claim(10, named=named, bases={"t.digest": digest.job}))
+
+    # BEGIN with the clock, the jobs' rows, the instances' rows, the take, COMMIT.
+    assert round_trips_of(claim) == 5
+    assert len(batch) == 10 and {a.job.name for a in batch} <= set(named)  # the jobs first
+    assert round_trips_of(claim) == 5
+    assert len(batch) == 15  # the last two jobs, then the instances
+    assert runner.claim(10, named=named, bases={"t.digest": digest.job}) == []
+    recorded = JobRun.objects.values_list("job", "fence", "outcome")
+    assert sorted(recorded) == sorted((a.job.name, a.record.fence, Outcome.RUNNING) for a in batch)
 
 
 @pytest.mark.postgres_only
@@ -509,7 +542,7 @@ def test_a_batch_claim_takes_its_leases_by_their_index_however_many_rows_the_tab
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(capture):
-        assert len(runner.claim({"t.digest": digest.job}, 2)) == 2
+        assert len(runner.claim(2, bases={"t.digest": digest.job})) == 2
     (take,) = [(sql, params) for sql, params in statements if "granted AS" in sql]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + take[0], take[1])

@@ -12,7 +12,7 @@ each tick, the decision its own polling loop makes with that instant as "now":
 =========================  ===============================================================
 scheduler                  the code that decides, called as its loop calls it
 =========================  ===============================================================
-django-fencedjobs          ``Schedule.next_after``, as ``runner.run_job`` uses it: due when
+django-fencedjobs          ``Schedule.next_after``, as a claim plans a slot with it: due when
                            ``now >= next_run_at``; after the run, ``next_after(now)``
 django-crontask            the APScheduler ``CronTrigger`` that ``crontask.cron()`` builds
                            (zone: Django's ``TIME_ZONE``); due when ``next <= now``; then
@@ -109,7 +109,7 @@ def fencedjobs(cron: str, day: date) -> list[datetime]:
     for now in clock:
         if now >= next_run_at:  # lease.LeaseRow.is_due
             fired.append(now)
-            next_run_at = schedule.next_after(now)  # runner.run_job
+            next_run_at = schedule.next_after(now)  # as a claim plans it (slots.plan)
     return fired
 
 
