@@ -261,8 +261,10 @@ def double_fire(run: Run) -> None:
 def loop_job(run: Run) -> None:
     """The loop's job. Normally one fenced write; when the file ``stall`` exists, the one run
     that removes it reports ``stalled`` and waits for ``continue`` before writing (the test
-    restarts the database server meanwhile)."""
+    restarts the database server meanwhile), having read over its connection first: the
+    write then goes over a connection the restart broke."""
     if consume("stall"):
+        Write.objects.filter(job=run.job.name).exists()
         report("stalled", fence=run.fence, scheduled_for=run.scheduled_for.isoformat())
         wait_until(lambda: exists("continue"))
         report("continuing", fence=run.fence)
