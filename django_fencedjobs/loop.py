@@ -79,6 +79,12 @@ INSTANCES_POLL = timedelta(seconds=1)
 #: another, and a claim costs a transaction whatever its size).
 CLAIM_GATHER = timedelta(milliseconds=10)
 
+#: How many due jobs of the last scan a claim offers per free worker: while other runners
+#: drain the same jobs, some of those offered were taken already, and the claim takes a
+#: worker's worth of those still due (the rest stay for the next claim), rather than come
+#: back short and scan again.
+OFFERED_PER_WORKER = 4
+
 #: While other processes drain the same due jobs (a fleet), the loop reads the due rows
 #: again after a job was passed over, at most this often: what it read is going stale.
 RESCAN_AFTER = timedelta(seconds=0.2)
@@ -449,25 +455,32 @@ class Dispatcher:
                 self._retry_soon = True
 
     def _claim_for(self, pool: Pool, free: int) -> None:
-        """One claim for ``free`` workers: the next due jobs of the backlog, then due
+        """One claim for ``free`` workers: the next due jobs of the backlog (up to
+        :data:`OFFERED_PER_WORKER` per worker offered, a worker's worth taken), then due
         instances; each run claimed goes to a worker."""
         self.unrecorded.record()
-        offered = [row.name for row in self._backlog[:free]]
-        self._backlog = self._backlog[free:]
+        window = self._backlog[: free * OFFERED_PER_WORKER]
         due = {name: self._bases[name] for name in self._due_parents}
-        claimed = claim(free, named={name: self._by_name[name] for name in offered}, bases=due)
+        claimed = claim(
+            free, named={row.name: self._by_name[row.name] for row in window}, bases=due
+        )
         for acquired in claimed:
             pool.submit(acquired)
         taken = {acquired.lease_name for acquired in claimed}
-        for name in offered:
-            if name not in taken:
-                self._passed_over += 1
-                self._retry_soon = True
-                logger.debug(
-                    "%s: another runner took this slot first, or holds the row; passed over",
-                    name,
-                    extra={"event": "passed_over", "job": name},
-                )
+        # A worker's worth taken: the others offered may be due still. Fewer: every other
+        # one offered is taken by another runner, or held (looked at again after a scan).
+        short = sum(1 for row in window if row.name in taken) < free
+        passed = [] if not short else [row.name for row in window if row.name not in taken]
+        for name in passed:
+            self._passed_over += 1
+            self._retry_soon = True
+            logger.debug(
+                "%s: another runner took this slot first, or holds the row; passed over",
+                name,
+                extra={"event": "passed_over", "job": name},
+            )
+        kept = [row for row in window if row.name not in taken] if not short else []
+        self._backlog = kept + self._backlog[len(window) :]
         # Fewer than asked for: no due instance is left that could be claimed now (the rest,
         # if any, are locked or held: looked at again in a moment).
         if len(claimed) < free and self._due_parents:
