@@ -492,8 +492,9 @@ def test_an_instances_trouble_shows_on_the_jobs_page_and_the_instances_list_at_b
 ):
     """A job of 30 instances, one of which fails: the Jobs page counts them by state (the
     job failing while one instance is), its "1 failing" link opens the Instances list
-    filtered to that one, which shows its health, last run and last success; both pages
-    fit a laptop and a desktop screen with nothing cut."""
+    filtered to that one, which shows its health, last run and last success; an
+    instance's page runs it now; every page fits a laptop and a desktop screen with
+    nothing cut."""
     sync_playwright = require_browser()
     with (
         registry.isolated(),
@@ -547,6 +548,18 @@ def test_an_instances_trouble_shows_on_the_jobs_page_and_the_instances_list_at_b
                     )
                     assert page.locator("#result_list tbody tr").count() == 30
                     assert_fits(page, "the instances list with their health")
+                    # An instance's page runs it now, as a job's does.
+                    key = "tenant-03" if screen == "laptop" else "tenant-04"
+                    page.get_by_role("link", name=key, exact=True).click()
+                    page.wait_for_url("**/change/")
+                    assert_fits(page, "an instance's page")
+                    page.click("button:has-text('Run now')")
+                    page.wait_for_selector(".messagelist li")
+                    said = page.locator(".messagelist").inner_text().lower()
+                    assert f"digests.send_tenant_digest[{key}]: made due" in said
                     page.close()
             finally:
                 browser.close()
+        for key in ("tenant-03", "tenant-04"):
+            made_due = JobLease.objects.get(name=f"digests.send_tenant_digest[{key}]")
+            assert made_due.next_run_at <= clock.now()
