@@ -30,7 +30,7 @@ from typing import Any
 from django.apps import AppConfig, apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, connections, router
+from django.db import DEFAULT_DB_ALIAS, router
 
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.instants import format_instant
@@ -310,25 +310,16 @@ def check_isolation(
     renewal updated it fails with a serialization error, and so does an acquirer that loses
     a race: runs fail for no fault of theirs. (``manage.py runjobs`` also refuses a server
     whose default says otherwise: :func:`db.isolation_problem`.)"""
-    from django_fencedjobs.models import JobLease
+    from django_fencedjobs import db
 
-    alias = router.db_for_write(JobLease)
-    connection = connections[alias]
-    level = (connection.settings_dict.get("OPTIONS") or {}).get("isolation_level")
-    if connection.vendor != "postgresql" or level is None:
-        return []
-    from django.db.backends.postgresql.psycopg_any import IsolationLevel
-
-    try:
-        named = IsolationLevel(level)
-    except ValueError:
-        return []  # Django's own check reports an unknown level
-    if named == IsolationLevel.READ_COMMITTED:
+    alias = db.lease_db()
+    named = db.strict_isolation_option(alias)
+    if named is None:
         return []
     return [
         _error(
             CheckId.ISOLATION,
-            f"DATABASES[{alias!r}]['OPTIONS']['isolation_level'] is {named.name}; the job "
+            f"DATABASES[{alias!r}]['OPTIONS']['isolation_level'] is {named}; the job "
             "leases need READ COMMITTED: under a stricter level a run's fenced transactions "
             "fail with serialization errors against its own lease renewals.",
             "Leave 'isolation_level' out (PostgreSQL's default, READ COMMITTED), or give the "
@@ -347,22 +338,15 @@ def check_transaction_pooler(
     its advisory locks too), but Django's server-side cursors (``QuerySet.iterator()``) and
     server-side binding (prepared statements) do: they fail at random there, on the lease
     database as anywhere."""
+    from django_fencedjobs import db
     from django_fencedjobs.conf import get_settings
-    from django_fencedjobs.models import JobLease
 
     try:
         pooled = get_settings().TRANSACTION_POOLER
     except ImproperlyConfigured:
         return []  # E010/E014 report it
-    alias = router.db_for_write(JobLease)
-    connection = connections[alias]
-    if not pooled or connection.vendor != "postgresql":
-        return []
-    wrong = []
-    if not connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
-        wrong.append("DISABLE_SERVER_SIDE_CURSORS is not True")
-    if (connection.settings_dict.get("OPTIONS") or {}).get("server_side_binding"):
-        wrong.append("OPTIONS['server_side_binding'] is True")
+    alias = db.lease_db()
+    wrong = db.session_bound_settings(alias) if pooled else []
     if not wrong:
         return []
     return [
@@ -386,14 +370,11 @@ def check_sqlite_transaction_mode(
     write: a transaction that reads before it writes then fails at once with "database is
     locked" whenever another one holds the lock (a second worker, a second runner, the
     admin), instead of waiting its turn."""
-    from django_fencedjobs.models import JobLease
+    from django_fencedjobs import db
 
-    alias = router.db_for_write(JobLease)
-    connection = connections[alias]
-    if connection.vendor != "sqlite":
-        return []
-    mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
-    if isinstance(mode, str) and mode.upper() in ("IMMEDIATE", "EXCLUSIVE"):
+    alias = db.lease_db()
+    lazy, mode = db.lazy_write_lock(alias)
+    if not lazy:
         return []
     return [
         checks.Warning(

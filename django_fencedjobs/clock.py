@@ -16,7 +16,6 @@ from typing import Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-from django.db import connections
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
@@ -31,29 +30,12 @@ def system_now() -> datetime:
 
 
 def database_now() -> datetime:
-    """The database server's clock (the default): one clock for every host.
-
-    On PostgreSQL this is ``clock_timestamp()`` (the real time, not the start of the current
-    transaction as ``now()`` would be). A SQLite database is a file on one host, so that
-    host's clock *is* the database's clock and no query is needed.
-
-    As the first statement of a transaction (a run's acquisition reads the clock first) it
-    costs no round trip of its own: it goes with the transaction's ``BEGIN``.
-    """
+    """The database server's clock (the default): one clock for every host
+    (:func:`db.server_now <django_fencedjobs.db.server_now>`). A SQLite database is a file
+    on one host, so that host's clock *is* the database's clock and no query is needed."""
     from django_fencedjobs import db
 
-    connection = connections[db.lease_db()]
-    if connection.vendor == "postgresql":
-        sql = "SELECT clock_timestamp()"
-    elif connection.vendor == "mysql":
-        sql = "SELECT UTC_TIMESTAMP(6)"
-    else:
-        return system_now()
-    row = db.first_statement(connection, sql, [])
-    value: datetime = row[0]  # type: ignore[index]  # one row, always
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    return db.server_now() or system_now()
 
 
 class FakeClock:

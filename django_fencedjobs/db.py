@@ -2,19 +2,23 @@
 
 Which database holds the leases (:func:`lease_db`; fenced writes go to the same one), how a
 statement rides in the same round trip as its transaction's ``BEGIN`` on PostgreSQL
-(:func:`first_statement`), and the bound on every wait for a row lock of the app's own
-bookkeeping (:func:`bounded_wait`). The statements that decide exclusion are
-:mod:`django_fencedjobs.lease`'s; this module holds no policy of its own about jobs.
+(:func:`first_statement`), the bound on every wait for a row lock of the app's own
+bookkeeping (:func:`bounded_wait`), and every other difference between databases that the
+app relies on. Outside this module and :mod:`django_fencedjobs.lease` (the statements that
+decide exclusion, spelled once per database), no module asks which database it talks to.
+This module holds no policy of its own about jobs.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
-from django.db import connections, router, transaction
+from django.db import connections, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import DateTimeField, Func
 
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.models import JobLease
@@ -249,3 +253,131 @@ def isolation_problem() -> str | None:
         "or DATABASES OPTIONS isolation_level); the job leases need READ COMMITTED, "
         f"PostgreSQL's default ({CheckId.ISOLATION})"
     )
+
+
+# -- What differs between databases ---------------------------------------------------
+
+#: The query that reads a database server's clock, by vendor. ``clock_timestamp()``, not
+#: ``now()``: the real time, not the start of the transaction.
+_CLOCK_SQL = {"postgresql": "SELECT clock_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}
+
+
+def server_now() -> datetime | None:
+    """The lease database server's clock, in UTC; None where the database is a file on this
+    host (SQLite), whose clock is this host's. As the first statement of a transaction it
+    goes with the transaction's ``BEGIN`` (:func:`first_statement`)."""
+    connection = connections[lease_db()]
+    sql = _CLOCK_SQL.get(connection.vendor)
+    if sql is None:
+        return None
+    row = first_statement(connection, sql, [])
+    value: datetime = row[0]  # type: ignore[index]  # one row, always
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def statement_now() -> Func | None:
+    """The lease database's clock at the start of the statement, as SQL (PostgreSQL's
+    ``statement_timestamp()``: two columns set by one statement read one instant); None
+    where the database has no clock of its own."""
+    if connections[lease_db()].vendor != "postgresql":
+        return None
+    return Func(
+        function="statement_timestamp", template="%(function)s()", output_field=DateTimeField()
+    )
+
+
+def estimated_rows(model: type[models.Model], using: str) -> int | None:
+    """The planner's estimate of the rows of ``model``'s table (PostgreSQL's
+    ``pg_class.reltuples``, kept current by autovacuum); None where there is none, or the
+    table was never analysed."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+            [model._meta.db_table],
+        )
+        found = cursor.fetchone()
+    if found is None or found[0] is None or found[0] < 0:  # -1: never analysed
+        return None
+    return int(found[0])
+
+
+def insert_columns(model: type[models.Model], using: str, columns: dict[str, list[Any]]) -> None:
+    """Insert rows of ``model`` given column by column (field attribute name to one value
+    per row). On PostgreSQL one ``INSERT`` from arrays (``unnest``), without a model
+    instance per row; elsewhere ``bulk_create``."""
+    connection = connections[using]
+    fields = [cast("models.Field[Any, Any]", model._meta.get_field(name)) for name in columns]
+    if connection.vendor != "postgresql":
+        names, rows = [field.attname for field in fields], zip(*columns.values(), strict=True)
+        model._default_manager.using(using).bulk_create(
+            [model(**dict(zip(names, row, strict=True))) for row in rows]
+        )
+        return
+    quote = connection.ops.quote_name
+    targets = ", ".join(quote(str(field.column)) for field in fields)
+    arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {quote(model._meta.db_table)} ({targets}) SELECT * FROM unnest({arrays})",
+            list(columns.values()),
+        )
+
+
+def holds_write_lock(connection: BaseDatabaseWrapper) -> Any:
+    """The driver's connection under ``connection`` where the whole database has one write
+    lock, held by a connection until its transaction ends (SQLite): closing it is the one
+    way to free that lock from another thread. None elsewhere (row locks; the server ends a
+    session's transaction when its holder is cut off)."""
+    return connection.connection if connection.vendor == "sqlite" else None
+
+
+def has_advisory_locks() -> bool:
+    """Whether the lease database has session-free advisory locks (PostgreSQL's
+    ``pg_advisory_xact_lock``)."""
+    return connections[lease_db()].vendor == "postgresql"
+
+
+def strict_isolation_option(alias: str) -> str | None:
+    """The isolation level stricter than READ COMMITTED that ``DATABASES[alias]['OPTIONS']``
+    names (PostgreSQL), or None. An unknown level is Django's own check's to report."""
+    connection = connections[alias]
+    level = (connection.settings_dict.get("OPTIONS") or {}).get("isolation_level")
+    if connection.vendor != "postgresql" or level is None:
+        return None
+    from django.db.backends.postgresql.psycopg_any import IsolationLevel
+
+    try:
+        named = IsolationLevel(level)
+    except ValueError:
+        return None
+    return None if named == IsolationLevel.READ_COMMITTED else named.name
+
+
+def session_bound_settings(alias: str) -> list[str]:
+    """What in ``DATABASES[alias]`` keeps state on a server session, which a transaction
+    pooler shares between clients: Django's server-side cursors (``QuerySet.iterator()``)
+    and psycopg's server-side binding (prepared statements). PostgreSQL only."""
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return []
+    wrong = []
+    if not connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+        wrong.append("DISABLE_SERVER_SIDE_CURSORS is not True")
+    if (connection.settings_dict.get("OPTIONS") or {}).get("server_side_binding"):
+        wrong.append("OPTIONS['server_side_binding'] is True")
+    return wrong
+
+
+def lazy_write_lock(alias: str) -> tuple[bool, str | None]:
+    """SQLite, which has one write lock for the whole file: whether ``DATABASES[alias]``
+    takes it only at a transaction's first write (SQLite's default, DEFERRED), and the
+    ``transaction_mode`` it names. ``(False, None)`` for every other database."""
+    connection = connections[alias]
+    if connection.vendor != "sqlite":
+        return False, None
+    mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+    eager = isinstance(mode, str) and mode.upper() in ("IMMEDIATE", "EXCLUSIVE")
+    return not eager, mode

@@ -182,13 +182,12 @@ def _schedule_problem(job: Job, schedule: Schedule) -> tuple[CheckId, JobError] 
     if job.exclusion == "advisory":
         from django.db import connections
 
-        from django_fencedjobs.db import lease_db
+        from django_fencedjobs import db
 
-        vendor = connections[lease_db()].vendor
-        if vendor != "postgresql":
+        if not db.has_advisory_locks():
             return CheckId.ADVISORY, JobDefinitionError(
                 f"job {job.name!r}: exclusion='advisory' needs PostgreSQL advisory locks; "
-                f"the database is {vendor}."
+                f"the database is {connections[db.lease_db()].vendor}."
             )
     return None
 

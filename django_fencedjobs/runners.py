@@ -46,9 +46,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections
-from django.db.models import DateTimeField, Func
 
-from django_fencedjobs import clock, signals
+from django_fencedjobs import clock, db, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import Runner, RunnerMode
@@ -73,15 +72,11 @@ def _version() -> str:
 
 def _stamp() -> Any:
     """The instant a beat writes: the database's clock as SQL where that is the configured
-    clock (PostgreSQL), else the configured clock's reading. ``statement_timestamp()``, not
-    ``clock_timestamp()``: a stop writes it twice (``stopped_at`` and the last beat) and the
-    two must be one instant."""
-    connection = connections[lease_db()]
-    if get_settings().CLOCK == DATABASE_CLOCK and connection.vendor == "postgresql":
-        return Func(
-            function="statement_timestamp", template="%(function)s()", output_field=DateTimeField()
-        )
-    return clock.now()
+    clock and the database has one, else the configured clock's reading. The statement's
+    time, not the real time: a stop writes it twice (``stopped_at`` and the last beat) and
+    the two must be one instant."""
+    database = db.statement_now() if get_settings().CLOCK == DATABASE_CLOCK else None
+    return clock.now() if database is None else database
 
 
 def _names(jobs: Iterable[Job | str]) -> list[str]:

@@ -97,7 +97,7 @@ class Supervisor(threading.Thread):
         connection = connections[db.lease_db()]
         #: SQLite: the handler's connection, to close if it holds the database's write lock
         #: outside a fenced block. (A fenced block registers its transaction on the run.)
-        self._raw = connection.connection if connection.vendor == "sqlite" else None
+        self._raw = db.holds_write_lock(connection)
         self._done = threading.Event()
         self._guard = threading.Lock()
         self._armed = True

@@ -204,3 +204,40 @@ def test_no_module_imports_from_a_layer_below_its_own():
                 continue
             wrong.append(f"{module} ({table[own][0]}) imports {target} ({table[theirs][0]})")
     assert not wrong, "imports running back down the layers:\n" + "\n".join(wrong)
+
+
+# -- one seam between the app and its databases --------------------------------------------
+
+#: The modules that may ask which database they talk to: the statements that decide
+#: exclusion, spelled once per database (``lease``), and every other difference (``db``).
+DATABASE_SEAM = {f"{ROOT}.db", f"{ROOT}.lease"}
+
+
+def vendor_reads(path: Path) -> list[int]:
+    """The lines of ``path`` that read a connection's ``vendor`` to decide something (naming
+    it in a message, inside an f-string, decides nothing)."""
+    tree = ast.parse(path.read_text(), str(path))
+    named = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FormattedValue) and isinstance(node.value, ast.Attribute)
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr == "vendor" and id(node) not in named
+    ]
+
+
+def test_only_the_store_and_db_ask_which_database_they_talk_to():
+    found = {
+        name: lines
+        for name, path in modules().items()
+        if name not in DATABASE_SEAM and ".migrations" not in name
+        for lines in [vendor_reads(path)]
+        if lines
+    }
+    assert not found, f"modules that branch on connection.vendor outside db and lease: {found}"
+    # The reader sees a branch, and passes over a name in a message.
+    assert vendor_reads(PACKAGE / "db.py")
+    assert not vendor_reads(PACKAGE / "registry.py")

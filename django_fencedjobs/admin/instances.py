@@ -53,7 +53,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_fencedjobs import clock, db, health, operations, runners
 from django_fencedjobs.admin.display import badge, breakable, health_badge, instant
-from django_fencedjobs.admin.paginator import _pg_estimate
+from django_fencedjobs.db import estimated_rows
 from django_fencedjobs.exceptions import ScheduleError, UnknownJob
 from django_fencedjobs.instances import declared, instance_job, validate
 from django_fencedjobs.instants import format_instant, iso_utc, zone_name
@@ -491,7 +491,7 @@ class InstancePaginator(_Paginator):
         if not isinstance(rows, QuerySet):
             return super().count
         if not rows.query.where:
-            estimate = _pg_estimate(rows)
+            estimate = estimated_rows(rows.model, rows.db)
             if estimate is not None and estimate >= self.exact_below:
                 self.estimated = True
                 return estimate

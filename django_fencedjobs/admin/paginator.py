@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
+
+from django_fencedjobs.db import estimated_rows
 
 __all__ = ["EstimatedCountPaginator"]
 
@@ -42,7 +43,7 @@ class EstimatedCountPaginator(_Paginator):
         if not isinstance(rows, QuerySet):
             return super().count
         unfiltered = not rows.query.where and not rows.query.distinct
-        estimate = _pg_estimate(rows) if unfiltered else None
+        estimate = estimated_rows(rows.model, rows.db) if unfiltered else None
         if estimate is not None and estimate >= self.exact_below:
             return estimate
         bounded = rows.order_by()[: self.exact_below].count()
@@ -51,18 +52,3 @@ class EstimatedCountPaginator(_Paginator):
         if estimate is not None:  # a stale estimate (not analysed since a bulk load)
             return max(estimate, bounded)
         return rows.count()
-
-
-def _pg_estimate(rows: QuerySet[Any]) -> int | None:
-    connection = connections[rows.db]
-    if connection.vendor != "postgresql":
-        return None
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
-            [rows.model._meta.db_table],
-        )
-        found = cursor.fetchone()
-    if found is None or found[0] is None or found[0] < 0:  # -1: never analysed
-        return None
-    return int(found[0])

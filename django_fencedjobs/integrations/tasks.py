@@ -346,16 +346,12 @@ class _Batch:
         return self._writes_here[task.backend]
 
     def __call__(self) -> None:
-        connection = connections[self.alias]
         kept = self.tasks.kept()
         enqueued = [entry for entry in kept if not isinstance(entry, tuple)]
         hand_over = [entry for entry in kept if isinstance(entry, tuple)]
         run, rows = self.run, RunTask.objects.using(self.alias)
         if enqueued:
-            if connection.vendor == "postgresql":
-                _insert_enqueued(connection, run, enqueued)
-            else:
-                rows.bulk_create([_record(run, result) for result in enqueued])
+            db.insert_columns(RunTask, self.alias, _enqueued_columns(run, enqueued))
         if hand_over:
             # The outbox: each task's call is recorded with it, for this process to hand
             # over right after the commit, or the relay if that fails or never happens.
@@ -397,42 +393,24 @@ def _queue_in(backend: str, alias: str) -> bool:
     )
 
 
-def _record(run: Run, result: TaskResult[Any, Any]) -> RunTask:
-    record = RunTask(
-        run_id=run.record.pk,
-        job=run.lease_name,
-        fence=run.fence,
-        task_path=result.task.module_path,
-        backend=result.backend,
-        queue_name=result.task.queue_name,
-    )
-    _take(record, result)
-    return record
-
-
-def _insert_enqueued(
-    connection: BaseDatabaseWrapper, run: Run, results: list[TaskResult[Any, Any]]
-) -> None:
-    """PostgreSQL: the records of tasks enqueued in this transaction, one ``INSERT`` from
-    arrays, without building a model instance per task."""
-    table = connection.ops.quote_name(RunTask._meta.db_table)
-    now = clock.now()
-    columns: list[list[Any]] = [
-        [result.task.module_path for result in results],
-        [result.backend for result in results],
-        [str(result.id) for result in results],
-        [_STATUS.get(result.status, TaskStatus.READY).value for result in results],
-        [result.enqueued_at or now for result in results],
-        [result.task.queue_name for result in results],
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (run_id, job, fence, task_path, backend, result_id, status,"
-            " enqueued_at, queue_name, error) SELECT %s, %s, %s, t.*, '' FROM unnest("
-            "%s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[], %s::timestamptz[],"
-            " %s::varchar[]) AS t",
-            [run.record.pk, run.lease_name, run.fence, *columns],
-        )
+def _enqueued_columns(run: Run, results: list[TaskResult[Any, Any]]) -> dict[str, list[Any]]:
+    """The records of tasks enqueued in a run's transaction, column by column: one
+    ``INSERT`` for them all (:func:`db.insert_columns <django_fencedjobs.db.insert_columns>`)."""
+    now, count = clock.now(), len(results)
+    return {
+        "run_id": [run.record.pk] * count,
+        "job": [run.lease_name] * count,
+        "fence": [run.fence] * count,
+        "task_path": [result.task.module_path for result in results],
+        "backend": [result.backend for result in results],
+        "queue_name": [result.task.queue_name for result in results],
+        "result_id": [str(result.id) for result in results],
+        "status": [_STATUS.get(result.status, TaskStatus.READY).value for result in results],
+        "enqueued_at": [result.enqueued_at or now for result in results],
+        "started_at": [result.started_at for result in results],
+        "finished_at": [result.finished_at for result in results],
+        "error": [_error_of(result) for result in results],
+    }
 
 
 def writes_to(task: Task[Any, Any], alias: str) -> bool:
