@@ -1,20 +1,15 @@
-"""Backfills and one-offs: an operator's runs of chosen slots, from code, ``manage.py
-backfill`` / ``manage.py runonce`` and the admin.
+"""Backfills and one-offs: an operator's runs of chosen slots (from code, ``manage.py
+backfill`` / ``runonce``, the admin).
 
-A **backfill** of ``[start, end)`` selects slots of the job's schedule in that range
-(missing: no run; failed: the last attempt did not succeed; all) and queues one lease row
-per slot (:mod:`django_fencedjobs.oneshots`); the runners run them, oldest or newest first,
-at most ``concurrency`` at once, each under its own lease and fence, recorded as the job's
-runs of kind ``backfill`` with the slot's next attempt number. :func:`plan_backfill` is the
-dry run: what :func:`backfill` would queue, and why it leaves the other slots.
-
-A **one-off** (:func:`run_once`) is one run of a job or instance at an instant, with
-arguments of its own if wanted: recorded as kind ``once``, and late like any slot when it
-has not run ``grace`` after its instant.
+A backfill of ``[start, end)`` queues one lease row per selected slot
+(:mod:`django_fencedjobs.oneshots`), run by the runners at most ``concurrency`` at once,
+each under its own lease and fence, as the slot's next attempt (kind ``backfill``). A
+one-off is one run at an instant, with arguments of its own if wanted (kind ``once``).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -92,10 +87,9 @@ def _declared(job: Job) -> Job:
     return parent
 
 
-def _aware(value: datetime, what: str) -> datetime:
+def _aware(value: datetime, what: str) -> None:
     if value.tzinfo is None or value.utcoffset() is None:
         raise BackfillError(f"{what} {value.isoformat()} is naive: give a zone or an offset")
-    return value
 
 
 def plan_backfill(
@@ -119,16 +113,18 @@ def _plan(job: Job, start: datetime, end: datetime, selection: str) -> BackfillP
         raise BackfillError(
             f"to ({iso_utc(end)}) is in the future: a backfill runs past slots only"
         )
-    schedule = job.valid_schedule
     # fire_times is (start, end]: one microsecond earlier makes it [start, end).
-    micro = start - start.resolution
-    slots = schedule.fire_times(micro, end - end.resolution, limit=MAX_BACKFILL_SLOTS + 1)
+    slots = job.valid_schedule.fire_times(
+        start - start.resolution, end - end.resolution, limit=MAX_BACKFILL_SLOTS + 1
+    )
     if len(slots) > MAX_BACKFILL_SLOTS:
         raise BackfillError(
             f"{iso_utc(start)} to {iso_utc(end)} holds more than {MAX_BACKFILL_SLOTS} slots "
             f"of {job.name!r}: backfill a shorter range at a time"
         )
     plan = BackfillPlan(job.name, start, end, selection)
+    if not slots:
+        return plan
     last = _last_attempts(job.name, slots)
     queued = _queued(job.name, slots)
     for slot in slots:
@@ -148,24 +144,17 @@ def _plan(job: Job, start: datetime, end: datetime, selection: str) -> BackfillP
 
 def _last_attempts(name: str, slots: list[datetime]) -> dict[datetime, tuple[int, str]]:
     """Each slot's last attempt number and outcome (slots with no run are left out)."""
-    if not slots:
-        return {}
-    found: dict[datetime, tuple[int, str]] = {}
     rows = (
         JobRun.objects.using(lease_db())
         .filter(job=name, scheduled_for__gte=slots[0], scheduled_for__lte=slots[-1])
         .order_by("scheduled_for", "attempt")
         .values_list("scheduled_for", "attempt", "outcome")
     )
-    for slot, attempt, outcome in rows:
-        found[slot] = (attempt, outcome)
-    return found
+    return {slot: (attempt, outcome) for slot, attempt, outcome in rows}
 
 
 def _queued(name: str, slots: list[datetime]) -> set[datetime]:
     """The slots with a backfill row not done yet."""
-    if not slots:
-        return set()
     found = (
         JobLease.objects.using(lease_db())
         .filter(
@@ -190,9 +179,9 @@ def backfill(
     newest_first: bool = False,
     requested_by: str = "",
 ) -> tuple[Backfill, BackfillPlan]:
-    """Queue a run of each slot :func:`plan_backfill` selects, for the runners: at most
-    ``concurrency`` at once, oldest (or newest) first. Returns the backfill and its plan.
-    One transaction: all of its slots are queued, or none."""
+    """Queue a run of each slot :func:`plan_backfill` selects, all or none: the runners run
+    at most ``concurrency`` at once, oldest (or newest) first. Returns the backfill and its
+    plan."""
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise BackfillError(f"at once must be a positive int, got {concurrency!r}")
     job = _target(name)
@@ -214,52 +203,40 @@ def backfill(
             created_at=now,
         )
         for position, planned in enumerate(ordered):
+            # All due now; the claim takes the earliest next_run_at first: the order asked for.
+            due = now - (len(ordered) - position) * now.resolution
             _queue(
-                oneshots.row_name(job.name, RunKind.BACKFILL, planned.slot),
-                parent=parent.name,
-                kind=RunKind.BACKFILL,
-                slot=planned.slot,
-                attempt=planned.attempt,
-                # All due now; the claim takes the earliest next_run_at first: the
-                # order asked for.
-                due=now - (len(ordered) - position) * now.resolution,
-                backfill=request,
+                job, parent, RunKind.BACKFILL, planned.slot, planned.attempt, due, backfill=request
             )
     return request, plan
 
 
 def _queue(
-    name: str,
-    *,
-    parent: str,
-    kind: str,
-    slot: datetime,
-    attempt: int,
-    due: datetime,
-    backfill: Backfill | None = None,
-    kwargs: dict[str, Any] | None = None,
-    late_after: datetime | None = None,
-) -> None:
-    """Create or re-arm the one-shot row ``name``. A row done before (a slot backfilled
+    job: Job, parent: Job, kind: str, slot: datetime, attempt: int, due: datetime, **more: Any
+) -> str:
+    """Create or re-arm the one-shot row of ``job``'s ``slot`` (``more``: its ``backfill``,
+    ``kwargs``, ``late_after``); return its name. A row done before (a slot backfilled
     again) is re-armed with its fence kept (fences never go down) and its own watermarks
     cleared (the slot is worked again from its interval's start)."""
+    name = oneshots.row_name(job.name, kind, slot)
     alias = lease_db()
     fields = {
-        "parent": parent,
+        "parent": parent.name,
         "kind": kind,
         "run_slot": slot,
         "attempt": attempt,
         "next_run_at": due,
         "lease_until": LEASE_FREE,
         "paused": False,
-        "backfill": backfill,
-        "kwargs": kwargs,
-        "late_after": late_after,
+        "backfill": None,
+        "kwargs": None,
+        "late_after": None,
+        **more,
     }
     rearmed = JobLease.objects.using(alias).filter(name=name, paused=True).update(**fields)
     if rearmed:
         Watermark.objects.using(alias).filter(job=name).delete()
-        return
+        return name
     try:
         with transaction.atomic(using=alias):
             lease.create(
@@ -267,6 +244,7 @@ def _queue(
             )
     except IntegrityError:
         raise BackfillError(f"{name} is queued already") from None
+    return name
 
 
 def run_once(name: str, at: datetime, *, kwargs: dict[str, Any] | None = None) -> str:
@@ -279,43 +257,23 @@ def run_once(name: str, at: datetime, *, kwargs: dict[str, Any] | None = None) -
         json.dumps(kwargs or {})
     except TypeError as exc:
         raise BackfillError(f"the one-off's arguments must be JSON: {exc}") from None
-    problem = _arguments_problem(job, kwargs or {})
-    if problem:
-        raise BackfillError(problem)
+    try:
+        inspect.signature(job.func).bind(None, **{**job.kwargs, **(kwargs or {})})
+    except TypeError as exc:
+        raise BackfillError(
+            f"job {job.name!r}: the handler cannot take these arguments: {exc} "
+            f"({CheckId.HANDLER_SIGNATURE})"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): let the run say
+        pass
     parent = _declared(job)
-    row = oneshots.row_name(job.name, RunKind.ONCE, at)
     attempts = (
         JobRun.objects.using(lease_db())
         .filter(job=job.name, scheduled_for=at)
         .aggregate(last=Max("attempt"))["last"]
     )
-    _queue(
-        row,
-        parent=parent.name,
-        kind=RunKind.ONCE,
-        slot=at,
-        attempt=(attempts or 0) + 1,
-        due=at,
-        kwargs=kwargs or None,
-        late_after=job.late_after(at),
-    )
-    return row
-
-
-def _arguments_problem(job: Job, kwargs: dict[str, Any]) -> str | None:
-    """Why the handler cannot be called with the job's arguments and ``kwargs``."""
-    import inspect
-
-    try:
-        inspect.signature(job.func).bind(None, **{**job.kwargs, **kwargs})
-    except TypeError as exc:
-        return (
-            f"job {job.name!r}: the handler cannot take these arguments: {exc} "
-            f"({CheckId.HANDLER_SIGNATURE})"
-        )
-    except ValueError:  # no signature to read (a builtin): let the run say
-        return None
-    return None
+    more = {"kwargs": kwargs or None, "late_after": job.late_after(at)}
+    return _queue(job, parent, RunKind.ONCE, at, (attempts or 0) + 1, at, **more)
 
 
 __all__ = [

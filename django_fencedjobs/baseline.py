@@ -1,21 +1,13 @@
 """The absence baseline: from when a job that never ran is expected to run.
 
 A job that never succeeded is late once the first slot after its lease row's
-``created_at``, plus its ``run_timeout``, plus its ``grace``, has passed
-(:mod:`django_fencedjobs.health`). So the row must exist as soon as the job's code is
-live, whether or not a runner with that code exists: that is exactly the failure to
-catch (the cron line or the service was never installed, or the runner still runs the
-code from before the job was added). The first of these to see the job creates its row,
-and so sets the baseline:
-
-* ``manage.py migrate`` (:func:`record_on_migrate`, a ``post_migrate`` receiver);
-* an observer before it reports: ``manage.py checkjobs`` and the admin's job pages
-  (:func:`record_first_sightings`);
-* a runner, at its first tick with the job.
-
-Racing creators are harmless: the unique job name wins once. An observer only creates
-missing rows, through the runner's own :func:`~django_fencedjobs.declared.sync`; it never
-changes an existing one (it may run other code than the runner does).
+``created_at``, plus ``run_timeout`` and ``grace``, has passed (:mod:`django_fencedjobs.health`).
+So the row must exist as soon as the job's code is live, whether or not a runner runs that
+code (the failure to catch). The first to see the job creates it: ``migrate``
+(:func:`record_on_migrate`), an observer before it reports (``checkjobs``, the admin:
+:func:`record_first_sightings`), or a runner. Observers only create missing rows, through
+the runner's own :func:`~django_fencedjobs.declared.sync`: they may run other code than the
+runner does. Racing creators are harmless: the unique job name wins once.
 """
 
 from __future__ import annotations
@@ -53,13 +45,9 @@ class Sightings:
 
 def record_first_sightings(now: datetime) -> Sightings:
     """Create the lease row, with ``created_at=now``, of every declared job with a valid
-    schedule that has none yet.
-
-    An error while reading (the database is unreachable, or not migrated) is raised. A
-    refused write is logged and returned in :attr:`Sightings.refused`: the caller still
-    reports what there is. The write runs in its own transaction, or savepoint inside the
-    caller's, so a refusal leaves the caller's transaction usable.
-    """
+    schedule that has none yet. A read error (unreachable, not migrated) is raised; a refused
+    write is logged and returned in :attr:`Sightings.refused`, and leaves the caller's
+    transaction usable (it runs in its own transaction, or a savepoint inside the caller's)."""
     # A job with instances has no row of its own: its instances' rows are written when
     # they are saved, each its own first sighting.
     jobs = [job for job in declared.runnable_jobs() if not job.instances]
@@ -102,28 +90,20 @@ def record_on_migrate(
     """``post_migrate``, connected for this app only: ``migrate`` with a job's code is its
     first sighting.
 
-    It does nothing when:
-
-    * the signal comes from ``flush``, not ``migrate`` (``flush`` passes no plan);
-    * ``using`` is not the database that holds the lease rows;
-    * this app's migrations are not all applied on it yet (``migrate otherapp`` on a new
-      database): there is no table, or not the current one, to write to;
-    * it runs in Django's test environment (the test runner migrating the test
-      database): rows created then would carry the real clock into every test, where a
-      test's first tick, under the test's clock, is what should create them.
-
-    A database error is logged, never raised: the migrations have been applied, and the
-    next observer or runner records the jobs.
+    Nothing from ``flush`` (it passes no plan), for a database other than the lease rows',
+    before this app's migrations are all applied there (no current table to write to), or
+    in Django's test environment (rows created then would carry the real clock into every
+    test, where a test's first tick should create them). A database error is logged, never
+    raised: the migrations are applied, and the next observer or runner records the jobs.
     """
-    if plan is None:
-        return
-    if using != db.lease_db() or not router.allow_migrate_model(using, JobLease):
+    if plan is None or using != db.lease_db() or not router.allow_migrate_model(using, JobLease):
         return
     if hasattr(mail, "outbox"):  # set by django.test.utils.setup_test_environment()
         return
-    connection = connections[using]
     try:
-        if not _migrated(connection, sender.label):
+        loader = MigrationLoader(connections[using], ignore_no_migrations=True)
+        leaves = loader.graph.leaf_nodes(sender.label)
+        if not leaves or any(leaf not in loader.applied_migrations for leaf in leaves):
             return
         sightings = record_first_sightings(clock.now())
     except DatabaseError as exc:
@@ -137,10 +117,3 @@ def record_on_migrate(
         stdout = kwargs.get("stdout")
         if stdout is not None:
             stdout.write(f"Recorded the first sighting of {', '.join(sightings.recorded)}")
-
-
-def _migrated(connection: Any, app_label: str) -> bool:
-    """Are all of ``app_label``'s migrations applied on ``connection``'s database?"""
-    loader = MigrationLoader(connection, ignore_no_migrations=True)
-    leaves = loader.graph.leaf_nodes(app_label)
-    return bool(leaves) and all(leaf in loader.applied_migrations for leaf in leaves)

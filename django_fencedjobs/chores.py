@@ -1,22 +1,11 @@
 """A runner's chores: the work it does beside its runs, each on a timer of its own.
 
-Runs are the runner's job; keeping the tables and the world around them in order is its
-chores: recording the runs no acquisition will end (the orphan sweep), purging old runs
-(retention), handing the tasks of a run to their queue (the task relay) and telling
-health changes (notifications). Each is a :class:`Chore`, a name, an interval and an
-action; the dispatcher holds them in its :class:`Chores` and runs those due after each of
-its passes, on its own thread, between runs.
-
-Nothing here is module state: the timers belong to the dispatcher, so two runners in one
-process (or two tests) keep their own, and a chore that fails is the dispatcher's to see.
-A chore that fails never stops the runner and is never swallowed: the failure is logged
-(event ``chore_failed``, with the chore's name and its count of failures so far), with its
-traceback when it is not the database being away, counted per chore
-(:attr:`Chores.failures`), and the chore is tried again at its next turn.
-
-Which chores a runner has is the app's choice, made where the app is wired
-(:meth:`django_fencedjobs.apps.FencedJobsConfig.runner_chores`): retention, the relay and
-notifications live in modules above the dispatcher's, which never imports them.
+The orphan sweep, retention, the task relay and notifications are each a :class:`Chore`,
+run when due by the dispatcher's :class:`Chores` after each pass, between runs. The timers
+are the dispatcher's, not the module's. A chore that fails never stops the runner and is
+never swallowed: logged (``chore_failed``), counted, and tried again at its next turn. The
+app picks them (:meth:`django_fencedjobs.apps.FencedJobsConfig.runner_chores`): they live
+in modules above the dispatcher's, which never imports them.
 """
 
 from __future__ import annotations
@@ -58,9 +47,6 @@ class Chores:
         #: Failures so far, by chore name.
         self.failures: Counter[str] = Counter()
 
-    def __bool__(self) -> bool:
-        return bool(self.chores)
-
     def add(self, chore: Chore) -> None:
         """Add ``chore``, or put it in place of the one of the same name."""
         self.chores = [c for c in self.chores if c.name != chore.name] + [chore]
@@ -90,26 +76,19 @@ class Chores:
         return ran
 
     def _failed(self, chore: Chore, exc: Exception) -> None:
+        """Count and log a failed turn: the database away as a warning (and reconnect),
+        anything else as an error with its traceback."""
         self.failures[chore.name] += 1
-        count = self.failures[chore.name]
-        fields = {"event": "chore_failed", "chore": chore.name, "failures": count}
-        if isinstance(exc, DatabaseError):
-            logger.warning(
-                "runner chore %s failed (%d time(s) so far), tried again at its next turn: %s",
-                chore.name,
-                count,
-                one_line(exc),
-                extra=fields,
-            )
-            connection = connections[lease_db()]
-            if not connection.in_atomic_block:
-                connection.close()  # reconnect at the next statement
-            return
-        logger.error(
+        count, away = self.failures[chore.name], isinstance(exc, DatabaseError)
+        (logger.warning if away else logger.error)(
             "runner chore %s failed (%d time(s) so far), tried again at its next turn: %s",
             chore.name,
             count,
             one_line(exc),
-            exc_info=exc,
-            extra=fields,
+            exc_info=None if away else exc,
+            extra={"event": "chore_failed", "chore": chore.name, "failures": count},
         )
+        if away:
+            connection = connections[lease_db()]
+            if not connection.in_atomic_block:
+                connection.close()

@@ -1,8 +1,6 @@
-"""The app's settings: one dict, ``settings.FENCEDJOBS``, read into a typed object.
-
-Every key has a default, so an empty (or missing) ``FENCEDJOBS`` is valid; every value is
-checked for its type and range (:func:`problems`, the system checks E010 and E014). Each key,
-its default, type and range: docs/configuration.md, the reference.
+"""The app's settings: one dict, ``settings.FENCEDJOBS``, read into a typed object. Every
+key has a default; every value is checked for its type and range (:func:`problems`, the
+system checks E010 and E014). The reference: docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ class Settings:
     RUN_RETENTION: timedelta = timedelta(days=30)
     #: ...but the newest this many runs of each job are always kept.
     RUNS_KEPT_PER_JOB: int = 100
-    #: The loop never sleeps longer than this, so paused/resumed jobs and "run now" are noticed.
+    #: The loop never sleeps longer than this, so that changes made elsewhere are noticed.
     LOOP_MAX_SLEEP: timedelta = timedelta(seconds=30)
     #: Error text (traceback) stored on a failed run is cut to this many characters.
     ERROR_MAX_CHARS: int = 4000
@@ -44,49 +42,38 @@ class Settings:
     METRICS_TOKEN: str = ""
     #: How many jobs a runner process runs side by side (``runjobs --workers`` overrides).
     WORKERS: int = 4
-    #: A runner whose handlers given up on at their timeout (and still running, in threads
-    #: nothing but the end of the process ends) reach this many stops taking runs and
-    #: exits, for a new process to take over. None: as many as the runner has workers.
+    #: A runner with this many handlers abandoned at their timeout (threads only the end of
+    #: the process ends) exits, for a new process to take over. None: its workers' count.
     MAX_ABANDONED_HANDLERS: int | None = None
-    #: A pooler in transaction mode (PgBouncer ``pool_mode = transaction``) is between the
-    #: app and PostgreSQL: the system checks then hold the lease database to what such a
-    #: pooler needs (fencedjobs.E016). The app itself keeps nothing on a server session.
+    #: A pooler in transaction mode (PgBouncer) is in front of PostgreSQL: the system checks
+    #: hold the lease database to what it needs (fencedjobs.E016).
     TRANSACTION_POOLER: bool = False
     #: The failure rate is read over a job's latest this many runs that ran to an end
     #: (succeeded, failed or timed out)...
     FAILURE_RATE_RUNS: int = 20
     #: ...scheduled within this long before now.
     FAILURE_RATE_PERIOD: timedelta = timedelta(hours=24)
-    #: At this share of failures in that window (and at least 2 failures), the job is
-    #: failing with warning severity...
+    #: At this share of failures in that window (at least 2), the job is failing, warning...
     FAILURE_RATE_WARNING: float = 0.2
-    #: ...at this share (and at least its failure_threshold failures, at least 2),
-    #: critical.
+    #: ...at this share (and at least its failure_threshold failures, 2 or more), critical.
     FAILURE_RATE_CRITICAL: float = 0.5
     #: How often a runner loop writes its beat (its row's ``last_beat_at``).
     RUNNER_BEAT: timedelta = timedelta(seconds=5)
     #: A runner not seen for this long is dead: a job no live runner serves is no_runner.
     RUNNER_TIMEOUT: timedelta = timedelta(seconds=30)
-    #: How often ``runjobs --once`` runs (cron): a job served only by --once passes is
-    #: no_runner when the last pass is older than this plus RUNNER_TIMEOUT. None: such a
-    #: job is judged by its deadlines alone.
+    #: How often cron runs ``runjobs --once``: a job served only by passes is no_runner when
+    #: the last is older than this plus RUNNER_TIMEOUT. None: judged by its deadlines alone.
     RUNNER_PASS_INTERVAL: timedelta | None = None
     #: The rows of runners not seen for this long are deleted (by a live runner).
     RUNNER_RETENTION: timedelta = timedelta(days=1)
-    #: Record each job's changes of state (ok, late, failing, no_runner, invalid) and tell
-    #: someone: mail to NOTIFY_EMAIL, and the ``job_state_changed`` signal.
+    #: Tell each job's changes of state: mail to NOTIFY_EMAIL, and ``job_state_changed``.
     NOTIFY: bool = False
     #: Who gets the mail: "ADMINS" (``mail_admins``), or a list of addresses ([] for none).
     NOTIFY_EMAIL: str | list[str] | tuple[str, ...] = "ADMINS"
-    #: A task recorded in a run's transaction is handed to its backend by that run's process
-    #: right after the commit; a runner's relay hands over one still pending this long after
-    #: (its process died, or the backend did not take it).
+    #: A runner's relay hands over a run's task still pending this long after its commit.
     TASK_HANDOVER_GRACE: timedelta = timedelta(seconds=10)
-    #: Tasks enqueued at every slot of a schedule, keyed by the task's dotted path: a cron
-    #: string, or a dict of ``schedule_task``'s arguments (``cron`` or ``every``,
-    #: ``timezone``, ``args``, ``kwargs``, ``timeout``...). Each entry is a job declared by
-    #: ``integrations.tasks.schedule_settings``; its options are checked there, as
-    #: ``@job``'s are.
+    #: Tasks enqueued at every slot of a schedule, by the task's dotted path: a cron string,
+    #: or a dict of ``schedule_task``'s arguments; each is a job, checked as ``@job``'s are.
     TASK_SCHEDULE: Mapping[str, str | Mapping[str, Any]] = field(default_factory=dict)
 
     @property
@@ -96,13 +83,11 @@ class Settings:
 
 @functools.lru_cache(maxsize=1)
 def _host() -> str:
-    """This host's name, asked once: every acquisition writes its owner, and asking the
-    system each time costs about 0.1 ms."""
+    """This host's name, asked once: every acquisition writes its owner (0.1 ms each)."""
     return socket.gethostname()
 
 
-#: The smallest ``ERROR_MAX_CHARS``: room for the exception's last lines, which say what
-#: failed.
+#: The smallest ``ERROR_MAX_CHARS``: room for the exception's last lines, what failed.
 MIN_ERROR_MAX_CHARS = 200
 #: The length of the owner columns of the lease and run tables.
 MAX_OWNER_CHARS = 200
@@ -110,6 +95,18 @@ MAX_OWNER_CHARS = 200
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(least: int) -> tuple[Callable[[Any], bool], str]:
+    return lambda v: _is_int(v) and v >= least, f"an int of at least {least}"
+
+
+def _timedelta(example: str, *, zero: bool = False) -> tuple[Callable[[Any], bool], str]:
+    """A timedelta longer than zero (``zero``: or zero)."""
+    return (
+        lambda v: isinstance(v, timedelta) and (v >= timedelta(0) if zero else v > timedelta(0)),
+        f"a datetime.timedelta {'of zero or more' if zero else 'longer than zero'}, e.g. {example}",
+    )
 
 
 def _is_task_schedule(value: object) -> bool:
@@ -135,54 +132,30 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         f"a str of at most {MAX_OWNER_CHARS} characters ('' for hostname:pid)",
     ),
     "SENTRY": (lambda v: isinstance(v, bool), "True or False"),
-    "RUN_RETENTION": (
-        lambda v: isinstance(v, timedelta) and v > timedelta(0),
-        "a datetime.timedelta longer than zero, e.g. timedelta(days=30)",
-    ),
-    "RUNS_KEPT_PER_JOB": (lambda v: _is_int(v) and v >= 0, "an int of at least 0"),
-    "LOOP_MAX_SLEEP": (
-        lambda v: isinstance(v, timedelta) and v >= timedelta(0),
-        "a datetime.timedelta of zero or more, e.g. timedelta(seconds=30)",
-    ),
-    "ERROR_MAX_CHARS": (
-        lambda v: _is_int(v) and v >= MIN_ERROR_MAX_CHARS,
-        f"an int of at least {MIN_ERROR_MAX_CHARS}",
-    ),
+    "RUN_RETENTION": _timedelta("timedelta(days=30)"),
+    "RUNS_KEPT_PER_JOB": _int(0),
+    "LOOP_MAX_SLEEP": _timedelta("timedelta(seconds=30)", zero=True),
+    "ERROR_MAX_CHARS": _int(MIN_ERROR_MAX_CHARS),
     "METRICS_TOKEN": (lambda v: isinstance(v, str), "a str ('' for no token)"),
-    "WORKERS": (lambda v: _is_int(v) and v >= 1, "an int of at least 1"),
+    "WORKERS": _int(1),
     "MAX_ABANDONED_HANDLERS": (
         lambda v: v is None or (_is_int(v) and v >= 1),
         "an int of at least 1, or None (as many as the runner's workers)",
     ),
     "TRANSACTION_POOLER": (lambda v: isinstance(v, bool), "True or False"),
-    "FAILURE_RATE_RUNS": (lambda v: _is_int(v) and v >= 2, "an int of at least 2"),
-    "FAILURE_RATE_PERIOD": (
-        lambda v: isinstance(v, timedelta) and v > timedelta(0),
-        "a datetime.timedelta longer than zero, e.g. timedelta(hours=24)",
-    ),
+    "FAILURE_RATE_RUNS": _int(2),
+    "FAILURE_RATE_PERIOD": _timedelta("timedelta(hours=24)"),
     "FAILURE_RATE_WARNING": (_is_share, "a number above 0 and at most 1, e.g. 0.2"),
     "FAILURE_RATE_CRITICAL": (_is_share, "a number above 0 and at most 1, e.g. 0.5"),
-    "RUNNER_BEAT": (
-        lambda v: isinstance(v, timedelta) and v > timedelta(0),
-        "a datetime.timedelta longer than zero, e.g. timedelta(seconds=5)",
-    ),
-    "RUNNER_TIMEOUT": (
-        lambda v: isinstance(v, timedelta) and v > timedelta(0),
-        "a datetime.timedelta longer than zero, e.g. timedelta(seconds=30)",
-    ),
+    "RUNNER_BEAT": _timedelta("timedelta(seconds=5)"),
+    "RUNNER_TIMEOUT": _timedelta("timedelta(seconds=30)"),
     "RUNNER_PASS_INTERVAL": (
         lambda v: v is None or (isinstance(v, timedelta) and v > timedelta(0)),
         "a datetime.timedelta longer than zero (how often cron runs runjobs --once), or None",
     ),
-    "RUNNER_RETENTION": (
-        lambda v: isinstance(v, timedelta) and v > timedelta(0),
-        "a datetime.timedelta longer than zero, e.g. timedelta(days=1)",
-    ),
+    "RUNNER_RETENTION": _timedelta("timedelta(days=1)"),
     "NOTIFY": (lambda v: isinstance(v, bool), "True or False"),
-    "TASK_HANDOVER_GRACE": (
-        lambda v: isinstance(v, timedelta) and v >= timedelta(0),
-        "a datetime.timedelta of zero or more, e.g. timedelta(seconds=10)",
-    ),
+    "TASK_HANDOVER_GRACE": _timedelta("timedelta(seconds=10)", zero=True),
     "TASK_SCHEDULE": (
         _is_task_schedule,
         "a dict of task paths (str) to a cron string or a dict of schedule_task()'s "
@@ -230,14 +203,11 @@ def problems() -> list[tuple[CheckId, str]]:
                 f"known keys: {', '.join(sorted(_RULES))}.",
             )
         )
-    for key, (acceptable, expected) in _RULES.items():
-        if key in raw and not acceptable(raw[key]):
-            found.append(
-                (
-                    CheckId.SETTINGS_VALUE,
-                    f"FENCEDJOBS[{key!r}] must be {expected}, got {raw[key]!r}",
-                )
-            )
+    found.extend(
+        (CheckId.SETTINGS_VALUE, f"FENCEDJOBS[{key!r}] must be {expected}, got {raw[key]!r}")
+        for key, (acceptable, expected) in _RULES.items()
+        if key in raw and not acceptable(raw[key])
+    )
     if not found:
         merged = Settings(**dict(raw))
         found.extend((CheckId.SETTINGS_VALUE, message) for ok, message in _ACROSS if not ok(merged))
@@ -249,11 +219,8 @@ _cached: Settings | None = None
 
 def get_settings() -> Settings:
     """The current settings, read once and re-read when a test overrides ``FENCEDJOBS``.
-
-    Raises :class:`~django.core.exceptions.ImproperlyConfigured`, with every problem on one
-    line, when a key is unknown or a value has the wrong type or range (the system checks
-    E010 and E014 report the same), so that nothing downstream fails on a bad value.
-    """
+    Raises ``ImproperlyConfigured`` with every :func:`problems` on one line, so that nothing
+    downstream fails on a bad value."""
     global _cached
     if _cached is None:
         found = problems()

@@ -1,30 +1,11 @@
-"""What ``runjobs`` tells whoever runs it, on stderr, when the project's LOGGING does not
-take that over.
+"""What ``runjobs`` prints on stderr when the project's LOGGING does not show the
+``django_fencedjobs`` logger's records (docs/running.md: what each ``-v`` shows).
 
-Every run's start and end is a record on the ``django_fencedjobs`` logger (with ``extra=``
-fields, for a JSON formatter); :class:`PassReport` adds a few for the operator: each job
-that has not run yet and when it first runs, and at ``-v 2`` each pass and each due job
-passed over. A new project configures no logging, so on their own these records would
-show nowhere, or only the errors, bare (Python's ``logging.lastResort``). While
-``runjobs`` runs, :func:`terminal_output` gives the logger a handler that writes one line
-per record on the command's stderr, at the level of Django's ``-v/--verbosity``:
-
-=========  ================================================================================
-verbosity  shown
-=========  ================================================================================
-0          errors only: a run that failed, timed out or lost its fence; the database gone
-1          the default: also each run's start and end, and each job not run yet with when
-           it first runs
-2          also each pass (which job runs next) and each due job passed over (paused, or
-           its lease held by another runner); the logger's debug records
-3          also the time and thread of each line, every structured field, and tracebacks
-=========  ================================================================================
-
-Runs go on worker threads, so lines of several runs interleave: each line is written
-whole, and names its job first (``<job>: ...``).
-
-A project whose LOGGING gives the logger a handler, or gives the root logger one that the
-logger propagates to, keeps it: no handler is added, so nothing is printed twice.
+:func:`terminal_output` gives the logger, for the duration, a handler writing one line per
+record, its job first, at the level of Django's ``-v``; :class:`PassReport` adds the jobs
+not run yet and, at ``-v 2``, each pass. Runs go on worker threads, so each line is written
+whole. A project whose LOGGING gives the logger (or the root logger) a handler keeps it:
+none is added, so nothing is printed twice.
 """
 
 from __future__ import annotations
@@ -54,18 +35,12 @@ LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
-def has_own_handler() -> bool:
-    """Whether the project's LOGGING already shows the logger's records: a handler on it,
-    or on an ancestor it propagates to (the root logger, typically)."""
-    return logger.hasHandlers()
-
-
 @contextlib.contextmanager
 def terminal_output(stream: TextIO | OutputWrapper, verbosity: int) -> Iterator[bool]:
     """Write the logger's records on ``stream`` for the duration, one line each, at
-    ``verbosity`` (Django's ``-v``), unless the project's LOGGING shows them already.
-    Yields whether it does."""
-    if has_own_handler():
+    ``verbosity`` (Django's ``-v``), unless the project's LOGGING shows them already (a
+    handler on the logger or an ancestor it propagates to). Yields whether it does."""
+    if logger.hasHandlers():
         yield False
         return
     handler = TerminalHandler(stream, verbosity)
@@ -80,7 +55,8 @@ def terminal_output(stream: TextIO | OutputWrapper, verbosity: int) -> Iterator[
 
 
 class TerminalHandler(logging.Handler):
-    """One line per record, naming its job first; see the module's docstring."""
+    """One line per record, naming its job first; at ``-v 3`` with its time, thread, level,
+    fields and traceback."""
 
     def __init__(self, stream: TextIO | OutputWrapper, verbosity: int) -> None:
         super().__init__(LEVELS[max(0, min(verbosity, 3))])
@@ -92,12 +68,13 @@ class TerminalHandler(logging.Handler):
             text = line(record)
             if self.detail:
                 text = _detailed(record, text)
-            elif record.exc_info and record.exc_info[1] is not None:
-                text += ": " + _last_line(record.exc_info[1])
-            if not self.detail:  # e.g. PostgreSQL's "Is the server running ...?" line
+            else:
+                if record.exc_info and record.exc_info[1] is not None:
+                    text += ": " + traceback.format_exception_only(record.exc_info[1])[-1]
+                # One line, e.g. with PostgreSQL's "Is the server running ...?" line.
                 text = " ".join(part.strip() for part in text.splitlines() if part.strip())
             if isinstance(self.stream, OutputWrapper):
-                self.stream.write(text, style_func=_plain)  # no colour: lines go to logs
+                self.stream.write(text, style_func=str)  # no colour: lines go to logs
             else:
                 self.stream.write(text + "\n")
             self.stream.flush()
@@ -114,7 +91,8 @@ def line(record: logging.LogRecord) -> str:
         coalesced = f"; {_count(earlier, 'earlier slot')} coalesced" if earlier else ""
         return f"{job}: started (slot {_slot(fields)}{coalesced})"
     if event == "run_finished":
-        counts = f"{_count(fields.get('items', 0), 'item')}, {_batches(fields.get('batches', 0))}"
+        counts = f"{_count(fields.get('items', 0), 'item')}, "
+        counts += _count(fields.get("batches", 0), "batch", "batches")
         if fields.get("capped"):
             counts += ", capped at max_batches with work left"
         why = f": {fields['error']}" if fields.get("error") else ""
@@ -123,15 +101,12 @@ def line(record: logging.LogRecord) -> str:
             f" (slot {_slot(fields)}; {counts}){why}"
         )
     message = record.getMessage()
-    if job and str(job) not in message:
-        return f"{job}: {message}"
-    return message
+    return f"{job}: {message}" if job and str(job) not in message else message
 
 
 def _detailed(record: logging.LogRecord, text: str) -> str:
     when = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    extra = {k: v for k, v in vars(record).items() if k not in _STANDARD}
-    fields = " ".join(f"{k}={v}" for k, v in extra.items())
+    fields = " ".join(f"{k}={v}" for k, v in vars(record).items() if k not in _STANDARD)
     text = f"{when} UTC [{record.threadName}] {record.levelname} {text}"
     if fields:
         text += f"  {{{fields}}}"
@@ -140,35 +115,19 @@ def _detailed(record: logging.LogRecord, text: str) -> str:
     return text
 
 
-def _plain(text: str) -> str:
-    return text
-
-
-def _last_line(exc: BaseException) -> str:
-    return traceback.format_exception_only(exc)[-1].strip()
-
-
 def _slot(fields: dict[str, Any]) -> str:
     value = fields.get("scheduled_for")
-    if not value:
-        return "?"
-    return format_instant(datetime.fromisoformat(str(value)), UTC)
+    return format_instant(datetime.fromisoformat(str(value)), UTC) if value else "?"
 
 
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
-    if seconds < 60:
-        return f"{seconds:.3f}s"
-    return str(timedelta(seconds=round(seconds)))
+    return f"{seconds:.3f}s" if seconds < 60 else str(timedelta(seconds=round(seconds)))
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _batches(n: int) -> str:
-    return "1 batch" if n == 1 else f"{n} batches"
+def _count(n: int, noun: str, plural: str = "") -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
 
 
 # -- what a runner adds: jobs not run yet, each pass -----------------------------------------
@@ -187,11 +146,10 @@ def runner_started(jobs: int, workers: int) -> None:
 class PassReport:
     """A ``tick_finished`` receiver for one runner (``runjobs --once`` or the loop).
 
-    After each pass: each job that has never run (its lease never taken), once per process,
-    with when it first runs, in its zone and in UTC (INFO); and, when the logger shows
-    debug records (``-v 2``), each due job that was passed over and which job runs next
-    (DEBUG). One read of the jobs' lease rows per pass, and none once every job has been
-    reported and debug records are not shown.
+    After each pass: each job never run yet (its lease never taken), once per process, with
+    when it first runs (INFO); at ``-v 2``, each due job passed over and which job runs next
+    (DEBUG). One read of the jobs' lease rows per pass, none once every job is reported and
+    debug records are not shown.
     """
 
     def __init__(self, jobs: Sequence[Job]) -> None:
@@ -226,56 +184,43 @@ class PassReport:
                 self.unreported.discard(name)
                 if lease.never_taken(pk, fence):
                     self._first_run(self.jobs[name], next_run_at, paused, now)
+            passed = {"event": "passed_over", "job": name}
             if paused:
-                logger.debug("%s: paused; passed over", name, extra=_fields("passed_over", name))
+                logger.debug("%s: paused; passed over", name, extra=passed)
             elif next_run_at <= now < lease_until:
                 logger.debug(
                     "%s: due, but its lease is held by %s until %s; passed over",
                     name,
                     owner or "another runner",
                     format_instant(lease_until, UTC),
-                    extra=_fields("passed_over", name),
+                    extra=passed,
                 )
-            else:
-                upcoming.append((max(next_run_at, lease_until), name))
-        if detail:
-            later = [(when, name) for when, name in upcoming if when > now]
-            if later:
-                when, name = min(later)
-                logger.debug(
-                    "pass done; next run: %s at %s (in %s)",
-                    name,
-                    format_instant(when, UTC),
-                    format_wait(when - now),
-                    extra={"event": "pass_done", "next_job": name, "next_run_at": when.isoformat()},
-                )
-            else:
-                logger.debug("pass done; no run scheduled", extra={"event": "pass_done"})
+            elif (when := max(next_run_at, lease_until)) > now:
+                upcoming.append((when, name))
+        if not detail:
+            return
+        if upcoming:
+            when, name = min(upcoming)
+            logger.debug(
+                "pass done; next run: %s at %s (in %s)",
+                name,
+                format_instant(when, UTC),
+                format_wait(when - now),
+                extra={"event": "pass_done", "next_job": name, "next_run_at": when.isoformat()},
+            )
+        else:
+            logger.debug("pass done; no run scheduled", extra={"event": "pass_done"})
 
     def _first_run(self, job: Job, next_run_at: datetime, paused: bool, now: datetime) -> None:
-        fields = _fields("job_registered", job.name, next_run_at=next_run_at.isoformat())
         if paused:
-            logger.info("%s: registered, paused: it runs once resumed", job.name, extra=fields)
-            return
-        if next_run_at <= now:
-            logger.info(
-                "%s: registered, first run due since %s",
-                job.name,
-                format_instant(next_run_at, UTC),
-                extra=fields,
-            )
-            return
-        logger.info(
-            "%s: registered, first run at %s (in %s)",
-            job.name,
-            format_with_utc(next_run_at, job.valid_schedule.tz),
-            format_wait(next_run_at - now),
-            extra=fields,
-        )
-
-
-def _fields(event: str, job: str, **more: Any) -> dict[str, Any]:
-    return {"event": event, "job": job, **more}
+            when = "paused: it runs once resumed"
+        elif next_run_at <= now:
+            when = f"first run due since {format_instant(next_run_at, UTC)}"
+        else:
+            at = format_with_utc(next_run_at, job.valid_schedule.tz)
+            when = f"first run at {at} (in {format_wait(next_run_at - now)})"
+        fields = dict(event="job_registered", job=job.name, next_run_at=next_run_at.isoformat())
+        logger.info("%s: registered, %s", job.name, when, extra=fields)
 
 
 __all__ = ["PassReport", "TerminalHandler", "runner_started", "terminal_output"]

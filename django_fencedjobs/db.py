@@ -286,24 +286,6 @@ def statement_now() -> Func | None:
     )
 
 
-def estimated_rows(model: type[models.Model], using: str) -> int | None:
-    """The planner's estimate of the rows of ``model``'s table (PostgreSQL's
-    ``pg_class.reltuples``, kept current by autovacuum); None where there is none, or the
-    table was never analysed."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return None
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
-            [model._meta.db_table],
-        )
-        found = cursor.fetchone()
-    if found is None or found[0] is None or found[0] < 0:  # -1: never analysed
-        return None
-    return int(found[0])
-
-
 def insert_columns(model: type[models.Model], using: str, columns: dict[str, list[Any]]) -> None:
     """Insert rows of ``model`` given column by column (field attribute name to one value
     per row). On PostgreSQL one ``INSERT`` from arrays (``unnest``), without a model

@@ -1,7 +1,5 @@
 """The declared jobs and their lease rows: which jobs a runner considers
-(:func:`runnable_jobs`), and the rows that follow the code (:func:`sync`): a new job gets
-its row, a changed schedule its next slot. Every runner, ``runjobs --now``, ``jobctl`` and
-the first sightings of :mod:`django_fencedjobs.baseline` go through here.
+(:func:`runnable_jobs`), and the rows that follow the code (:func:`sync`).
 """
 
 from __future__ import annotations
@@ -17,12 +15,9 @@ __all__ = ["runnable_jobs", "sync"]
 
 
 def sync(jobs: Sequence[Job], now: datetime, fingerprints: dict[str, str] | None = None) -> bool:
-    """Create lease rows for new jobs and recompute ``next_run_at`` for changed schedules.
-
-    ``fingerprints`` are the stored schedule fingerprints by job name, when the caller has
-    already read them (a tick has); otherwise they are read here. Returns True when
-    anything changed (the caller re-reads).
-    """
+    """Create lease rows for new jobs and recompute ``next_run_at`` for changed schedules;
+    True when anything changed (the caller re-reads). ``fingerprints``: the stored schedule
+    fingerprints by job name, when the caller read them already (a tick has)."""
     if fingerprints is None:
         rows = lease.read([job.name for job in jobs])
         fingerprints = {name: row.schedule_fingerprint for name, row in rows.items()}

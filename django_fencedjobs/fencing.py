@@ -1,20 +1,12 @@
 """``fenced_atomic``: a transaction that commits only while its run still holds the lease.
 
-It has the shape of :func:`django.db.transaction.atomic`: a decorator, a decorator with
-arguments, or a context manager. On entry it opens ``transaction.atomic`` and, inside it,
-checks and locks the run's fence (:func:`django_fencedjobs.lease.guard`). When the
-fence is stale it raises :class:`FenceLost` and the block never runs; everything written
-in it rolls back. The lock is held until the transaction ends, so no successor can take
-the lease between the check and the commit.
-
-A fenced block nested in another joins it (a savepoint, as ``atomic`` does) without a
-second check: the outer block's lock already covers the whole transaction.
-
-Like ``atomic``, one :class:`FencedAtomic` serves every call and thread: what is open is
-kept on the database connection, where Django keeps its own atomic blocks
-(``connection.atomic_blocks``), never on the decorator. A fenced block's transaction is a
-:class:`_FencedTransaction` among them, so a connection that is thrown away takes the
-record of its open fenced blocks with it.
+Shaped like ``transaction.atomic``, it checks and locks the run's fence first thing in its
+transaction (:func:`django_fencedjobs.lease.guard`: :class:`FenceLost`, the block never
+run, if it is stale) and holds the lock to the end, so no successor takes the lease between
+check and commit; a nested block joins the outer one without a second check. What is open
+lives on the connection (a :class:`_FencedTransaction` among its ``atomic_blocks``), not on
+the decorator: one :class:`FencedAtomic` serves every thread, and a connection thrown away
+takes its open fenced blocks with it.
 """
 
 from __future__ import annotations
@@ -34,12 +26,10 @@ from django_fencedjobs.exceptions import NotInRun, RunAborted
 
 
 class FenceHolder(Protocol):
-    """What a fenced block asks of the fence it writes under: a run's
-    (:class:`~django_fencedjobs.runstate.RunState`) or a task's that a run enqueued
-    (:class:`~django_fencedjobs.integrations.tasks.TaskFence`). To check, inside the
-    block's transaction, that it may still write; whether it was stopped (a run timed out,
-    or its fence found gone), when every fenced block must fail before its ``BEGIN``; and
-    to record what the block did, in its transaction."""
+    """The fence a fenced block writes under: a run's (``RunState``) or an enqueued task's
+    (``TaskFence``). It checks, in the block's transaction, that it may still write; says
+    whether it was stopped (every fenced block then fails before ``BEGIN``); and records
+    what the block did, in its transaction."""
 
     def check_fence(self, connection: BaseDatabaseWrapper) -> None: ...
 
@@ -54,8 +44,7 @@ _current: contextvars.ContextVar[FenceHolder | None] = contextvars.ContextVar(
 
 
 def current_holder() -> FenceHolder:
-    """The fence the code executing now writes under (a run's handler, or a task of a
-    run), or :class:`NotInRun`."""
+    """The fence the code running now writes under (a run's, or its task's); else NotInRun."""
     holder = _current.get()
     if holder is None:
         raise NotInRun()
@@ -71,9 +60,7 @@ def reset_current_holder(token: contextvars.Token[FenceHolder | None]) -> None:
 
 
 class _FencedTransaction(transaction.Atomic):
-    """The ``transaction.atomic`` a fenced block opens: its type marks it, among the
-    connection's atomic blocks, as a fenced block's. It also keeps the writes deferred to
-    the block's end (:func:`at_exit`)."""
+    """A fenced block's ``atomic``, marked by its type; it keeps its :func:`at_exit` writes."""
 
     def __init__(self, using: str | None, savepoint: bool, durable: bool) -> None:
         super().__init__(using, savepoint, durable)
@@ -85,14 +72,9 @@ DeferredT = TypeVar("DeferredT", bound=Callable[[], None])
 
 def at_exit(using: str, key: str, factory: Callable[[], DeferredT]) -> DeferredT:
     """The callable registered under ``key`` on the innermost open fenced block on
-    ``using``, made by ``factory()`` on first use. It is called when that block ends
-    without an error, just before it is released (and, for the outermost, committed):
-    inside the block's transaction, so what it writes commits or rolls back with the
-    block. A block that rolls back drops it uncalled.
-
-    For writes cheaper made together than one by one: the records of the tasks a run
-    enqueues in a block are inserted by one statement when the block ends.
-    """
+    ``using`` (made by ``factory()`` on first use), called in its transaction when it ends
+    without an error, so that what it writes commits or rolls back with the block: for
+    writes cheaper made together (one insert for the tasks a run enqueued in a block)."""
     blocks = connections[using].atomic_blocks
     block = next((b for b in reversed(blocks) if isinstance(b, _FencedTransaction)), None)
     if block is None:
@@ -135,10 +117,9 @@ class FencedAtomic(ContextDecorator):
             try:
                 atomic.__exit__(type(exc), exc, exc.__traceback__)
             except Exception:
-                # The rollback itself failed: typically the supervisor, which saw the fence
-                # go too, interrupted the handler in the middle of it, leaving a command in
-                # progress on the connection. Discard the connection (the server rolls the
-                # transaction back) and raise the fence check's error, not the rollback's.
+                # The rollback failed (the supervisor's interrupt landed in it, leaving a
+                # command in progress): discard the connection (the server rolls back) and
+                # raise the fence check's error, not the rollback's.
                 connections[alias].close()
             raise
 
@@ -178,13 +159,11 @@ def _raise_if_stopped(error: Exception, connection: BaseDatabaseWrapper | None) 
     """Once the run was stopped, a fenced block ends in the stop, never in an ordinary
     error a handler's ``except Exception:`` would swallow and go on from.
 
-    The supervisor's interrupt can land between two steps of a database call: typically
-    after the COMMIT was sent, before its result was read. The library's cleanup then
-    meets a connection with a command still in progress, and its error (``can't change
-    'autocommit' now``, ``another command is already in progress``) replaces the
-    interrupt; the next blocks fail the same way, or on the session the supervisor ended.
-    Such an error is raised as the interrupt it hides (or ``FenceLost``), and a
-    connection left mid-command (``connection``, when given) is discarded.
+    The supervisor's interrupt can land mid database call (after COMMIT was sent, before
+    its result was read): the cleanup's error (``another command is already in
+    progress``...) then replaces the interrupt, and the next blocks fail the same way. Such
+    an error is raised as the interrupt it hides (or ``FenceLost``), and a connection left
+    mid-command (``connection``, when given) is discarded.
     """
     holder = _current.get()
     reason = holder.stopped_error() if holder is not None else None

@@ -1,93 +1,16 @@
 """Is each job healthy? The one place that decides, for the admin, ``checkjobs`` and metrics.
 
-A job's state is derived from stored facts (its :class:`~django_fencedjobs.models.JobLease`
-row, its latest runs) and its declaration in code, against **one** reading of the clock.
-Nothing here writes. In order of precedence (the first that applies wins):
+A job's state is derived from stored facts (its lease row, its latest runs and their tasks)
+and its declaration, against **one** reading of the clock; nothing here writes. The states,
+severities and precedence are docs/alerting.md's table ("has passed" is strict: at the
+deadline instant itself a job is not yet late).
 
-============  ========  ===============================================================
-state         severity  when
-============  ========  ===============================================================
-removed       healthy   a lease row exists but no job of that name is declared any more
-                        (history is kept; nothing alerts)
-invalid       critical  the declaration's schedule is invalid (``manage.py check``: E001..)
-never_run     warning   declared, but its lease row does not exist: nothing that could
-                        write has seen the job yet, so it cannot be judged late
-paused        warning   an operator paused it
-no_runner     critical  no live runner serves it, though runners have been seen
-                        (:mod:`django_fencedjobs.runners`): reached ``RUNNER_TIMEOUT``
-                        (30 s) after the last runner that ran it stopped beating, whatever
-                        the job's interval
-failing       critical  ``consecutive_failures >= job.failure_threshold``
-failing       critical  the failure rate: of the job's latest ``FAILURE_RATE_RUNS`` slots
-                        that ran to an end (succeeded, failed, timed out) within
-                        ``FAILURE_RATE_PERIOD``, each judged by its last attempt, at least
-                        ``FAILURE_RATE_CRITICAL`` failed, and at least
-                        ``failure_threshold`` (and 2) of them
-late          critical  the dead man's switch: the first slot after the last success
-                        (never succeeded: the first slot after the lease row was created,
-                        i.e. after the job was first seen live, see
-                        :mod:`django_fencedjobs.baseline`; after a slot skipped since, the
-                        first after it) plus ``run_timeout`` plus ``grace`` has passed
-late          critical  a task a run of the job enqueued (``run.enqueue``, see
-                        :mod:`django_fencedjobs.integrations.tasks`) has not finished
-                        (pending, ready or running) and its run's slot plus
-                        ``run_timeout`` plus ``grace`` has passed
-failing       critical  the job's latest task outcome is a failure: the latest slot among
-                        its finished tasks has a failed task (a later slot whose tasks
-                        all succeeded clears it)
-failing       warning   it never succeeded and has failed (fewer times than the threshold)
-failing       warning   the last run that ran to an end failed (``consecutive_failures``),
-                        or at least ``FAILURE_RATE_WARNING`` of the window failed (and at
-                        least 2 runs): a failing job never reads ok
-running       healthy   a run holds an unexpired lease
-never_run     healthy   no success yet, but the first slot's deadline has not passed
-capped        warning   the latest finished run stopped at ``max_batches`` with work left
-ok            healthy   none of the above
-============  ========  ===============================================================
-
-"Has passed" is strict: at the deadline instant itself a job is not yet late.
-
-**A slot is judged by its last attempt.** A slot may have several runs: a failed attempt
-and its retries (:mod:`django_fencedjobs.retries`), a backfill run of it, a runner's death
-and the run again. Health reads each slot once, by its highest attempt:
-
-* the failure rate's window is made of the job's own slots (those with a run of kind
-  ``scheduled`` or ``once``), each judged by its last attempt whatever its kind: a failed
-  slot whose retry, or a later backfill, succeeded is not a failure; one re-run by a
-  backfill that failed is. A backfill of slots the job never ran adds none to the window
-  (the job's code judged on data it was not run for, when someone asked). A failed
-  attempt whose retry is scheduled on the job's row (its ``run_slot``) is not judged yet:
-  it is left out of the window until the retry ends (as it does not count towards
-  ``consecutive_failures``).
-* the job's latest state (its last run, its last finished run, which the reasons and the
-  ``capped`` state read) is read from its runs of kind ``scheduled`` and ``once`` only,
-  each its slot's last attempt: a backfill run of an old slot never makes the job look
-  failing or ok now (nor does a backfill's success move the job's ``last_success_at``:
-  it is written on the backfill slot's own row).
-* the reason says how many slots of the window needed retries (their last attempt, of
-  kind ``scheduled`` or ``once``, is not their first), when any did; that alone never
-  changes the state.
-
-**One-offs** (:func:`django_fencedjobs.backfills.run_once`) are judged on their own
-lease rows (``job@once:<instant>``): one not done (not paused) and not held by a run past
-its stored deadline (``late_after``: its instant plus the job's ``run_timeout`` and
-``grace``) is ``late`` (``no_runner`` when no live runner serves its job), critical.
-Judging every job lists only those, found by the partial index of pending one-shot rows,
-in the same query as the jobs' rows; a one-off or backfill slot named is judged
-whatever its state. A backfill's slots are never late: an operator asked for past slots
-and watches them run.
-
-A run's tasks (:class:`~django_fencedjobs.models.RunTask`) are judged too: absence covers
-the workers. A task still ``pending`` was not taken by its backend yet (it refused the
-hand-over, or the runner stopped before it; the relay keeps trying), one still ``ready``
-was taken by no worker, one still
-``running`` past the deadline has most likely lost its worker. :attr:`JobHealth.tasks`
-holds what was read: the oldest slot with unfinished tasks and the latest slot with a
-finished one (:class:`TaskSummary`).
-
-Deciding is all this module does. Its callers present what it decided: the admin and
-``checkjobs`` write the times (:mod:`django_fencedjobs.instants`, the same presentation
-as the reasons here), ``checkjobs`` picks its exit status and writes JSON.
+**A slot is judged by its last attempt** (retries, a backfill of it, a run again after a
+runner died). The failure rate's window holds the job's own slots (with a run of kind
+``scheduled`` or ``once``), but for one whose retry is scheduled (the row's ``run_slot``);
+the job's latest state is read from runs of those kinds only: a backfill never makes the
+job look failing or ok now. One-offs and backfill slots are judged on their own lease rows
+(:func:`assess_oneshot`), a run's tasks by the run's deadline (:attr:`JobHealth.tasks`).
 """
 
 from __future__ import annotations
@@ -109,7 +32,6 @@ from django.db.models import (
     Min,
     OuterRef,
     Q,
-    QuerySet,
     Subquery,
     Value,
     When,
@@ -154,14 +76,13 @@ __all__ = [
     "job_health",
 ]
 
-#: The fewest failures in the window that make a failure rate a verdict: one failure is
-#: the last run's (judged on its own), not a rate. Two: the lease row keeps the ages of its
-#: last two failures (``previous_failure_age``, read by :func:`_may_not_be_ok`).
+#: The fewest failures in the window that make a failure rate a verdict: one is the last
+#: run's, not a rate (and the lease row keeps the ages of the last two, for
+#: :func:`_may_not_be_ok`).
 MIN_RATE_FAILURES = 2
-#: The most instances :func:`all_health` judges one by one when it judges every job: when
-#: more may not be ok (a dead runner, a bad deploy), the first of them by name are judged and
-#: listed, and :func:`instance_summaries` counts all of them by their lease rows instead, so
-#: that a page or a ``checkjobs`` of 100,000 troubled instances costs what one of 500 does.
+#: The most instances :func:`all_health` judges one by one when it judges every job; past
+#: it, :func:`instance_summaries` counts them by their lease rows, so that 100,000 troubled
+#: instances cost what 500 do.
 INSTANCES_JUDGED = 500
 #: What an unfinished task past its deadline most likely means, by status.
 UNFINISHED_MEANING = {
@@ -260,16 +181,13 @@ class TaskSummary:
 
     #: The oldest slot with a task that has not finished (pending, ready or running).
     unfinished: TaskSlot | None = None
-    #: The latest slot with a task that has finished: its outcome is the job's latest task
-    #: outcome (a failure when ``failed``).
+    #: The latest slot with a finished task: the job's latest task outcome.
     last_outcome: TaskSlot | None = None
 
 
 @dataclass(frozen=True)
 class JobFacts:
-    """What one job's state is decided from, against one reading of the clock: its
-    declaration, its lease row, its latest runs, its runs' tasks, its failure rate's window
-    and the runners that serve it. :func:`assess` gathers them and judges them; a
+    """What one job's state is decided from, against one reading of the clock; a
     :class:`JobHealth` is the facts with the verdict."""
 
     name: str
@@ -279,19 +197,15 @@ class JobFacts:
     job: Job | None = field(default=None, repr=False, compare=False)
     #: The zone the job was declared with, as written.
     timezone: str = "UTC"
-    #: The zone its times are read in: its schedule's, as resolved by the schedule; UTC for
-    #: a job without a valid schedule (removed, invalid).
+    #: The zone its times are read in: its schedule's; UTC without a valid schedule.
     tz: tzinfo = UTC
     schedule: str = ""
     last_success_at: datetime | None = None
-    #: When the job is next due (the lease row's ``next_run_at``); before the row exists,
-    #: the schedule's next fire time.
+    #: When next due: the lease row's ``next_run_at``, or without a row the schedule's.
     next_run_at: datetime | None = None
-    #: The slot whose run the dead man's switch waits for: the first after the last success
-    #: (never succeeded: after the job was first seen).
+    #: The dead man's switch: the slot it waits for (the first after the last success, or
+    #: after the job was first seen), and past when, without a success, the job is late.
     awaited_slot: datetime | None = None
-    #: The dead man's switch: past this instant without a success, the job is late
-    #: (``awaited_slot``'s :meth:`~django_fencedjobs.registry.Job.late_after`).
     expected_by: datetime | None = None
     consecutive_failures: int = 0
     failure_threshold: int | None = None
@@ -304,9 +218,7 @@ class JobFacts:
     last_finished_run: RunSummary | None = None
     #: Its runs' tasks; None for a job whose runs enqueued none (or none that health needs).
     tasks: TaskSummary | None = None
-    #: The failure rate's window (``FAILURE_RATE_RUNS`` latest slots whose last attempt ran
-    #: to an end, within ``FAILURE_RATE_PERIOD``): how many slots it holds, how many of
-    #: them failed, and how many needed retries (their last attempt is not their first).
+    #: The failure rate's window: its slots, how many failed, how many needed retries.
     recent_runs: int = 0
     recent_failures: int = 0
     recent_retried: int = 0
@@ -322,8 +234,7 @@ class JobFacts:
         """``value`` as a reason writes it, in the job's zone (:func:`format_instant`)."""
         return format_instant(value, self.tz, ref=ref)
 
-    def judged(self, verdict: Verdict) -> JobHealth:
-        state, severity, reason = verdict
+    def judged(self, state: State, severity: Severity, reason: str) -> JobHealth:
         facts = {name: getattr(self, name) for name in _FACT_NAMES}
         return JobHealth(state=state, severity=severity, reason=reason, **facts)
 
@@ -359,14 +270,7 @@ def all_health(
     ones (:class:`UnknownJob` for a name that is neither), worst first, then by name.
 
     A constant number of queries whatever the number of jobs, each bounded whatever the
-    length of their history: the runners' rows, the clock (when it is the database's), the
-    lease rows (:func:`_read_leases`, on PostgreSQL in a transaction of its own with JIT
-    off) with the ids of each job's latest run and latest finished run (two correlated
-    subqueries, each a few entries of ``(job, -scheduled_for)``), its failure rate's window
-    counted (three more, each at most ``FAILURE_RATE_RUNS`` rows of the same index) and the
-    two runs whose tasks health reads (two more, on the tasks' ``(status, job)`` index),
-    those runs, and, when any job has tasks, the tasks of those runs counted by status.
-    """
+    length of their history (the lease rows with their subqueries: :func:`_read_leases`)."""
     if now is None:
         now = clock.now()
     leases = _read_leases(names, now)
@@ -390,41 +294,34 @@ def all_health(
         for pk in (row.latest_run_id, row.latest_finished_id)  # type: ignore[attr-defined]
         if pk is not None
     }
-    runs = (
-        {run.pk: run for run in JobRun.objects.using(lease_db()).filter(pk__in=run_ids)}
-        if run_ids
-        else {}
-    )
+    runs: dict[int, JobRun] = {}
+    if run_ids:
+        runs = {run.pk: run for run in JobRun.objects.using(lease_db()).filter(pk__in=run_ids)}
     tasks = _read_tasks(leases.values())
     if coverage is None:  # the runners seen, unless the caller has read them at ``now``
         coverage = runners.read(now)
     result = []
     for name in wanted:
         row = leases.get(name)
-        if row is not None and row.kind != RunKind.SCHEDULED:
+        if row is None:
+            result.append(assess(name, _job_of(name, row), row, None, None, now, coverage=coverage))
+        elif row.kind != RunKind.SCHEDULED:
             result.append(assess_oneshot(row, now, coverage=coverage))
-            continue
-        latest = finished = None
-        if row is not None:
-            latest = runs.get(row.latest_run_id)  # type: ignore[attr-defined]
-            finished = runs.get(row.latest_finished_id)  # type: ignore[attr-defined]
-        job = _job_of(name, row)
-        result.append(
-            assess(
-                name,
-                job,
-                row,
-                latest,
-                finished,
-                now,
-                tasks=tasks.get(name),
-                coverage=coverage,
-                recent=(row.recent_runs or 0, row.recent_failures or 0)  # type: ignore[attr-defined]
-                if row is not None
-                else (0, 0),
-                retried=(row.recent_retried or 0) if row is not None else 0,  # type: ignore[attr-defined]
+        else:
+            result.append(
+                assess(
+                    name,
+                    _job_of(name, row),
+                    row,
+                    runs.get(row.latest_run_id),  # type: ignore[attr-defined]
+                    runs.get(row.latest_finished_id),  # type: ignore[attr-defined]
+                    now,
+                    tasks=tasks.get(name),
+                    coverage=coverage,
+                    recent=(row.recent_runs or 0, row.recent_failures or 0),  # type: ignore[attr-defined]
+                    retried=row.recent_retried or 0,  # type: ignore[attr-defined]
+                )
             )
-        )
     result.sort(key=lambda h: (h.severity.rank, h.name))
     return result
 
@@ -440,13 +337,9 @@ def _job_of(name: str, row: JobLease | None) -> Job | None:
 
 @dataclass(frozen=True)
 class InstanceSummary:
-    """The instances of one job declared with ``instances=True``, counted by state.
-
-    :func:`all_health` lists the instances that may not be ok (see :func:`_may_not_be_ok`),
-    at most :data:`INSTANCES_JUDGED`; every other enabled one is ok (or running), by its
-    stored deadline and its failures. When all of the job's that may not be ok were judged,
-    their states are :attr:`listed`'s; when more were found, all of them are counted by
-    their lease rows (:attr:`counted`)."""
+    """The instances of one job declared with ``instances=True``, counted by state:
+    :func:`all_health` lists those that may not be ok, at most :data:`INSTANCES_JUDGED`;
+    every other enabled one is ok or running."""
 
     job: str
     total: int
@@ -456,12 +349,10 @@ class InstanceSummary:
     #: Why no live runner serves the job (then every enabled instance is ``no_runner``,
     #: critical); None when one does, or none was ever seen.
     no_runner: str | None = None
-    #: When more of the job's instances may not be ok than were judged one by one: each of
-    #: them counted by its lease row (``invalid``, ``paused``, ``failing``, ``late``, and
-    #: ``unjudged`` for the rest, which may warn of a failure rate, a capped run or tasks).
+    #: When more may not be ok than were judged: each counted by its lease row (``invalid``,
+    #: ``paused``, ``failing``, ``late``, and ``unjudged`` for the rest, which may warn).
     counted: dict[str, int] | None = None
-    #: Of :attr:`counted`, the critical ones: invalid, late, or failing at least the
-    #: job's ``failure_threshold`` times in a row.
+    #: Of :attr:`counted`, the critical ones: invalid, late, or failing at the threshold.
     counted_critical: int = 0
 
     @property
@@ -473,11 +364,7 @@ class InstanceSummary:
             return {State.NO_RUNNER.value: enabled} if enabled else {}
         if self.counted is not None:
             return {state: count for state, count in self.counted.items() if count}
-        return {
-            state: count
-            for state, count in self.listed.items()
-            if state not in _HEALTHY_STATES and count
-        }
+        return {s: n for s, n in self.listed.items() if s not in _HEALTHY_STATES and n}
 
     @property
     def ok(self) -> int:
@@ -485,9 +372,8 @@ class InstanceSummary:
 
     @property
     def severity(self) -> Severity:
-        """Critical when no runner serves the job's enabled instances, or when counted and
-        any counted one is critical; else what the listed ones are judged (they are in
-        :func:`all_health`'s list too)."""
+        """Of the instances not listed: critical when no runner serves the enabled ones, or
+        any counted one is critical (the listed ones are in :func:`all_health`'s list)."""
         if self.no_runner is not None and self.total > self.disabled:
             return Severity.CRITICAL
         if self.counted is not None:
@@ -526,14 +412,10 @@ def instance_summaries(
     now: datetime | None = None,
 ) -> list[InstanceSummary]:
     """Per job with instances: its instances counted (one query, a scan of their lease
-    rows), with the states of those in ``healths`` (:func:`all_health`'s list, judged at
-    ``now``), and whether a live runner serves the job (``coverage``, read here when not
-    given): without one, every enabled instance is ``no_runner``, whatever the list says (a
-    runner that died is noticed within ``RUNNER_TIMEOUT``, not at each instance's deadline).
-
-    The same query counts the instances that may not be ok by their rows: when ``healths``
-    holds fewer of a job's than that (:data:`INSTANCES_JUDGED`), the counts are the
-    summary's."""
+    rows), the states of those in ``healths`` (:func:`all_health`'s list, judged at ``now``),
+    and whether a live runner serves the job (``coverage``, read here when not given):
+    without one, every enabled instance is ``no_runner``, noticed within ``RUNNER_TIMEOUT``
+    and not at each instance's deadline."""
     healths = list(healths)
     if now is None:
         now = healths[0].checked_at if healths else clock.now()
@@ -542,7 +424,15 @@ def instance_summaries(
         if h.job is not None and h.job.parent is not None:
             states = listed.setdefault(h.job.parent, {})
             states[h.state] = states.get(h.state, 0) + 1
-    thresholds = {job.name: job.failure_threshold for job in registry.all() if job.instances}
+    threshold = Case(  # each instance's job's failure_threshold, in SQL
+        *(
+            When(parent=j.name, then=Value(j.failure_threshold))
+            for j in registry.all()
+            if j.instances
+        ),
+        default=Value(1),
+        output_field=IntegerField(),
+    )
     may = _may_not_be_ok(now, get_settings())
     unpaused = may & Q(paused=False)
     failing = unpaused & Q(consecutive_failures__gt=0)
@@ -564,9 +454,7 @@ def instance_summaries(
             n_late=Count("pk", filter=late),
             n_critical=Count(
                 "pk",
-                filter=invalid
-                | late
-                | (failing & Q(consecutive_failures__gte=_threshold(thresholds))),
+                filter=invalid | late | (failing & Q(consecutive_failures__gte=threshold)),
             ),
         )
     )
@@ -574,46 +462,30 @@ def instance_summaries(
     parents = [job.name for job in registry.all() if job.instances] + sorted(found)
     if coverage is None:
         coverage = runners.read(now)
-
-    def no_runner(parent: str) -> str | None:
-        row = found.get(parent)
-        if row is None or parent not in registry:
-            return None
-        return coverage.problem(parent, row["first_seen"], lambda at: format_instant(at, UTC))
-
-    def counted(parent: str) -> dict[str, int] | None:
-        row = found.get(parent)
-        if row is None or parent not in registry:
-            return None
-        if sum(listed.get(parent, {}).values()) >= row["n_may"]:
-            return None  # every one judged
-        states = ("invalid", "paused", "failing", "late")
-        return {
-            **{state: row[f"n_{state}"] for state in states},
-            UNJUDGED: row["n_may"] - sum(row[f"n_{state}"] for state in states),
-        }
-
-    return [
-        InstanceSummary(
-            job=parent,
-            total=found.get(parent, {}).get("total", 0),
-            disabled=found.get(parent, {}).get("disabled", 0),
-            listed=listed.get(parent, {}),
-            no_runner=no_runner(parent),
-            counted=counted(parent),
-            counted_critical=found.get(parent, {}).get("n_critical", 0),
+    summaries = []
+    for parent in dict.fromkeys(parents):
+        row = found.get(parent, {})
+        no_runner: str | None = None
+        counted: dict[str, int] | None = None
+        if row and parent in registry:  # a job no longer declared: counted, never judged
+            no_runner = coverage.problem(
+                parent, row["first_seen"], lambda at: format_instant(at, UTC)
+            )
+            if sum(listed.get(parent, {}).values()) < row["n_may"]:  # not every one judged
+                counted = {s: row[f"n_{s}"] for s in ("invalid", "paused", "failing", "late")}
+                counted[UNJUDGED] = row["n_may"] - sum(counted.values())
+        summaries.append(
+            InstanceSummary(
+                job=parent,
+                total=row.get("total", 0),
+                disabled=row.get("disabled", 0),
+                listed=listed.get(parent, {}),
+                no_runner=no_runner,
+                counted=counted,
+                counted_critical=row.get("n_critical", 0),
+            )
         )
-        for parent in dict.fromkeys(parents)
-    ]
-
-
-def _threshold(thresholds: dict[str, int]) -> Case:
-    """Each instance's ``failure_threshold`` (its job's), as a SQL expression."""
-    return Case(
-        *(When(parent=name, then=Value(value)) for name, value in thresholds.items()),
-        default=Value(1),
-        output_field=IntegerField(),
-    )
+    return summaries
 
 
 def job_health(name: str, *, now: datetime | None = None) -> JobHealth:
@@ -631,12 +503,11 @@ def _count(rows: Any) -> Subquery:
 def _read_leases(names: Sequence[str] | None, now: datetime) -> dict[str, JobLease]:
     settings = get_settings()
     # The failure rate's window: the job's latest FAILURE_RATE_RUNS own slots whose last
-    # attempt ran to an end, within FAILURE_RATE_PERIOD; a LIMIT on the (job, -scheduled_for)
-    # index, per job. A failed attempt whose retry the job's row has scheduled is not judged
-    # yet.
+    # attempt ran to an end, within FAILURE_RATE_PERIOD (a LIMIT on the (job, -scheduled_for)
+    # index), but for a failed attempt whose retry the job's row has scheduled.
     since = now - settings.FAILURE_RATE_PERIOD
     window = (
-        _last_attempts(since)
+        JobRun.objects.filter(~_later_attempt(since))  # each slot's last attempt
         .filter(
             _own_slot(),
             job=OuterRef(OuterRef("name")),
@@ -704,8 +575,7 @@ def _later_attempt(since: datetime | None = None) -> Exists:
     last attempt). One probe of the unique ``(job, scheduled_for, attempt)`` index.
 
     ``since``: the runs asked about are all of slots after it. PostgreSQL plans ``NOT
-    EXISTS`` as an anti-join, which reads the attempts of the job to hash or scan them: the
-    bound keeps that to the slots asked about, not the job's whole history."""
+    EXISTS`` as an anti-join over the job's attempts: the bound keeps it to those slots."""
     later = JobRun.objects.filter(
         job=OuterRef("job"),
         scheduled_for=OuterRef("scheduled_for"),
@@ -717,10 +587,9 @@ def _later_attempt(since: datetime | None = None) -> Exists:
 
 
 def _probed(condition: Any) -> Q:
-    """``condition``, kept a filter of each row rather than a join: for a scan that stops
-    at its first rows (a ``LIMIT``), a probe per row read beats an anti-join that reads
-    every run of the job first. (PostgreSQL turns only a ``NOT EXISTS`` at the top of the
-    conditions into a join; one inside an ``OR`` stays a filter.)"""
+    """``condition``, kept a filter of each row rather than a join: for a scan that stops at
+    a ``LIMIT``, a probe per row read beats an anti-join over every run of the job first.
+    (PostgreSQL turns only a top-level ``NOT EXISTS`` into a join, not one inside an ``OR``.)"""
     return Q(condition) | Q(pk__isnull=True)
 
 
@@ -734,17 +603,10 @@ def _own_slot() -> Exists:
     )
 
 
-def _last_attempts(since: datetime | None = None) -> QuerySet[JobRun]:
-    """Each slot's last attempt: a slot is judged by it, whatever the earlier ones were
-    (``since``: of the slots after it only, as :func:`_later_attempt`)."""
-    return JobRun.objects.filter(~_later_attempt(since))
-
-
 def _late_oneoffs(now: datetime) -> Q:
     """The one-offs :func:`all_health` lists when it judges every job: not done, past their
-    stored deadline and not held by a run. Their condition includes the partial index's
-    (``fencedjobs_oneshot_due``: unpaused rows of another kind than ``scheduled``), so that
-    they are found among the pending one-shot rows alone."""
+    stored deadline and not held by a run. The condition includes the partial index's
+    (``fencedjobs_oneshot_due``), so that only the pending one-shot rows are read."""
     return (
         Q(paused=False)
         & ~Q(kind=RunKind.SCHEDULED)
@@ -754,16 +616,13 @@ def _late_oneoffs(now: datetime) -> Q:
 
 
 def _may_not_be_ok(now: datetime, settings: Any) -> Q:
-    """The instances :func:`all_health` judges one by one, when it judges every job: those
-    that may be in a state other than ok, running or disabled, found by indexes however
-    many instances there are, whatever their history. Every other instance is enabled,
-    valid (not paused), has no failure since its last success, at most one failure among
-    its last ``FAILURE_RATE_RUNS`` judged slots (its row's ``previous_failure_age``: the
-    failure rate needs two to warn), no capped run and no failed or unfinished task in the
-    failure rate's period, and its stored deadline (``late_after``) is ahead: ok or
-    running, which :class:`InstanceSummary` counts."""
+    """The instances :func:`all_health` judges one by one when it judges every job: those
+    that may be in a state other than ok, running or disabled, found by indexes whatever
+    their number and history (each condition below is one way not to be ok)."""
     period = now - settings.FAILURE_RATE_PERIOD
-    capped = _last_attempts(period).filter(capped=True, scheduled_for__gt=period)
+    capped = JobRun.objects.filter(~_later_attempt(period)).filter(
+        capped=True, scheduled_for__gt=period
+    )
     troubled_tasks = RunTask.objects.filter(
         status__in=[*UNFINISHED_TASK, TaskStatus.FAILED], run__scheduled_for__gt=period
     )
@@ -814,18 +673,13 @@ def _read_tasks(leases: Iterable[JobLease]) -> dict[str, TaskSummary]:
             places = slot.setdefault("places", {})
             if place not in places.get(status, ""):
                 places[status] = "; ".join(filter(None, (places.get(status), place)))
-        started = group["started"]
-        if status == TaskStatus.RUNNING and started is not None:
-            since = slot.get("running_since")
-            slot["running_since"] = started if since is None else min(since, started)
+        if status == TaskStatus.RUNNING and group["started"] is not None:
+            slot["running_since"] = min(filter(None, (slot.get("running_since"), group["started"])))
         if status == TaskStatus.FAILED and not slot.get("failed_task"):
             slot.update(failed_task=group["task_path"], error_excerpt=error_excerpt(group["error"]))
     slots = {pk: TaskSlot(**fields) for pk, fields in counts.items()}
     return {
-        name: TaskSummary(
-            unfinished=slots.get(waiting) if waiting is not None else None,
-            last_outcome=slots.get(outcome) if outcome is not None else None,
-        )
+        name: TaskSummary(unfinished=slots.get(waiting), last_outcome=slots.get(outcome))
         for name, (waiting, outcome) in wanted.items()
         if waiting is not None or outcome is not None
     }
@@ -847,26 +701,44 @@ def assess(
     retried: int = 0,
     coverage: runners.Coverage | None = None,
 ) -> JobHealth:
-    """Decide one job's state from its declaration, lease row, latest runs, the tasks of
-    its runs (:class:`TaskSummary`), its failure rate's window (``recent``: slots, of
-    which failed; ``retried``: how many of them needed retries) and the runners seen
-    (``coverage``), at ``now``.
-
-    Pure: no query, no clock. :func:`all_health` gathers the inputs. The facts grow with
-    what is known of the job: a verdict reached early carries those read so far.
-    """
-    facts = replace(
-        _recorded(name, job, lease, latest, finished, now, tasks, recent), recent_retried=retried
+    """Decide one job's state from its declaration, lease row, latest runs, their tasks, its
+    failure rate's window (``recent``: slots, of which failed; ``retried``: how many needed
+    retries) and the runners seen (``coverage``), at ``now``. Pure: no query, no clock; a
+    verdict reached early carries the facts read so far."""
+    facts = _recorded(
+        JobFacts(
+            name=name,
+            checked_at=now,
+            job=job,
+            tasks=tasks,
+            recent_runs=recent[0],
+            recent_failures=recent[1],
+            recent_retried=retried,
+            last_run=RunSummary.of(latest) if latest is not None else None,
+            last_finished_run=RunSummary.of(finished) if finished is not None else None,
+        ),
+        lease,
     )
     if job is None:
-        return facts.judged(_REMOVED)
+        return facts.judged(
+            State.REMOVED,
+            Severity.HEALTHY,
+            "no longer declared in code (removed or renamed); its history is kept",
+        )
     facts = replace(facts, timezone=job.timezone, failure_threshold=job.failure_threshold)
     schedule = job.schedule
     if schedule is None:
-        return facts.judged((State.INVALID, Severity.CRITICAL, _invalid(job)))
+        why = f"{job.schedule_error} ({job.check_id})" if job.check_id else str(job.schedule_error)
+        return facts.judged(State.INVALID, Severity.CRITICAL, why)
     facts = replace(facts, tz=schedule.tz, schedule=describe_schedule(schedule))
-    if lease is None:
-        return replace(facts, next_run_at=schedule.next_after(now)).judged(_UNRECORDED)
+    if lease is None:  # `migrate`, `checkjobs` and the admin create it when they see the job
+        return replace(facts, next_run_at=schedule.next_after(now)).judged(
+            State.NEVER_RUN,
+            Severity.WARNING,
+            "not recorded yet (no lease row), so it cannot be late: `migrate`, `checkjobs` "
+            "and the admin record a job when they first see it, if they may write to the "
+            "database",
+        )
     # The dead man's switch: the first slot after the last success (never succeeded: after
     # the job was first seen) must succeed by its deadline; a slot an operator skipped since
     # (the job's latest end, recorded skipped) is not awaited, the one after it is.
@@ -877,28 +749,27 @@ def assess(
     awaited = schedule.next_after(since)
     facts = replace(facts, awaited_slot=awaited, expected_by=job.late_after(awaited))
     if lease.paused:
-        return facts.judged(_paused(facts, lease))
+        return facts.judged(*_paused(facts, lease))
     if coverage is not None:
         served = job.parent or name  # runners run an instance's job
         facts = replace(facts, runners=tuple(r.label for r in coverage.serving(served)))
         if problem := coverage.problem(served, lease.created_at, facts.at):
-            return facts.judged((State.NO_RUNNER, Severity.CRITICAL, problem))
+            return facts.judged(State.NO_RUNNER, Severity.CRITICAL, problem)
     state, severity, reason = _judge(facts, job)
-    return facts.judged((state, severity, reason + _retried(facts)))
+    if facts.recent_retried:  # said, and never changes the state
+        reason += f"; {facts.recent_retried} of the last {facts.recent_runs} slots needed retries"
+    return facts.judged(state, severity, reason)
 
 
 def assess_oneshot(
     row: JobLease, now: datetime, *, coverage: runners.Coverage | None = None
 ) -> JobHealth:
     """Decide the state of a one-off's or backfill slot's lease row ``row`` at ``now``: a
-    one-off not done and not held past its stored deadline is late (``no_runner`` when
-    no live runner serves its job, as ``coverage`` says); any other is healthy.
-
-    Pure, as :func:`assess`. The facts are the row's (its runs are recorded as its target
-    job's, and judged there); times are read in the zone of the job it belongs to.
-    """
+    one-off not done and not held past its stored deadline is late (``no_runner`` when no
+    live runner serves its job); any other is healthy. Pure, as :func:`assess`; times are
+    in the zone of the job it belongs to (its runs are judged as that job's)."""
     declared = registry.get(row.parent) if row.parent in registry else None
-    facts = _recorded(row.name, None, row, None, None, now, None, (0, 0))
+    facts = _recorded(JobFacts(name=row.name, checked_at=now), row)
     if declared is not None and declared.schedule is not None:
         facts = replace(facts, timezone=declared.timezone, tz=declared.schedule.tz)
     slot = row.run_slot
@@ -906,23 +777,21 @@ def assess_oneshot(
     at = facts.at(slot) if slot is not None else "?"
     target = oneshots.target_of(row.name)
     if row.paused:
-        return facts.judged((State.OK, Severity.HEALTHY, f"the {what} of {target} at {at} is done"))
+        return facts.judged(State.OK, Severity.HEALTHY, f"the {what} of {target} at {at} is done")
     if facts.running:
         until = facts.at(facts.lease_until, ref=now) if facts.lease_until else "?"
         return facts.judged(
-            (
-                State.RUNNING,
-                Severity.HEALTHY,
-                f"the {what} of {target} at {at} is running on {facts.owner} (fence "
-                f"{facts.fence}); lease until {until}",
-            )
+            State.RUNNING,
+            Severity.HEALTHY,
+            f"the {what} of {target} at {at} is running on {facts.owner} (fence "
+            f"{facts.fence}); lease until {until}",
         )
     deadline = row.late_after if row.kind == RunKind.ONCE else None
     facts = replace(facts, awaited_slot=slot, expected_by=deadline)
     if deadline is None or now <= deadline:
         by = f", expected by {facts.at(deadline, ref=slot)}" if deadline is not None else ""
         return facts.judged(
-            (State.NEVER_RUN, Severity.HEALTHY, f"the {what} of {target} at {at} has not run{by}")
+            State.NEVER_RUN, Severity.HEALTHY, f"the {what} of {target} at {at} has not run{by}"
         )
     late = (
         f"the one-off of {target} at {at} has not run: expected by "
@@ -933,43 +802,15 @@ def assess_oneshot(
     if coverage is not None:
         facts = replace(facts, runners=tuple(r.label for r in coverage.serving(row.parent)))
         if problem := coverage.problem(row.parent, row.created_at, facts.at):
-            return facts.judged((State.NO_RUNNER, Severity.CRITICAL, f"{late}; {problem}"))
-    return facts.judged((State.LATE, Severity.CRITICAL, late))
+            return facts.judged(State.NO_RUNNER, Severity.CRITICAL, f"{late}; {problem}")
+    return facts.judged(State.LATE, Severity.CRITICAL, late)
 
 
-_REMOVED: Verdict = (
-    State.REMOVED,
-    Severity.HEALTHY,
-    "no longer declared in code (removed or renamed); its history is kept",
-)
-
-
-def _recorded(
-    name: str,
-    job: Job | None,
-    lease: JobLease | None,
-    latest: JobRun | None,
-    finished: JobRun | None,
-    now: datetime,
-    tasks: TaskSummary | None,
-    recent: tuple[int, int],
-) -> JobFacts:
-    """The facts the database holds of a job: its runs, its tasks, its failure rate's
-    window and its lease row (a lease counts as held while unexpired)."""
-    recent_runs, recent_failures = recent
-    facts = JobFacts(
-        name=name,
-        checked_at=now,
-        job=job,
-        tasks=tasks,
-        recent_runs=recent_runs,
-        recent_failures=recent_failures,
-        last_run=RunSummary.of(latest) if latest is not None else None,
-        last_finished_run=RunSummary.of(finished) if finished is not None else None,
-    )
+def _recorded(facts: JobFacts, lease: JobLease | None) -> JobFacts:
+    """``facts`` with what ``lease`` holds (a lease counts as held while unexpired)."""
     if lease is None:
         return facts
-    running = bool(lease.owner) and lease.lease_until > now
+    running = bool(lease.owner) and lease.lease_until > facts.checked_at
     return replace(
         facts,
         last_success_at=lease.last_success_at,
@@ -983,36 +824,17 @@ def _recorded(
     )
 
 
-#: `migrate`, `checkjobs` and the admin create a job's lease row when they see the job:
-#: past them, it is missing only where nothing that saw the job could write.
-_UNRECORDED: Verdict = (
-    State.NEVER_RUN,
-    Severity.WARNING,
-    "not recorded yet (no lease row), so it cannot be late: `migrate`, `checkjobs` "
-    "and the admin record a job when they first see it, if they may write to the "
-    "database",
-)
-
-
-def _invalid(job: Job) -> str:
-    """Why ``job`` is invalid, with the id of the system check that reports it."""
-    return f"{job.schedule_error} ({job.check_id})" if job.check_id else str(job.schedule_error)
-
-
 def _paused(f: JobFacts, lease: JobLease) -> Verdict:
-    since = (
-        f"; last success {f.at(f.last_success_at)}" if f.last_success_at else "; never succeeded"
-    )
+    since = f"last success {f.at(f.last_success_at)}" if f.last_success_at else "never succeeded"
     instance = lease.instance if lease.instance_id is not None else None
-    if instance is not None and (not instance.enabled or not instance.paused):
-        return State.PAUSED, Severity.WARNING, f"disabled: no runs until enabled{since}"
-    return State.PAUSED, Severity.WARNING, f"paused: no runs until resumed{since}"
+    disabled = instance is not None and not (instance.enabled and instance.paused)
+    why = "disabled: no runs until enabled" if disabled else "paused: no runs until resumed"
+    return State.PAUSED, Severity.WARNING, f"{why}; {since}"
 
 
 def _judge(f: JobFacts, job: Job) -> Verdict:
-    """The state of a declared, recorded job that is neither paused nor without a runner:
-    the first of the rules below that gives one (the order of the module's table), else
-    a healthy state."""
+    """The state of a declared, recorded job neither paused nor without a runner: the first
+    of :data:`_RULES` that gives one, else a healthy state."""
     for rule in _RULES:
         verdict = rule(f, job)
         if verdict is not None:
@@ -1070,10 +892,7 @@ def _late(f: JobFacts, job: Job) -> Verdict | None:
 def _tasks_late(f: JobFacts, job: Job) -> Verdict | None:
     """The run's own deadline bounds its tasks too: absence covers the workers."""
     waiting = f.tasks.unfinished if f.tasks is not None else None
-    if waiting is None:
-        return None
-    due = job.late_after(waiting.scheduled_for)
-    if f.checked_at <= due:
+    if waiting is None or f.checked_at <= (due := job.late_after(waiting.scheduled_for)):
         return None
     return State.LATE, Severity.CRITICAL, _unfinished_tasks(waiting, due, f.at)
 
@@ -1154,19 +973,13 @@ def _healthy(f: JobFacts, job: Job) -> Verdict:
         if last is not None and last.outcome == Outcome.RUNNING and last.started_at:
             since = f" since {f.at(last.started_at)}"
         until = f.at(f.lease_until, ref=f.checked_at) if f.lease_until else "?"
-        return (
-            State.RUNNING,
-            Severity.HEALTHY,
-            f"running{since} on {f.owner} (fence {f.fence}); lease until {until}",
-        )
+        reason = f"running{since} on {f.owner} (fence {f.fence}); lease until {until}"
+        return State.RUNNING, Severity.HEALTHY, reason
     if f.last_success_at is None:
         slot = f.at(f.awaited_slot) if f.awaited_slot else "?"
         deadline = f.at(f.expected_by, ref=f.awaited_slot) if f.expected_by else "?"
-        return (
-            State.NEVER_RUN,
-            Severity.HEALTHY,
-            f"no successful run yet; first slot {slot}, expected by {deadline}",
-        )
+        reason = f"no successful run yet; first slot {slot}, expected by {deadline}"
+        return State.NEVER_RUN, Severity.HEALTHY, reason
     if f.last_finished_run is not None and f.last_finished_run.capped:
         return (
             State.CAPPED,
@@ -1174,12 +987,11 @@ def _healthy(f: JobFacts, job: Job) -> Verdict:
             f"the last run stopped at max_batches ({job.max_batches}) with work left: a "
             f"backlog is building (raise max_batches or run more often)",
         )
-    next_run = "?" if f.next_run_at is None else _next(f.next_run_at, f.checked_at, f.tz)
-    return (
-        State.OK,
-        Severity.HEALTHY,
-        f"last success {f.at(f.last_success_at)}; next run {next_run}",
-    )
+    next_run = "?"
+    if f.next_run_at is not None:
+        next_run = "due now" if f.next_run_at <= f.checked_at else f.at(f.next_run_at, f.checked_at)
+    reason = f"last success {f.at(f.last_success_at)}; next run {next_run}"
+    return State.OK, Severity.HEALTHY, reason
 
 
 def _last_failure(f: JobFacts) -> str:
@@ -1195,13 +1007,6 @@ def _rated(f: JobFacts) -> str:
     """The failure rate's window in words, its parenthesis left open for the threshold."""
     rate = f.failure_rate or 0.0
     return f"{f.recent_failures} of its last {f.recent_runs} runs failed ({rate:.0%}"
-
-
-def _retried(f: JobFacts) -> str:
-    """``; 2 of the last 20 slots needed retries``, when any of the window's did."""
-    if not f.recent_retried:
-        return ""
-    return f"; {f.recent_retried} of the last {f.recent_runs} slots needed retries"
 
 
 def _in_progress(f: JobFacts) -> str:
@@ -1235,7 +1040,3 @@ def _unfinished_tasks(slot: TaskSlot, due: datetime, at: Callable[..., str]) -> 
         f"{tasks} of the slot {at(slot.scheduled_for)} {has} not finished by "
         f"{at(due, ref=slot.scheduled_for)}: " + "; ".join(parts)
     )
-
-
-def _next(next_run_at: datetime, now: datetime, tz: tzinfo) -> str:
-    return "due now" if next_run_at <= now else format_instant(next_run_at, tz, ref=now)

@@ -1,26 +1,10 @@
-"""Instances: schedules as data.
+"""Instances: schedules as data (docs/instances.md).
 
-A job declared with ``@job(instances=True)`` has no schedule of its own. Its *instances*
-are rows (:class:`~django_fencedjobs.models.JobInstance`), created and changed without a
-deploy, from code (:class:`Instances`, ``send_digest.instances.upsert(...)``), the admin or
-the ORM. Each has a key unique within its job, a schedule (``cron`` or ``every``, in
-``timezone``, with ``jitter``), an enabled flag and the keyword arguments its handler is
-called with.
-
-An instance is a job of its own for every guarantee: it is named ``job[key]``
-(:attr:`JobInstance.name <django_fencedjobs.models.JobInstance.name>`), and that name has
-its own lease row (its fence), its runs, its watermarks, its health and notifications.
-:func:`instance_job` builds the :class:`~django_fencedjobs.registry.Job` an instance runs
-as: the declared job's options with the instance's schedule, checked by the very code
-``@job`` is checked by, so an instance is refused (:func:`validate`) or shown invalid with
-the system check's id and message.
-
-Saving an instance (``JobInstance.save()``, whose ``post_save`` calls :func:`write_lease`)
-writes its lease row in the same transaction: a new instance gets one, a changed schedule a
-new next fire time, a disabled, paused (``manage.py jobctl pause``) or invalid instance is
-paused. So a change takes effect at
-the next tick of every runner, and nothing ever re-reads the whole table: the tick claims
-due instances by an index (:func:`django_fencedjobs.lease.claim_instances`).
+A job declared with ``@job(instances=True)`` runs as its instances, rows
+(:class:`~django_fencedjobs.models.JobInstance`) changed without a deploy. Each is a job of
+its own named ``job[key]``, built by :func:`instance_job` and checked by the very code
+``@job`` is. Saving one writes its lease row in the same transaction (:func:`write_lease`),
+so a change takes effect at the next tick, and no runner re-reads the whole table.
 """
 
 from __future__ import annotations
@@ -57,8 +41,8 @@ __all__ = [
     "write_lease",
 ]
 
-#: The fields of a :class:`JobInstance` that a check id is about: where the admin's form
-#: shows the error (an invalid ``every`` is ``E001`` on ``every``: :func:`field_of`).
+#: The field of a :class:`JobInstance` a check id is about: where the admin's form shows
+#: the error (an invalid ``every`` is ``E001`` too: :func:`validate`).
 _FIELD_OF: dict[str, str] = {
     CheckId.CRON: "cron",
     CheckId.ZONE: "timezone",
@@ -92,16 +76,12 @@ def declaring(name: str) -> Job | None:
 def get_job(name: str) -> Job:
     """The job declared as ``name``, or the instance named so (``job[key]``, read from the
     database); :class:`UnknownJob` when there is neither."""
-    if name not in registry:
-        found = resolve(name)
-        if found is not None:
-            return found
-    return registry.get(name)
+    found = resolve(name)  # None for a declared name
+    return found if found is not None else registry.get(name)
 
 
 def declared(job_name: str) -> Job:
-    """The job declared with ``instances=True`` named ``job_name`` (:class:`UnknownJob`
-    when there is none)."""
+    """The job named ``job_name``, declared with ``instances=True``, or :class:`UnknownJob`."""
     base = registry.get(job_name)
     if not base.instances:
         raise UnknownJob(
@@ -111,9 +91,9 @@ def declared(job_name: str) -> Job:
 
 
 def instance_job(base: Job, instance: JobInstance) -> Job:
-    """The job ``instance`` of ``base`` runs as: ``base``'s options with the instance's
-    schedule and arguments, named ``base[key]``; invalid (with the system check's id and
-    message) when they are."""
+    """The job ``instance`` of ``base`` runs as, named ``base[key]``: ``base``'s options with
+    the instance's schedule and arguments; invalid (with the check's id and message) when
+    they are."""
     return _instance_job(
         base,
         instance.key,
@@ -140,25 +120,16 @@ def _instance_job(
     grace: timedelta | None = None,
 ) -> Job:
     # Cached by the whole definition: a runner builds the job of every instance it runs,
-    # and parsing a cron expression and checking it against the handler is not free.
+    # and parsing a cron expression and checking the handler is not free.
     name = f"{base.name}[{key}]"
     kwargs = json.loads(kwargs_json)
     if base.schedule_error is not None:
-        return build(
-            base.func,
-            name,
-            {},
-            problem=(base.check_id or CheckId.ARGUMENT, base.schedule_error),
-            parent=base.name,
-            key=key,
-        )
+        problem = (base.check_id or CheckId.ARGUMENT, base.schedule_error)
+        return build(base.func, name, {}, problem=problem, parent=base.name, key=key)
     fields = {option: getattr(base, option) for option in _OPTIONS}
-    fields.update(cron=cron or None, every=every, timezone=timezone, jitter=jitter)
-    fields["instances"] = False
-    if timeout is not None:
-        fields["timeout"] = timeout
-    if grace is not None:
-        fields["grace"] = grace
+    fields.update(cron=cron or None, every=every, timezone=timezone, jitter=jitter, instances=False)
+    # The instance's own timeout and grace, over the job's.
+    fields.update({k: v for k, v in (("timeout", timeout), ("grace", grace)) if v is not None})
     wrong: list[str | None] = []
     if not isinstance(kwargs, dict):
         wrong.append(f"arguments must be a JSON object, got {kwargs_json}")
@@ -185,9 +156,8 @@ def _instance_job(
 
 
 def problem(instance: JobInstance) -> tuple[CheckId | None, str] | None:
-    """What is wrong with ``instance``, as the system checks say it: ``(check id,
-    message)``, or ``(None, message)`` when its job is not declared with instances; None
-    when it is valid."""
+    """What is wrong with ``instance``, as the system checks say it: ``(check id, message)``,
+    ``(None, message)`` when its job is not declared with instances; None when valid."""
     try:
         base = declared(instance.job)
     except UnknownJob as exc:
@@ -204,38 +174,23 @@ def _validate(instance: JobInstance, **kwargs: Any) -> None:
 
 
 def validate(instance: JobInstance) -> None:
-    """Raise ``ValidationError`` for an invalid instance, on the field the problem is
-    about, with the system check's message and its id as the error's code (what
-    ``JobInstance.full_clean()``, the admin's form and :meth:`Instances.upsert` raise)."""
-    if _out_of_range(instance):
-        return  # the field's own validator says so, on the field
-    found = problem(instance)
-    if found is None:
-        return
-    check_id, message = found
-    if check_id is None:
-        raise ValidationError({"job": ValidationError(message, code="unknown_job")})
-    text = f"{message} ({check_id})"
-    field = field_of(instance_job(declared(instance.job), instance))
-    error = ValidationError(text, code=str(check_id))
-    raise ValidationError({field: error} if field else error)
-
-
-def _out_of_range(instance: JobInstance) -> bool:
-    """The instance's own timeout or grace is refused by its field's validator."""
+    """Raise ``ValidationError`` for an invalid instance, on the field the problem is about,
+    with the system check's message and its id as the error's code (``full_clean()``)."""
     zero = timedelta(0)
-    return (instance.timeout is not None and instance.timeout <= zero) or (
+    if (instance.timeout is not None and instance.timeout <= zero) or (
         instance.grace is not None and instance.grace < zero
-    )
-
-
-def field_of(job: Job) -> str | None:
-    """The field of an invalid instance's :class:`JobInstance` that its problem is about
-    (None: not one field): ``every`` for an invalid interval, else by the check's id."""
-    argument = getattr(job.schedule_error, "argument", None)
-    if job.check_id == CheckId.CRON and argument == "every":
-        return "every"
-    return _FIELD_OF.get(job.check_id) if job.check_id is not None else None
+    ):
+        return  # the field's own validator says so, on the field
+    try:
+        job = instance_job(declared(instance.job), instance)
+    except UnknownJob as exc:
+        raise ValidationError({"job": ValidationError(str(exc), code="unknown_job")}) from None
+    if job.check_id is None:
+        return
+    error = ValidationError(f"{job.schedule_error} ({job.check_id})", code=str(job.check_id))
+    every = getattr(job.schedule_error, "argument", None) == "every"
+    field = "every" if job.check_id == CheckId.CRON and every else _FIELD_OF.get(job.check_id)
+    raise ValidationError({field: error} if field else error)
 
 
 @receiver(post_save, sender=JobInstance)
@@ -246,15 +201,14 @@ def _saved(instance: JobInstance, raw: bool = False, **kwargs: Any) -> None:
 
 def write_lease(instance: JobInstance) -> None:
     """Write the lease row of ``instance``, just saved, in the transaction that saved it
-    (``JobInstance.save()`` opens one, and sends ``post_save`` inside it).
+    (``JobInstance.save()`` sends ``post_save`` inside its own).
 
-    The lease row is created for a new instance; for a changed one its next fire time is
-    recomputed when the schedule changed (its fingerprint), and it is paused while the
-    instance is disabled, paused by an operator (``JobInstance.paused``) or invalid: one
-    rule, here, so that enabling an instance never resumes one an operator paused, and
-    resuming one never runs one that is disabled. Waits for the lease row at most
-    :data:`~django_fencedjobs.db.LOCK_WAIT` (a run of the instance inside a fenced
-    transaction holds it): then ``DatabaseError``, and the save rolls back with it.
+    Created for a new instance; its next fire time recomputed when the schedule changed
+    (its fingerprint); paused while the instance is disabled, paused by an operator or
+    invalid: one rule, here, so that enabling an instance never resumes one an operator
+    paused, and resuming one never runs a disabled one. Waits for the row at most
+    :data:`~django_fencedjobs.db.LOCK_WAIT` (a run's fenced transaction holds it): then
+    ``DatabaseError``, and the save rolls back with it.
     """
     with db.bounded_wait():
         _write_lease(instance, clock.now())
@@ -267,37 +221,28 @@ def _write_lease(instance: JobInstance, now: datetime) -> None:
     except UnknownJob:
         job = None
     schedule = job.schedule if job is not None else None
-    runnable = schedule is not None and instance.enabled and not instance.paused
-    fingerprint = schedule.fingerprint() if schedule is not None else ""
-    rows = JobLease.objects.using(alias).select_for_update().filter(instance=instance)
-    row = rows.first()
-    if row is None:
-        row = JobLease(
-            name=instance.name,
-            instance=instance,
-            parent=instance.job,
-            next_run_at=schedule.next_after(now) if schedule is not None else now,
-            late_after=job.late_after(schedule.next_after(now)) if job and schedule else None,
-            schedule_fingerprint=fingerprint,
-            paused=not runnable,
-            created_at=now,
-        )
-        lease.create([row], ignore_conflicts=False)
-        return
     changes: dict[str, Any] = {
-        "paused": not runnable,
+        "paused": schedule is None or not instance.enabled or instance.paused,
         "name": instance.name,
         "parent": instance.job,
     }
-    if job is not None and schedule is not None and fingerprint != row.schedule_fingerprint:
+    timing: dict[str, Any] = {"schedule_fingerprint": "", "next_run_at": now, "late_after": None}
+    if job is not None and schedule is not None:
+        next_run_at = schedule.next_after(now)
+        timing = {
+            "schedule_fingerprint": schedule.fingerprint(),
+            "next_run_at": next_run_at,
+            "late_after": job.late_after(next_run_at),
+        }
+    row = JobLease.objects.using(alias).select_for_update().filter(instance=instance).first()
+    if row is None:
+        row = JobLease(instance=instance, created_at=now, **changes, **timing)
+        lease.create([row], ignore_conflicts=False)
+        return
+    if schedule is not None and timing["schedule_fingerprint"] != row.schedule_fingerprint:
         # A new schedule: its next fire time, and the deadline it awaits, from now (no
         # slot of the old schedule is awaited any more).
-        next_run_at = schedule.next_after(now)
-        changes.update(
-            schedule_fingerprint=fingerprint,
-            next_run_at=next_run_at,
-            late_after=job.late_after(next_run_at),
-        )
+        changes.update(timing)
     JobLease.objects.using(alias).filter(pk=row.pk).update(**changes)
 
 
@@ -305,8 +250,7 @@ def resolve(name: str) -> Job | None:
     """The job an instance's name ``job[key]`` runs as; None when ``name`` is not an
     instance's, or no such instance exists."""
     parsed = parse_name(name)
-    base = declaring(name) if parsed is not None and name not in registry else None
-    if parsed is None or base is None:
+    if parsed is None or name in registry or (base := declaring(name)) is None:
         return None
     instance = JobInstance.objects.using(db.lease_db()).filter(job=parsed[0], key=parsed[1]).first()
     return instance_job(base, instance) if instance is not None else None
@@ -314,7 +258,7 @@ def resolve(name: str) -> Job | None:
 
 def attach(job: Job) -> None:
     """Give the function of a job declared with ``instances=True`` its :class:`Instances`
-    (``send_digest.instances``): called for every job the registry registers."""
+    (called for every job the registry registers)."""
     if job.instances:
         with contextlib.suppress(AttributeError, TypeError):
             job.func.instances = Instances(job.name)  # type: ignore[attr-defined]
@@ -322,16 +266,7 @@ def attach(job: Job) -> None:
 
 class Instances:
     """The instances of one job declared with ``instances=True``, from code: the job's
-    function has it as ``.instances``::
-
-        @job(instances=True, timeout=timedelta(minutes=5))
-        def send_digest(run: Run, *, tenant_id: int) -> None: ...
-
-        send_digest.instances.upsert(
-            "tenant-42", cron="0 8 * * 1-5", timezone="Europe/Paris",
-            kwargs={"tenant_id": 42},
-        )
-    """
+    function has it as ``.instances`` (``send_digest.instances.upsert("tenant-42", ...)``)."""
 
     def __init__(self, job_name: str) -> None:
         self.job_name = job_name
@@ -359,11 +294,10 @@ class Instances:
         grace: timedelta | None = None,
     ) -> JobInstance:
         """Create the instance ``key``, or change it to exactly these values (``timeout``
-        and ``grace`` None: the job's): one transaction with its lease row. An operator's
-        pause (``manage.py jobctl``) is not a value: it stays as it is. An invalid instance
-        raises ``ValidationError`` with the system check's message, and nothing is
-        written. Two processes creating the same new key at once both succeed: the second
-        changes what the first made."""
+        and ``grace`` None: the job's), in one transaction with its lease row; an operator's
+        pause stays as it is. An invalid instance raises ``ValidationError`` with the system
+        check's message, and nothing is written. Two processes creating the same new key at
+        once both succeed: the second changes what the first made."""
         values = {
             "cron": cron or "",
             "every": every,
@@ -390,12 +324,11 @@ class Instances:
 
     def set_enabled(self, keys: Iterable[str], enabled: bool) -> int:
         """Enable or disable these instances; how many there were."""
-        count = 0
-        for instance in self.all().filter(key__in=list(keys)):
+        found = list(self.all().filter(key__in=list(keys)))
+        for instance in found:
             instance.enabled = enabled
             instance.save(update_fields=["enabled", "updated_at"])
-            count += 1
-        return count
+        return len(found)
 
     def delete(self, key: str) -> bool:
         """Delete the instance ``key`` and its lease row; its runs are kept. A run of it in

@@ -1,20 +1,15 @@
 """Every statement that decides exclusion, in one place.
 
-A job's lease is its :class:`~django_fencedjobs.models.JobLease` row. The *fence* is a
-counter on that row: taking the lease increments it, and so does revoking a run that
-overran its timeout. A run remembers the fence it was given; every statement it makes
-later is conditional on the row still carrying that number, and the number never goes
-down. So a run that was paused (GC, VM suspend, SIGSTOP) while its lease expired and a
-successor took over can no longer change anything: its fence is stale, and every
-statement below matches zero rows for it.
+A job's lease is its :class:`~django_fencedjobs.models.JobLease` row; its *fence* is a
+counter on the row that taking the lease, ending a run and revoking one increment, and that
+never goes down. A run keeps the fence it was given and every later statement of it is
+conditional on the row still carrying it: a run paused (GC, VM suspend, SIGSTOP) while a
+successor took over matches zero rows, and changes nothing. ``lease_until`` only decides
+*when* a successor may take over; what keeps two runs from writing at once is
+:func:`lock_fence`, inside the very transaction that writes.
 
-Time-based expiry (``lease_until``) only decides *when a successor may take over*. It is
-never what keeps two runs from writing at once: :func:`lock_fence`, run inside the very
-transaction that writes, is.
-
-Each function says why its statement is safe. Statements use the ORM where it can say
-them and the connection's cursor where it cannot (or where an ORM round of model
-instantiation would dominate the cost of a small transaction).
+Each function says why its statement is safe. The ORM is used where it can say a statement,
+the cursor where it cannot or where model instantiation would dominate a small transaction.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ import hashlib
 import json
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -70,33 +65,20 @@ class LeaseRow:
 
     @property
     def wakeup(self) -> datetime:
-        """When this job can next be acquired: its slot, or the end of the lease still
-        held on it, whichever is later."""
+        """When this job can next be acquired: its slot, or its lease's end if later."""
         return max(self.next_run_at, self.lease_until)
 
 
-def read(names: list[str]) -> dict[str, LeaseRow]:
-    """The lease rows of these jobs: one query, whatever the number of jobs.
+#: The columns of a :class:`LeaseRow`, in its order, and as a claim selects them.
+_ROW_FIELDS = tuple(field.name for field in fields(LeaseRow))
+_LEASE_COLUMNS = ", ".join(f"lease.{field}" for field in _ROW_FIELDS)
 
-    Reading is not deciding: two processes may both see a job as due here. Only
-    :func:`acquire` decides, and only one of them wins it.
-    """
+
+def read(names: list[str]) -> dict[str, LeaseRow]:
+    """The lease rows of these jobs, in one query. Reading is not deciding: two processes
+    may both see a job due here; only :func:`acquire` decides, and only one wins it."""
     rows = JobLease.objects.using(lease_db()).filter(name__in=names).values_list(*_ROW_FIELDS)
     return {row[0]: LeaseRow(*row) for row in rows}
-
-
-#: The columns of a :class:`LeaseRow`, in its order.
-_ROW_FIELDS = (
-    "name",
-    "fence",
-    "next_run_at",
-    "lease_until",
-    "paused",
-    "schedule_fingerprint",
-    "run_slot",
-    "attempt",
-    "kind",
-)
 
 
 @dataclass(frozen=True)
@@ -107,51 +89,39 @@ class Scan:
     fingerprints: dict[str, str]
     #: The rows due at ``now``, in full: what :func:`acquire` compares against.
     due: list[LeaseRow]
-    #: The earliest :attr:`LeaseRow.wakeup` of the rows that are neither paused nor due:
-    #: when the next of the jobs not due now can be acquired (the due ones are in ``due``).
+    #: The earliest :attr:`LeaseRow.wakeup` of the rows neither paused nor due.
     wakeup: datetime | None
 
 
 def scan(names: list[str], now: datetime) -> Scan:
-    """The tick's read: one query whose cost barely grows with the number of jobs.
-
-    A tick with nothing due must cost the same for 5 jobs as for 200 (bench P3, in
-    docs/benchmarks.md). Reading every row in full (:func:`read`) does not: the ORM's
-    ``IN (%s, %s, ...)`` list and the parsing of two timestamps per row (Django's
-    timestamptz loader is pure Python) grow with the number of jobs. On PostgreSQL the
-    names go as one array parameter (joined, which is cheaper than ``= ANY`` for hundreds),
-    due-ness is decided by the same comparison as :meth:`LeaseRow.is_due`, in SQL, and
-    timestamps come back only for due rows plus the one earliest wakeup. Other backends
-    read the rows in full.
-
-    Like :func:`read`, this decides nothing: only :func:`acquire` does.
-    """
+    """The tick's read: one query whose cost barely grows with the number of jobs (bench P3).
+    On PostgreSQL the names go as one array (joined: cheaper than ``= ANY`` for hundreds),
+    due-ness is :meth:`LeaseRow.is_due` in SQL, and timestamps (parsing them is most of the
+    cost) come back only for due rows and the earliest wakeup. Decides nothing."""
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
-        rows = read(names)
-        wakeups = [row.wakeup for row in rows.values() if not row.paused and not row.is_due(now)]
+        rows = read(names).values()
+        wakeups = [row.wakeup for row in rows if not row.paused and not row.is_due(now)]
         return Scan(
-            {name: row.schedule_fingerprint for name, row in rows.items()},
-            [row for row in rows.values() if row.is_due(now)],
-            min(wakeups) if wakeups else None,
+            {row.name: row.schedule_fingerprint for row in rows},
+            [row for row in rows if row.is_due(now)],
+            min(wakeups, default=None),
         )
-    with connection.cursor() as cursor:
-        _load_instants_in_c(connection, cursor.cursor)  # most of such a read's cost (bench P7)
-        cursor.execute(
-            "SELECT name, schedule_fingerprint, due,"
-            " CASE WHEN due THEN fence END,"
-            " CASE WHEN due THEN next_run_at END,"
-            " CASE WHEN due THEN lease_until END,"
-            " CASE WHEN row_number() OVER () = 1 THEN min(CASE WHEN NOT paused AND NOT due"
-            "  THEN GREATEST(next_run_at, lease_until) END) OVER () END,"
-            " CASE WHEN due THEN run_slot END, attempt"
-            " FROM (SELECT lease.*,"
-            "  (NOT lease.paused AND lease.next_run_at <= %s AND lease.lease_until < %s) AS due"
-            f" FROM {_table(connection)} AS lease"
-            "  JOIN unnest(%s::text[]) AS job(name) ON lease.name = job.name) AS rows",
-            [now, now, _text_array(tuple(names))],
-        )
-        result = cursor.fetchall()
+    result = _fetch(
+        connection,
+        "SELECT name, schedule_fingerprint, due,"
+        " CASE WHEN due THEN fence END,"
+        " CASE WHEN due THEN next_run_at END,"
+        " CASE WHEN due THEN lease_until END,"
+        " CASE WHEN row_number() OVER () = 1 THEN min(CASE WHEN NOT paused AND NOT due"
+        "  THEN GREATEST(next_run_at, lease_until) END) OVER () END,"
+        " CASE WHEN due THEN run_slot END, attempt"
+        " FROM (SELECT lease.*,"
+        "  (NOT lease.paused AND lease.next_run_at <= %s AND lease.lease_until < %s) AS due"
+        f" FROM {_table(connection)} AS lease"
+        "  JOIN unnest(%s::text[]) AS job(name) ON lease.name = job.name) AS rows",
+        [now, now, _text_array(tuple(names))],
+    )
     return Scan(
         {row[0]: row[1] for row in result},
         [
@@ -171,26 +141,28 @@ def _text_array(names: tuple[str, ...]) -> str:
     return "{" + ",".join(f'"{name}"' for name in quoted) + "}"
 
 
+def _fetch(connection: BaseDatabaseWrapper, sql: str, params: list[Any]) -> list[Any]:
+    """The rows of a read on PostgreSQL, its instants parsed in C (most of its cost)."""
+    with connection.cursor() as cursor:
+        _load_instants_in_c(connection, cursor.cursor)
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
 #: A lease row's fences start at its id times this (:func:`create`).
 FENCE_EPOCH = 2**32
 
 
 def create(rows: list[JobLease], *, ignore_conflicts: bool = True) -> None:
-    """Create lease rows, each with its first fence: with ``ignore_conflicts``, a row whose
-    name exists already is left as it is (racing creators are harmless: the unique name
-    wins once); without, :class:`~django.db.IntegrityError`.
+    """Create lease rows, each with its first fence. With ``ignore_conflicts`` a row whose
+    name exists is left as it is (racing creators are harmless); without, IntegrityError.
 
-    A fence must never repeat for a name, whatever happened to the rows that carried it
-    before: an instance deleted and created again under the same key, a row deleted in the
-    admin or by the ORM, or by hand. A run of the old row still holding fence 7 would
-    otherwise pass the fence check of the new row's seventh run, and write as it. So a row's
-    fences do not start at 0: they start at its id times :data:`FENCE_EPOCH`, set in the
-    transaction that inserts the row (nobody sees it before). Ids never repeat (a sequence
-    on PostgreSQL, ``AUTOINCREMENT`` on SQLite, even once the highest row is deleted), so a
-    row created again under a name starts above every fence the rows before it reached, as
-    long as no row is acquired and ended more than 2**32 times (over a century at a run a
-    second). Rows written before this rule began start at 0; every row created since has a
-    larger id, so it starts above them too.
+    A fence must never repeat for a name, even across a row deleted and created again: a run
+    of the old row holding fence 7 would pass the new row's check at its seventh run. So a
+    row's fences start at its id times :data:`FENCE_EPOCH`, set in the inserting transaction:
+    ids never repeat (a sequence; ``AUTOINCREMENT`` on SQLite), so a row starts above every
+    fence before it, unless one was taken 2**32 times (a century at a run a second). Rows of
+    older releases start at 0, below them all.
     """
     alias = lease_db()
     with transaction.atomic(using=alias):
@@ -209,13 +181,10 @@ def never_taken(pk: int, fence: int) -> bool:
 
 
 def reschedule(name: str, old_fingerprint: str, fingerprint: str, next_run_at: datetime) -> bool:
-    """The job's schedule changed in code: its next slot is recomputed, once (conditional on
-    the fingerprint it replaces, so racing processes do not recompute it twice). True when
-    this call recomputed it.
-
-    A row locked right now (its run is inside a fenced transaction) is passed over, not
-    waited for (``SKIP LOCKED``): the next tick, or the next observer, recomputes it.
-    """
+    """Recompute the job's next slot after its schedule changed in code, once: conditional
+    on the fingerprint it replaces, so racing processes do not both do it. True when this
+    call did. A row locked right now (a run inside a fenced transaction) is passed over,
+    not waited for (``SKIP LOCKED``): the next tick, or the next observer, recomputes it."""
     alias = lease_db()
     with transaction.atomic(using=alias):
         locked = list(
@@ -244,30 +213,21 @@ def acquire(
     dropped_retry: bool = False,
 ) -> int | None:
     """Take the lease; return the new fence, or None when another process took it first or
-    holds the row right now. ``dropped_retry``: a later slot superseded the row's pending
-    retry, whose failure is counted now (:attr:`django_fencedjobs.slots.Slot.dropped_retry`).
+    holds the row right now. Call it in the transaction that records the run: both commit,
+    or neither. ``dropped_retry``: :attr:`django_fencedjobs.slots.Slot.dropped_retry`.
 
-    One conditional UPDATE, a compare-and-set on the row as :func:`read` read it: the
-    fence and the slot must be unchanged and the lease must have expired. Two
-    acquirers that read the same row race on this statement; the database serialises
-    them on the row, the second re-evaluates the WHERE against the first's committed
-    row (fence already incremented, ``next_run_at`` already moved past ``now``) and
-    updates nothing. The same statement moves ``next_run_at`` to the first slot after
-    ``now``, so the job is not due again for this slot even if this run dies (a backfill
-    slot's or one-off's row stays due instead, for its next attempt: ``run_slot`` and
-    ``attempt`` are what :func:`django_fencedjobs.slots.plan` says the row keeps).
-
-    On PostgreSQL the row is locked first with ``FOR UPDATE SKIP LOCKED``: a row locked by
-    anyone else (a holder inside its fenced transaction, paused or not; another acquirer)
-    is passed over at once instead of waited for, so one job's stuck holder never holds up
-    the jobs behind it in a tick. The job is tried again at the next tick; a paused
-    holder's transaction is ended by the server (:func:`lock_fence` bounds its idle time).
-
-    Call inside the transaction that records the run, so that both commit or neither.
+    One conditional UPDATE, a compare-and-set on the row as read (fence and slot unchanged,
+    lease expired): of two racing acquirers, the second re-evaluates the WHERE against the
+    first's committed row and updates nothing. It moves ``next_run_at`` past the slot too,
+    so the slot is not due again even if this run dies (a one-shot row stays due for its
+    next attempt instead, as :func:`django_fencedjobs.slots.plan` says). On PostgreSQL the
+    row is locked first, ``FOR UPDATE SKIP LOCKED``: a row someone holds (a run in its
+    fenced transaction, another acquirer) is passed over, not waited for, so one stuck
+    holder never holds up the jobs behind it; :func:`lock_fence` bounds its idle time.
     """
     connection = connections[lease_db()]
     if connection.vendor == "postgresql":
-        table = _table(connection)
+        table, as_seen = _table(connection), (seen.name, seen.fence, seen.next_run_at, now)
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {table} SET fence = fence + 1, owner = %s, lease_until = %s,"
@@ -277,18 +237,7 @@ def acquire(
                 f" WHERE name = (SELECT name FROM {table} WHERE name = %s AND fence = %s"
                 "  AND next_run_at = %s AND lease_until < %s AND NOT paused"
                 "  FOR UPDATE SKIP LOCKED)",
-                [
-                    owner,
-                    now + ttl,
-                    next_run_at,
-                    run_slot,
-                    attempt,
-                    int(dropped_retry),
-                    seen.name,
-                    seen.fence,
-                    seen.next_run_at,
-                    now,
-                ],
+                [owner, now + ttl, next_run_at, run_slot, attempt, int(dropped_retry), *as_seen],
             )
             updated = cursor.rowcount
     else:
@@ -322,9 +271,9 @@ def _failure_aged() -> dict[str, Any]:
 
 
 def _aged(*, failed: str, succeeded: str = "FALSE", row: str = "") -> str:
-    """The failure ages (``JobLease.last_failure_age``) in SQL, as SET items: one more slot
-    judged, a success when ``succeeded`` holds, a failure (:func:`_failure_aged`) when
-    ``failed`` does; else unchanged. An age with no failure before it stays NULL."""
+    """The failure ages as SQL SET items: a success when ``succeeded`` holds, a failure
+    (:func:`_failure_aged`) when ``failed`` does, else unchanged. An age with no failure
+    before it stays NULL."""
     return (
         f" last_failure_age = CASE WHEN {succeeded} THEN {row}last_failure_age + 1"
         f"  WHEN {failed} THEN 1 ELSE {row}last_failure_age END,"
@@ -345,17 +294,11 @@ class DueRow:
 
 
 def claim_named(names: list[str], now: datetime, limit: int) -> list[DueRow]:
-    """Lock up to ``limit`` of the rows ``names`` that are due (a job declared with a
-    schedule, an instance run by name), earliest next fire time first, for :func:`take`
-    in the same transaction.
-
-    The names come from the tick's scan (:func:`scan`), which decides nothing: the claim
-    reads them again, locked. ``FOR UPDATE SKIP LOCKED`` (PostgreSQL): a row another runner
-    is claiming right now, or that a run holds inside a fenced transaction, is passed over,
-    not waited for, so runners that read the same due jobs get disjoint batches; one
-    statement, the rows by their unique name and their watermarks with them. Elsewhere
-    the rows are read unlocked and :func:`take`'s compare-and-set decides, row by row.
-    """
+    """Lock up to ``limit`` of the due rows ``names`` (from :func:`scan`), earliest first,
+    with their watermarks, for :func:`take` in the same transaction. ``FOR UPDATE SKIP
+    LOCKED`` (PostgreSQL): a row another runner is claiming, or that a run holds in a fenced
+    transaction, is passed over, not waited for, so runners get disjoint batches. Elsewhere
+    the rows are read unlocked and :func:`take`'s compare-and-set decides."""
     if limit < 1 or not names:
         return []
     connection = connections[lease_db()]
@@ -364,43 +307,33 @@ def claim_named(names: list[str], now: datetime, limit: int) -> list[DueRow]:
             name__in=names, paused=False, next_run_at__lte=now, lease_until__lt=now
         )
         return _with_watermarks(list(rows.order_by("next_run_at")[:limit]), instance=False)
-    watermark_table = connection.ops.quote_name(Watermark._meta.db_table)
-    with connection.cursor() as cursor:
-        _load_instants_in_c(connection, cursor.cursor)
-        cursor.execute(
-            f"SELECT {', '.join(f'lease.{field}' for field in _ROW_FIELDS)},"
-            " (SELECT json_agg(json_build_array(mark.key, mark.position, mark.cursor))"
-            f"  FROM {watermark_table} AS mark WHERE mark.job = lease.name)::text"
-            f" FROM {_table(connection)} AS lease"
-            "  JOIN unnest(%s::text[]) AS job(name) ON lease.name = job.name"
-            " WHERE NOT lease.paused AND lease.next_run_at <= %s AND lease.lease_until < %s"
-            " ORDER BY lease.next_run_at LIMIT %s"
-            " FOR UPDATE OF lease SKIP LOCKED",
-            [_text_array(tuple(names)), now, now, limit],
-        )
-        rows = cursor.fetchall()
-    return [
-        DueRow(LeaseRow(*fields), None, _watermarks_from_json(marks)) for *fields, marks in rows
-    ]
+    found = _fetch(
+        connection,
+        f"SELECT {_LEASE_COLUMNS}, {_marks(connection)}"
+        f" FROM {_table(connection)} AS lease"
+        "  JOIN unnest(%s::text[]) AS job(name) ON lease.name = job.name"
+        " WHERE NOT lease.paused AND lease.next_run_at <= %s AND lease.lease_until < %s"
+        " ORDER BY lease.next_run_at LIMIT %s"
+        " FOR UPDATE OF lease SKIP LOCKED",
+        [_text_array(tuple(names)), now, now, limit],
+    )
+    return [DueRow(LeaseRow(*row), None, _watermarks_from_json(marks)) for *row, marks in found]
+
+
+def _marks(connection: BaseDatabaseWrapper) -> str:
+    """The select-list item of a claim that reads the row's watermarks, as JSON text."""
+    return (
+        "(SELECT json_agg(json_build_array(mark.key, mark.position, mark.cursor))"
+        f"  FROM {_table(connection, Watermark)} AS mark WHERE mark.job = lease.name)::text"
+    )
 
 
 def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueRow]:
     """Lock up to ``limit`` due instances of the jobs ``parents``, for :func:`take` in the
-    same transaction: the earliest next fire time first within each job, the jobs in the
-    order given (the dispatcher gives the job whose instance is due earliest first).
-
-    The tick's read of instances, by the partial index on ``(parent, next_run_at)`` of
-    unpaused instance rows: a job's earliest due rows are the first entries of its part of
-    the index, so the cost is that of ``limit`` rows however many instances it and the
-    other jobs have (bench P10). ``FOR UPDATE SKIP LOCKED`` (PostgreSQL): rows another
-    runner is claiming right now, or that a run holds inside a fenced transaction, are
-    passed over, not waited for, and two runners claiming at once get disjoint batches.
-    Elsewhere the rows are read unlocked and :func:`take`'s compare-and-set decides, row
-    by row, as :func:`acquire` does.
-
-    On PostgreSQL one statement per job reads the rows, their instances and their
-    watermarks (one statement in all for a runner of one job with instances).
-    """
+    same transaction: earliest first within each job, the jobs in the order given. By the
+    partial index on ``(parent, next_run_at)`` of unpaused instance rows, whose first
+    entries are a job's earliest: the cost of ``limit`` rows, however many instances (bench
+    P10). Locked as :func:`claim_named` locks; on PostgreSQL one statement per job."""
     claimed: list[DueRow] = []
     for parent in parents:
         if len(claimed) >= limit:
@@ -409,71 +342,42 @@ def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueRo
     return claimed
 
 
+#: What a claim of instances reads of each instance (its ``kwargs`` too, as text).
+_INSTANCE_FIELDS = "id job key cron every timezone jitter enabled timeout grace".split()
+
+
 def _claim_of(parent: str, now: datetime, limit: int) -> list[DueRow]:
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
-        return _claim_instances_elsewhere(parent, now, limit)
-    instance_table = connection.ops.quote_name(JobInstance._meta.db_table)
-    watermark_table = connection.ops.quote_name(Watermark._meta.db_table)
-    with connection.cursor() as cursor:
-        _load_instants_in_c(connection, cursor.cursor)
-        cursor.execute(
-            "SELECT lease.name, lease.fence, lease.next_run_at, lease.lease_until,"
-            " lease.schedule_fingerprint, lease.run_slot, lease.attempt,"
-            " instance.id, instance.job, instance.key,"
-            " instance.cron, instance.every, instance.timezone, instance.jitter,"
-            " instance.enabled, instance.kwargs::text, instance.timeout, instance.grace,"
-            " (SELECT json_agg(json_build_array(mark.key, mark.position, mark.cursor))"
-            f"  FROM {watermark_table} AS mark WHERE mark.job = lease.name)::text"
-            f" FROM {_table(connection)} AS lease"
-            f" JOIN {instance_table} AS instance ON instance.id = lease.instance_id"
-            " WHERE lease.parent = %s AND lease.instance_id IS NOT NULL AND NOT lease.paused"
-            "  AND lease.next_run_at <= %s AND lease.lease_until < %s"
-            " ORDER BY lease.next_run_at LIMIT %s"
-            " FOR UPDATE OF lease SKIP LOCKED",
-            [parent, now, now, limit],
+        rows = JobLease.objects.using(lease_db()).filter(
+            parent=parent,
+            instance__isnull=False,
+            paused=False,
+            next_run_at__lte=now,
+            lease_until__lt=now,
         )
-        rows = cursor.fetchall()
-    return [
-        DueRow(
-            LeaseRow(name, fence, next_run_at, lease_until, False, fingerprint, run_slot, attempt),
-            JobInstance(
-                id=pk,
-                job=job,
-                key=key,
-                cron=cron,
-                every=every,
-                timezone=timezone,
-                jitter=jitter,
-                enabled=enabled,
-                kwargs=json.loads(kwargs),
-                timeout=timeout,
-                grace=grace,
-            ),
-            _watermarks_from_json(marks),
-        )
-        for (
-            name,
-            fence,
-            next_run_at,
-            lease_until,
-            fingerprint,
-            run_slot,
-            attempt,
-            pk,
-            job,
-            key,
-            cron,
-            every,
-            timezone,
-            jitter,
-            enabled,
-            kwargs,
-            timeout,
-            grace,
-            marks,
-        ) in rows
-    ]
+        claim = rows.select_related("instance").order_by("next_run_at")[:limit]
+        return _with_watermarks(list(claim), instance=True)
+    instance_columns = ", ".join(f"instance.{field}" for field in _INSTANCE_FIELDS)
+    found = _fetch(
+        connection,
+        f"SELECT {_LEASE_COLUMNS}, {instance_columns}, instance.kwargs::text, {_marks(connection)}"
+        f" FROM {_table(connection)} AS lease"
+        f" JOIN {_table(connection, JobInstance)} AS instance ON instance.id = lease.instance_id"
+        " WHERE lease.parent = %s AND lease.instance_id IS NOT NULL AND NOT lease.paused"
+        "  AND lease.next_run_at <= %s AND lease.lease_until < %s"
+        " ORDER BY lease.next_run_at LIMIT %s"
+        " FOR UPDATE OF lease SKIP LOCKED",
+        [parent, now, now, limit],
+    )
+    width = len(_ROW_FIELDS)
+    claimed = []
+    for row in found:
+        *values, kwargs, marks = row[width:]
+        instance = dict(zip(_INSTANCE_FIELDS, values, strict=True), kwargs=json.loads(kwargs))
+        lease_row = LeaseRow(*row[:width])
+        claimed.append(DueRow(lease_row, JobInstance(**instance), _watermarks_from_json(marks)))
+    return claimed
 
 
 def _watermarks_from_json(text: str | None) -> dict[str, datetime | int]:
@@ -484,22 +388,6 @@ def _watermarks_from_json(text: str | None) -> dict[str, datetime | int]:
         elif cursor is not None:
             found[key] = int(cursor)
     return found
-
-
-def _claim_instances_elsewhere(parent: str, now: datetime, limit: int) -> list[DueRow]:
-    rows = (
-        JobLease.objects.using(lease_db())
-        .filter(
-            parent=parent,
-            instance__isnull=False,
-            paused=False,
-            next_run_at__lte=now,
-            lease_until__lt=now,
-        )
-        .select_related("instance")
-        .order_by("next_run_at")
-    )
-    return _with_watermarks(list(rows[:limit]), instance=True)
 
 
 def _with_watermarks(rows: list[JobLease], *, instance: bool) -> list[DueRow]:
@@ -525,26 +413,20 @@ def _with_watermarks(rows: list[JobLease], *, instance: bool) -> list[DueRow]:
 
 
 def instances_wakeups(parents: list[str]) -> dict[str, datetime]:
-    """The earliest next fire time of each job's unpaused instances (a job without any is
-    left out), by the index :func:`claim_instances` reads: one index entry per job. One
-    statement on PostgreSQL. Decides nothing."""
+    """The earliest next fire time of each job's unpaused instances, if any, by the index
+    :func:`claim_instances` reads (one entry per job). Decides nothing."""
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
-        found = {}
-        for parent in parents:
-            earliest = (
-                JobLease.objects.using(lease_db())
-                .filter(parent=parent, instance__isnull=False, paused=False)
-                .order_by("next_run_at")
-                .values_list("next_run_at", flat=True)
-                .first()
-            )
-            if earliest is not None:
-                found[parent] = earliest
-        return found
-    with connection.cursor() as cursor:
-        _load_instants_in_c(connection, cursor.cursor)
-        cursor.execute(
+        return dict(
+            JobLease.objects.using(lease_db())
+            .filter(parent__in=parents, instance__isnull=False, paused=False)
+            .values("parent")
+            .annotate(earliest=Min("next_run_at"))
+            .values_list("parent", "earliest")
+        )
+    return dict(
+        _fetch(
+            connection,
             "SELECT job.parent, earliest.next_run_at FROM unnest(%s::text[]) AS job(parent)"
             " CROSS JOIN LATERAL (SELECT next_run_at"
             f"  FROM {_table(connection)} AS lease WHERE lease.parent = job.parent"
@@ -552,7 +434,7 @@ def instances_wakeups(parents: list[str]) -> dict[str, datetime]:
             "  ORDER BY lease.next_run_at LIMIT 1) AS earliest",
             [list(parents)],
         )
-        return dict(cursor.fetchall())
+    )
 
 
 @dataclass(frozen=True)
@@ -568,18 +450,12 @@ class DueOneShot:
 
 
 def claim_oneshots(parents: list[str], now: datetime, limit: int) -> list[DueOneShot]:
-    """Lock up to ``limit`` due backfill slots and one-offs of the jobs ``parents``, the
-    earliest first, keeping each backfill to its ``concurrency``: for :func:`acquire` in
-    the same transaction.
-
-    By the partial index on ``(parent, next_run_at)`` of unpaused one-shot rows, ``FOR
-    UPDATE SKIP LOCKED`` as :func:`claim_instances`. A backfill's bound is decided under
-    a lock on its :class:`~django_fencedjobs.models.Backfill` row, taken after the
-    candidates are locked, ``SKIP LOCKED`` too: of two runners claiming slots of the same
-    backfill at once, one counts the rows held (by a lease not expired) and claims, the
-    other claims none of that backfill's slots at this pass, so together they never exceed
-    it, and neither waits.
-    """
+    """Lock up to ``limit`` due backfill slots and one-offs of the jobs ``parents``, earliest
+    first, for :func:`acquire` in the same transaction (``SKIP LOCKED``, by their partial
+    index), each backfill kept to its ``concurrency`` under a lock on its ``Backfill`` row
+    (:func:`_backfill_room`): of two runners claiming one backfill's slots at once, one
+    counts the rows held and claims, the other claims none of them at this pass. Together
+    they never exceed it, and neither waits."""
     alias = lease_db()
     features = connections[alias].features
     rows = list(
@@ -592,23 +468,22 @@ def claim_oneshots(parents: list[str], now: datetime, limit: int) -> list[DueOne
     )
     room = _backfill_room(sorted({row[-1] for row in rows if row[-1] is not None}), now)
     claimed = []
-    for *fields, kwargs, committed_fence, backfill_id in rows:
+    for *row_fields, kwargs, committed_fence, backfill_id in rows:
         if backfill_id is not None:
             if room.get(backfill_id, 0) < 1:
                 continue
             room[backfill_id] -= 1
-        row = LeaseRow(*fields)
+        row = LeaseRow(*row_fields)
         claimed.append(DueOneShot(row, kwargs, committed=committed_fence == row.fence))
     return claimed
 
 
 def _backfill_room(ids: list[int], now: datetime) -> dict[int, int]:
-    """How many more slots each backfill may start now: its concurrency less its rows
-    held, under a lock on each backfill's row. ``FOR NO KEY UPDATE SKIP LOCKED``
-    (PostgreSQL): a backfill whose row another session holds (a runner claiming its slots,
-    retention deleting it) has no room at this pass, and none of its slots is claimed; the
-    dispatcher never waits for that lock, and looks again in a moment. (``NO KEY``: rows
-    queued for the backfill, whose foreign key shares its row, are no reason to skip it.)"""
+    """How many more slots each backfill may start now: its concurrency less its rows held.
+    ``FOR NO KEY UPDATE SKIP LOCKED``: a backfill whose row another session holds (a runner
+    claiming its slots, retention deleting it) has no room at this pass, and the dispatcher
+    never waits for it. ``NO KEY``: its slots' rows, whose foreign key shares the lock, do
+    not make it skipped."""
     if not ids:
         return {}
     alias = lease_db()
@@ -634,13 +509,9 @@ def _backfill_room(ids: list[int], now: datetime) -> dict[int, int]:
 
 
 def oneshot_wakeups(parents: list[str]) -> dict[str, datetime]:
-    """The earliest ``next_run_at`` of each job's unpaused backfill slots and one-offs (a
-    job without any is left out). Decides nothing.
-
-    Every tick reads this, so it reads the pending one-shot rows of *every* job (their
-    partial index holds only those, usually none or a few) and keeps this runner's jobs in
-    Python: its cost is that of the pending rows, not of a list of thousands of names.
-    """
+    """The earliest ``next_run_at`` of each job's unpaused one-shot rows, if any. Read every
+    tick: it reads *every* job's (usually none or a few, by their partial index) and keeps
+    this runner's in Python, rather than send thousands of names. Decides nothing."""
     wanted = set(parents)
     pending = (
         JobLease.objects.using(lease_db())
@@ -653,68 +524,64 @@ def oneshot_wakeups(parents: list[str]) -> dict[str, datetime]:
     return {parent: earliest for parent, earliest in pending if parent in wanted}
 
 
+def _abandon(now: datetime, error: str, *where: Any, **conditions: Any) -> int:
+    """Record abandoned the runs still marked running that match: how many."""
+    return (
+        JobRun.objects.using(lease_db())
+        .filter(*where, outcome=Outcome.RUNNING, **conditions)
+        .update(outcome=Outcome.ABANDONED, finished_at=now, error=error)
+    )
+
+
+def mark_abandoned(name: str, fence: int, now: datetime) -> None:
+    """Runs of this job still marked running under an older fence belong to a holder whose
+    lease expired (dead, or paused and since superseded): record them abandoned. Called in
+    the acquiring transaction, so only the new fence holder does it."""
+    _abandon(now, outcomes.ABANDONED, job=name, kind=RunKind.SCHEDULED, fence__lt=fence)
+
+
 def mark_oneshot_abandoned(
     job: str, kind: str, slot: datetime, fence: int, now: datetime, error: str = outcomes.ABANDONED
 ) -> None:
-    """:func:`mark_abandoned` for a backfill slot or one-off: its earlier attempts still
-    marked running are recorded abandoned (they are recorded as the target ``job``, whose
-    own runs have fences of another row)."""
-    JobRun.objects.using(lease_db()).filter(
-        job=job, kind=kind, scheduled_for=slot, outcome=Outcome.RUNNING, fence__lt=fence
-    ).update(outcome=Outcome.ABANDONED, finished_at=now, error=error)
+    """:func:`mark_abandoned` for a backfill slot or one-off: its earlier attempts, recorded
+    as the target ``job`` (whose own runs have fences of another row)."""
+    _abandon(now, error, job=job, kind=kind, scheduled_for=slot, fence__lt=fence)
 
 
 def end_orphans(now: datetime) -> int:
-    """Record abandoned the runs still marked running that no acquisition will ever find:
-    how many. A run left running by a dead runner is normally recorded abandoned by the
-    next run of its job, which takes its lease (:func:`mark_abandoned`); but a job or an
-    instance that is not run again leaves it running for good:
-
-    * its lease row is gone (an instance deleted), or carries a later fence: nobody can
-      end it, and it can write nothing (its fence check finds no row);
-    * its lease row is paused (a job paused, an instance disabled) with the run's fence,
-      its lease expired: the row's fence is moved on first (as an acquisition would), so
-      that a holder that was only paused writes nothing when it resumes.
-
-    Runs of the job's own rows only (kind ``scheduled``: a backfill slot's or one-off's run
-    is ended by its row, which stays due). Runs whose lease still holds are never touched.
+    """Record abandoned, and count, the runs still marked running that no acquisition will
+    find (:func:`mark_abandoned`) since their job or instance is not run again: its lease
+    row is gone or carries a later fence (the run can write nothing), or is paused with the
+    run's fence and expired: that row's fence is moved on first, as an acquisition would,
+    so that a holder that was only paused writes nothing when it resumes. Runs of kind
+    ``scheduled`` only (a one-shot's row stays due); a lease that holds is never touched.
     """
-    alias = lease_db()
-    running = JobRun.objects.using(alias).filter(outcome=Outcome.RUNNING, kind=RunKind.SCHEDULED)
-    gone = running.filter(
-        ~Exists(JobLease.objects.filter(name=OuterRef("job"), fence__lte=OuterRef("fence")))
-    )
-    ended = gone.update(outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED_ORPHAN)
-    stuck = running.filter(
-        Exists(
-            JobLease.objects.filter(
-                name=OuterRef("job"), fence=OuterRef("fence"), paused=True, lease_until__lt=now
-            )
-        )
-    ).values_list("job", "fence")
-    for name, fence in list(stuck):
+    error = outcomes.ABANDONED_ORPHAN
+    lease_of = JobLease.objects.filter(name=OuterRef("job"))
+    gone = ~Exists(lease_of.filter(fence__lte=OuterRef("fence")))
+    ended = _abandon(now, error, gone, kind=RunKind.SCHEDULED)
+    stuck = Exists(lease_of.filter(fence=OuterRef("fence"), paused=True, lease_until__lt=now))
+    for name, fence in list(
+        JobRun.objects.using(lease_db())
+        .filter(stuck, outcome=Outcome.RUNNING, kind=RunKind.SCHEDULED)
+        .values_list("job", "fence")
+    ):
         revoked = (
-            JobLease.objects.using(alias)
+            JobLease.objects.using(lease_db())
             .filter(name=name, fence=fence, paused=True, lease_until__lt=now)
             .update(fence=F("fence") + 1, owner="", lease_until=LEASE_FREE)
         )
         if revoked:
-            ended += running.filter(job=name, fence=fence).update(
-                outcome=Outcome.ABANDONED, finished_at=now, error=outcomes.ABANDONED_ORPHAN
-            )
+            ended += _abandon(now, error, job=name, fence=fence, kind=RunKind.SCHEDULED)
     return ended
 
 
 def note_commit(connection: BaseDatabaseWrapper, name: str, fence: int) -> None:
-    """In a backfill slot's or one-off's fenced transaction, just before it commits: the
-    row says that the run holding ``fence`` committed work, in the same transaction as the
-    work (so it is true exactly when the work committed). The row is locked already by
-    the block's fence check; a stale fence matches nothing.
-
-    A one-shot row stays due while its run holds it, so that a run whose runner died is
-    run again: the next claim reads this to tell a run that died before committing
-    anything from one that committed and died before its end was recorded
-    (:attr:`DueOneShot.committed`), whose slot must not be run again by accident."""
+    """In a one-shot's fenced transaction, just before it commits (so it is true exactly when
+    the work committed): its row, locked already by the fence check, says that the run
+    holding ``fence`` (a stale one matches nothing) committed work. The row stays due while
+    its run holds it, so the next claim reads this (:attr:`DueOneShot.committed`): that slot
+    must not be run again."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_table(connection)} SET committed_fence = fence"
@@ -740,31 +607,24 @@ class Take:
 
 
 def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
-    """Take the leases of a batch of rows locked by :func:`claim_instances` and record their
-    runs: ``(taken and recorded, taken but their slot was recorded already)``. The records
-    of the first list have their primary key.
+    """Take the leases of a batch of rows locked by a claim and record their runs: ``(taken
+    and recorded, with their primary key; passed, their slot recorded already)``.
 
-    Each run is inserted unless its slot is recorded already (a run now landed on it), and
-    only the rows whose run was inserted are taken, by the compare-and-set of
-    :func:`acquire` (fence and slot unchanged, lease expired, not paused: the rows are
-    locked by this transaction, so none changes meanwhile); the runs of older fences still
-    marked running are marked abandoned (as :func:`mark_abandoned` does). A row whose slot
-    was recorded already is moved past it, as :func:`operations.skip_slot
-    <django_fencedjobs.operations.skip_slot>` does, its fence unchanged: every fence a row
-    hands out is a recorded run's. On PostgreSQL all of it is one statement, whatever the
-    size of the batch; elsewhere row by row.
+    Only the rows whose run was inserted are taken, by :func:`acquire`'s compare-and-set,
+    and older fences' runs still running are marked abandoned (:func:`mark_abandoned`). A
+    row whose slot was recorded already is moved past it, its fence unchanged (as
+    :func:`~django_fencedjobs.operations.skip_slot` does): every fence a row hands out is a
+    recorded run's. On PostgreSQL one statement, whatever the batch; elsewhere row by row.
     """
     if not batch:
         return [], []
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
         return _take_elsewhere(batch, now)
-    run_table = connection.ops.quote_name(JobRun._meta.db_table)
+    run_table = _table(connection, JobRun)
     columns = ", ".join(_RECORD_COLUMNS)
-    # A retry (attempt 2 on) is the slot's next attempt, as insert_as_next_attempt
-    # numbers it: a backfill or one-off of the slot may have taken its number since it was
-    # queued, and a retry is never dropped for that. (The batch's rows are distinct jobs:
-    # no two of its runs share a slot.) A first attempt whose slot is recorded is skipped.
+    # A retry (attempt 2 on) is the slot's next attempt, as insert_as_next_attempt numbers
+    # it. (The batch's rows are distinct jobs: no two of its runs share a slot.)
     values = ", ".join(
         f"CASE WHEN run.attempt > 1 THEN GREATEST(run.attempt, 1 + (SELECT"
         f" COALESCE(MAX(done.attempt), 0) FROM {run_table} AS done WHERE"
@@ -774,37 +634,28 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
         else f"run.{column}"
         for column in _RECORD_COLUMNS
     )
-    # A row whose last run did not end its lease (killed, or given up on) may have runs
-    # still marked running; a batch of rows all freed by their runs' ends has none, and
-    # its statement does without that part.
+    # Only a row whose last run did not end its lease (killed, given up on) may have runs
+    # still marked running; a batch without one does without that part.
     abandoned = any(item.row.lease_until != LEASE_FREE for item in batch)
-    marking: list[Any] = [
-        Outcome.ABANDONED,
-        now,
-        outcomes.ABANDONED,
-        Outcome.RUNNING,
-        RunKind.SCHEDULED,
-    ]
+    marking = (Outcome.ABANDONED, now, outcomes.ABANDONED, Outcome.RUNNING, RunKind.SCHEDULED)
     with connection.cursor() as cursor:
         cursor.execute(
-            # The batch is one JSON parameter, its rows unpacked by the server: quoting
-            # a value at a time on the client costs more than the statement. Each LIMIT
-            # tells the planner how many rows the JSON holds (it guesses 100 for any
-            # set-returning function, and would scan every lease row to join them).
+            # The batch is one JSON parameter, unpacked by the server: quoting a value at a
+            # time on the client costs more than the statement. Each LIMIT tells the planner
+            # how many rows the JSON holds (it guesses 100 for any set-returning function,
+            # and would scan every lease row to join them).
             "WITH claimed AS (SELECT * FROM json_to_recordset(%s::json)"
             "  AS claimed(name text, fence bigint, slot timestamptz, next_run_at timestamptz,"
             "  lease_until timestamptz, run_slot timestamptz, attempt integer,"
             "  dropped integer) LIMIT %s),"
-            # The rows the batch may take, checked as the grant below checks them (they
-            # are locked by this transaction: nothing changes them before it).
+            # The rows the batch may take, checked as the grant below checks them.
             " takeable AS ("
             f" SELECT lease.name FROM {_table(connection)} AS lease JOIN claimed"
             "  ON lease.name = claimed.name WHERE lease.fence = claimed.fence"
             "  AND lease.next_run_at = claimed.slot AND lease.lease_until < %s"
             "  AND NOT lease.paused),"
-            # The runs first: a row is taken only when its run is recorded, so that no
-            # fence is handed out without a run (a first attempt whose slot is recorded
-            # already inserts nothing).
+            # The runs first: a row is taken only when its run is recorded, so no fence is
+            # handed out without a run.
             " inserted AS ("
             f" INSERT INTO {run_table} ({columns})"
             f"  SELECT {values} FROM (SELECT * FROM json_populate_recordset("
@@ -831,9 +682,8 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
             + (
                 ", abandoned AS ("
                 # Every run of these jobs still marked running has an older fence: this
-                # statement's own inserts are not visible to it. (Rows of kind
-                # "scheduled" only: a backfill slot's runs are recorded under their
-                # job's name.)
+                # statement's own inserts are not visible to it. (Kind "scheduled" only:
+                # a backfill slot's runs are recorded under their job's name.)
                 f" UPDATE {run_table} SET outcome = %s, finished_at = %s, error = %s"
                 "  WHERE outcome = %s AND kind = %s AND job IN (SELECT name FROM granted))"
                 if abandoned
@@ -864,7 +714,7 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
                 ),
                 len(batch),
                 batch[0].record.owner,
-                *(marking if abandoned else []),
+                *(marking if abandoned else ()),
             ],
         )
         result = {name: (pk, attempt) for name, pk, attempt in cursor.fetchall()}
@@ -885,46 +735,20 @@ def take(batch: list[Take], now: datetime) -> tuple[list[Take], list[Take]]:
 
 #: The columns of a run's row that :func:`take` inserts.
 _RECORD_COLUMNS = (
-    "job",
-    "scheduled_for",
-    "started_at",
-    "finished_at",
-    "outcome",
-    "capped",
-    "items",
-    "batches",
-    "fence",
-    "owner",
-    "missed_slots",
-    "watermark_before",
-    "watermark_after",
-    "error",
-    "attempt",
-    "kind",
-    "interval_start",
-)
+    "job scheduled_for started_at finished_at outcome capped items batches fence owner"
+    " missed_slots watermark_before watermark_after error attempt kind interval_start"
+).split()
 
 
 def _json(rows: Iterable[dict[str, Any]]) -> str:
     """``rows`` as one JSON array, instants in ISO 8601 (what ``timestamptz`` reads)."""
-    return json.dumps(list(rows), default=_iso)
-
-
-def _iso(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return json.dumps(list(rows), default=datetime.isoformat)
 
 
 def insert_as_next_attempt(record: JobRun) -> None:
-    """Insert a retry's, backfill slot's or one-off's run as its slot's next attempt.
-
-    Its attempt number was read when its row was queued or last ended, but the slot's
-    history may have grown since: a retry of the job's own run of that slot, a backfill
-    or one-off of it. Their number taken, this run is the one after the slot's latest: it
-    is never dropped for it (its lease is taken, and its slot must run). (A first attempt
-    of a scheduled slot that finds the slot recorded is skipped instead.) :func:`take`
-    numbers a batch's retries by the same rule, in its one statement."""
+    """Insert a retry's or one-shot's run as its slot's next attempt: if the slot's history
+    grew since its number was read, as the one after the slot's latest, never dropped (its
+    lease is taken, its slot must run). :func:`take` numbers a batch's retries so too."""
     alias = lease_db()
     for tries_left in range(4, -1, -1):
         try:
@@ -979,10 +803,10 @@ def _take_elsewhere(batch: list[Take], now: datetime) -> tuple[list[Take], list[
 
 
 def _load_instants_in_c(connection: BaseDatabaseWrapper, cursor: Any) -> None:
-    """On psycopg's ``cursor``: read timestamptz values with psycopg's own loader, in C,
-    for the same instants in the same zone: Django's is a Python subclass of it, some 3 µs
-    a value, and a fleet draining a stampede reads thousands of rows every few tenths of
-    a second."""
+    """On psycopg's ``cursor``: read timestamptz values with psycopg's own loader, in C (the
+    same instants in the same zone): Django's is a Python subclass of it, some 3 µs a
+    value, and a fleet draining a stampede reads thousands of rows every few tenths of a
+    second."""
     if connection.timezone is not None:
         from psycopg.types.datetime import TimestamptzLoader
 
@@ -996,21 +820,8 @@ def pause_invalid(name: str, fence: int) -> None:
     JobLease.objects.using(lease_db()).filter(name=name, fence=fence).update(paused=True)
 
 
-def mark_abandoned(name: str, fence: int, now: datetime) -> None:
-    """Runs of this job still marked running under an older fence belong to a holder whose
-    lease expired (dead, or paused and since superseded): record them as abandoned.
-    Called in the acquiring transaction, so only the new fence holder does it."""
-    JobRun.objects.using(lease_db()).filter(
-        job=name, kind=RunKind.SCHEDULED, outcome=Outcome.RUNNING, fence__lt=fence
-    ).update(
-        outcome=Outcome.ABANDONED,
-        finished_at=now,
-        error=outcomes.ABANDONED,
-    )
-
-
-def _table(connection: BaseDatabaseWrapper) -> str:
-    return connection.ops.quote_name(JobLease._meta.db_table)
+def _table(connection: BaseDatabaseWrapper, model: type[models.Model] = JobLease) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
 
 
 def lock_fence(
@@ -1019,33 +830,16 @@ def lock_fence(
     """The fence check of ``fenced_atomic``: the transaction that now holds the lease row,
     while ``fence`` is still current; None when it is not.
 
-    It must run inside the transaction that makes the run's writes, and it must *lock*
-    the lease row, not merely read it: a plain SELECT is check-then-act, and a
-    successor could take the lease between the check and the commit.
+    It runs in the transaction that writes, and *locks* the row (a plain SELECT would be
+    check-then-act: a successor could take the lease before the commit). With row locks
+    (PostgreSQL), ``SELECT ... FOR UPDATE`` on the fence: an acquirer's UPDATE waits until
+    this transaction ends, so these writes are ordered strictly before the takeover; a
+    takeover that won the row first leaves a newer fence, and no row. Without (SQLite), a
+    no-op UPDATE on the fence takes the write lock until this transaction ends.
 
-    * With row locks (PostgreSQL), ``SELECT ... FOR UPDATE`` filtered on the fence. An
-      acquirer's UPDATE of the same row waits until this transaction ends, and then
-      sees the unchanged fence only after these writes are committed: the old holder's
-      writes are ordered strictly before the takeover. If the takeover won the row first,
-      this statement waits for it, re-reads the row, finds a newer fence and returns no
-      row.
-    * Without row locks (SQLite), a no-op conditional UPDATE filtered on the fence: the
-      UPDATE takes the database's write lock, which is held until this transaction ends,
-      so no acquisition can commit in between.
-
-    On PostgreSQL the same statement bounds the transaction it locks in: with
-    ``idle_limit`` (the job's ``lease_ttl``), the server ends *this transaction* if it sits
-    idle longer than that (:func:`_limit_idle`), and it says which server transaction it is
-    (:class:`HeldTransaction`), so that a supervisor can end it and nothing else
-    (:func:`end_transaction`).
-
-    No model instantiation: this runs in every fenced transaction, and its cost is the
-    fence's whole price. On PostgreSQL it costs no round trip of its own either when it is
-    the first statement of its transaction (as it is in a fenced block of its own): psycopg
-    sends a transaction's ``BEGIN`` as a round trip of its own before the first statement,
-    so here ``BEGIN`` and the check go together instead
-    (:func:`~django_fencedjobs.db.first_statement`), and a fenced one-row transaction takes
-    as many round trips as a plain one. The lock is the same.
+    On PostgreSQL it also limits this transaction's idle time (:func:`_limit_idle`) and says
+    which server transaction it is (:class:`HeldTransaction`), and it rides with ``BEGIN``
+    (:func:`~django_fencedjobs.db.first_statement`): its cost is the fence's whole price.
     """
     if connection.features.has_select_for_update:
         sql = (
@@ -1065,38 +859,19 @@ def lock_fence(
 def lock_task_fence(
     connection: BaseDatabaseWrapper, name: str, fence: int, *, ttl: timedelta
 ) -> bool:
-    """The fence check of ``fenced_atomic`` inside a ``django.tasks`` task that a run of
-    ``name`` enqueued with ``fence``: True while no later run of the job has been granted the
-    lease.
-
-    A run's tasks usually run after it ended, and its end moves the fence on by one
-    (:func:`end`), leaving the lease free. So the task may write while the row still shows
-    its run holding (``fence``), or ended and not granted since (``fence + 1``, free); any
-    acquisition after that (the next slot, or a takeover of a run paused past its lease)
-    makes the task's writes fail. Locked as :func:`lock_fence` locks, for the same reason,
-    but *shared* on PostgreSQL: the tasks of one run run side by side on many workers, and
-    they must not queue on each other, only keep an acquisition (which skips the locked
-    row and retries) from landing between their check and their commit.
-
-    A task is not supervised as a run is, so the same statement limits how long *this
-    transaction* may sit idle to ``ttl`` (the job's ``lease_ttl``): a worker paused inside a
-    task's fenced block (SIGSTOP, a hung call) is ended by the server like a paused run,
-    and its shared lock released, instead of keeping every later run of the job waiting.
-    """
+    """The fence check of ``fenced_atomic`` in a ``django.tasks`` task that a run of ``name``
+    enqueued with ``fence``: True while no later run of the job has been granted the lease
+    (the row shows ``fence``, or ``fence + 1`` and free: the run's end). Locked as
+    :func:`lock_fence` locks, but *shared*: a run's tasks must not queue on each other, only
+    keep an acquisition from landing between their check and their commit. Its idle time
+    is limited to ``ttl`` as :func:`lock_fence`'s is: a task is not supervised."""
     table, free = _table(connection), connection.ops.adapt_datetimefield_value(LEASE_FREE)
     condition = "name = %s AND (fence = %s OR (fence = %s AND lease_until = %s))"
     params: list[Any] = [name, fence, fence + 1, free]
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            limit = f"{max(int(ttl.total_seconds() * 1000), 1)}ms"
-            cursor.execute(
-                "SELECT set_config('idle_in_transaction_session_timeout', %s, true)"
-                f" FROM {table} WHERE {condition} FOR SHARE",
-                [limit, *params],
-            )
-            return cursor.fetchone() is not None
         if connection.features.has_select_for_update:
-            cursor.execute(f"SELECT 1 FROM {table} WHERE {condition} FOR SHARE", params)
+            limit = _limit_idle(ttl) if connection.vendor == "postgresql" else "1"
+            cursor.execute(f"SELECT {limit} FROM {table} WHERE {condition} FOR SHARE", params)
             return cursor.fetchone() is not None
         cursor.execute(f"UPDATE {table} SET fence = fence WHERE {condition}", params)
         updated: int = cursor.rowcount
@@ -1129,27 +904,18 @@ def advisory_key(name: str) -> int:
 def try_advisory_xact_lock(
     connection: BaseDatabaseWrapper, name: str, idle_limit: timedelta | None = None
 ) -> HeldTransaction | None:
-    """``exclusion="advisory"``: a transaction-scoped advisory lock on the job's key.
-
-    PostgreSQL releases it when the transaction ends, so it is held exactly as long as the
-    writes it guards are uncommitted: two transactions of the job never overlap. Being the
-    transaction's, not the session's, it holds behind a transaction pooler too. It does
-    not stop a stale holder from writing after a successor has finished; see
-    docs/fencing.md for when that is acceptable. Bounded and identified as
-    :func:`lock_fence` is.
-    """
+    """``exclusion="advisory"``: a transaction-scoped advisory lock on the job's key, held
+    exactly as long as the writes it guards are uncommitted (behind a pooler too). It does
+    not stop a stale holder writing after a successor has finished (docs/fencing.md).
+    Bounded and identified as :func:`lock_fence` is."""
     sql = f"SELECT {_IDENTIFY}, {_limit_idle(idle_limit)} WHERE pg_try_advisory_xact_lock(%s)"
     return _held(connection, first_statement(connection, sql, [advisory_key(name)]))
 
 
 def renew(name: str, fence: int, until: datetime) -> bool:
-    """Extend the lease to ``until``; False when the fence is no longer ours.
-
-    Conditional on the fence, so a superseded run cannot extend its successor's lease.
-    ``Greatest`` keeps the lease from moving backwards if renewals arrive out of order.
-    Run it in :func:`~django_fencedjobs.db.bounded_wait`: the run's own fenced transaction
-    may hold the row.
-    """
+    """Extend the lease to ``until``; False when the fence is no longer ours (a superseded
+    run cannot extend its successor's). ``Greatest``: renewals out of order never move it
+    backwards. Run it in ``bounded_wait``: the run's own fenced transaction may hold the row."""
     return (
         JobLease.objects.using(lease_db())
         .filter(name=name, fence=fence)
@@ -1179,27 +945,18 @@ def end(
     final: bool = True,
     now: datetime | None = None,
 ) -> bool:
-    """End the run's lease and record its result on the job; False when the fence was lost.
+    """End the run's lease and record its result on the job; False when the fence was lost
+    (a superseded run records nothing on its successor's row). The fence is incremented, so
+    every later fenced block or statement of an ended run (finished, timed out: revoked, or
+    given up on) fails; ``lease_until`` goes to the past so the next slot is not held up.
 
-    Conditional on the fence: a superseded run records nothing on its successor's row.
-    The fence is incremented: once a run has ended (finished, timed out, or given up on),
-    every fenced block of it fails, in whichever thread kept its context, and so does any
-    statement of it still on its way. ``lease_until`` goes back to the past so the next
-    slot is not held up. A timed-out run ends with ``failed=True``: the revocation.
-
-    ``retry``: the failed run's next attempt, scheduled ``retry.backoff`` after ``now``
-    unless that is at or past the row's next slot (:data:`_RETRYING`); a failure counts
-    towards ``consecutive_failures`` only when no retry follows it (a slot is judged by
-    its last attempt), or once a later slot drops its retry (:func:`acquire`).
-    ``final``: the run's outcome ends a backfill slot's or one-off's row (it is paused:
-    done) unless a retry follows.
+    ``retry``: scheduled ``retry.backoff`` after ``now`` unless that reaches the row's next
+    slot (:data:`_RETRYING`); a failure counts only when no retry follows (a slot is judged
+    by its last attempt), or once a later slot drops it (:func:`acquire`). ``final``: the
+    outcome ends a one-shot row (paused: done) unless a retry follows.
     """
     rows = JobLease.objects.using(lease_db()).filter(name=name, fence=fence)
-    changes: dict[str, object] = {
-        "fence": F("fence") + 1,
-        "lease_until": LEASE_FREE,
-        "owner": "",
-    }
+    changes: dict[str, object] = {"fence": F("fence") + 1, "lease_until": LEASE_FREE, "owner": ""}
     one_shot = ~Q(kind=RunKind.SCHEDULED)
     done = one_shot
     if retry is not None:
@@ -1321,18 +1078,14 @@ def ends_together() -> bool:
 
 
 def end_runs(ends: list[RunEnd], *, lock_wait: float) -> dict[int, Ended]:
-    """Record each of ``ends``: :func:`end` on its lease row, then its run's row, in one
-    transaction whose waits for row locks are bounded by ``lock_wait`` seconds. What each
-    run's row now says, by its primary key; a run recorded already (by its supervisor, or a
-    successor's takeover) is left as it is and missing from the result.
+    """Record each of ``ends``: :func:`end` on its lease row, then its run's row (from
+    running or abandoned only; :meth:`RunEnd.recorded`'s), in one transaction whose row
+    lock waits are bounded by ``lock_wait`` seconds. What each run's row now says, by its
+    primary key; a run recorded already is left as it is and missing from the result.
 
-    Every lease row first, then the runs' rows, as every path that locks both (so a
-    finishing run and its successor cannot deadlock). A run's row moves from running (or
-    abandoned) to its outcome only, never from an outcome already recorded; when its lease
-    was no longer its own it says :meth:`RunEnd.recorded`'s. What is recorded is decided
-    by the caller; this applies it, in one statement on PostgreSQL
-    (:func:`_end_runs_in_one_statement`), through the ORM elsewhere: the two spellings of
-    one contract, which tests/test_end_store.py holds both to.
+    Every lease row first, then the runs' rows, as every path that locks both: a finishing
+    run and its successor cannot deadlock. One statement on PostgreSQL, the ORM elsewhere:
+    two spellings of one contract, which tests/test_end_store.py holds both to.
     """
     if not ends:
         return {}
@@ -1342,14 +1095,11 @@ def end_runs(ends: list[RunEnd], *, lock_wait: float) -> dict[int, Ended]:
 
 
 def _end_runs_with_the_orm(ends: list[RunEnd], lock_wait: float) -> dict[int, Ended]:
-    alias = lease_db()
     found: dict[int, Ended] = {}
     with bounded_wait(lock_wait):
         now = clock.now()
-        released = {}
-        for ending in ends:
-            finished_at = ending.finished_at or now
-            released[ending.run_pk] = end(
+        released = {
+            ending.run_pk: end(
                 ending.name,
                 ending.fence,
                 succeeded_at=ending.succeeded_at,
@@ -1357,35 +1107,24 @@ def _end_runs_with_the_orm(ends: list[RunEnd], lock_wait: float) -> dict[int, En
                 late_after=ending.late_after,
                 retry=ending.retry,
                 final=ending.final,
-                now=finished_at,
+                now=ending.finished_at or now,
             )
-        runs = JobRun.objects.using(alias)
+            for ending in ends
+        }
+        runs = JobRun.objects.using(lease_db())
         for ending in ends:
-            finished_at = ending.finished_at or now
-            outcome, error = ending.recorded(released[ending.run_pk])
-            if not runs.filter(pk=ending.run_pk, outcome__in=ENDABLE_OUTCOMES).update(
+            finished_at, pk = ending.finished_at or now, ending.run_pk
+            outcome, error = ending.recorded(released[pk])
+            if runs.filter(pk=pk, outcome__in=ENDABLE_OUTCOMES).update(
                 outcome=outcome,
                 error=error,
                 finished_at=finished_at,
                 capped=ending.capped,
                 items=F("items") + ending.loose_items,
             ):
-                continue
-            items, batches, watermark_after = (
-                runs.filter(pk=ending.run_pk)
-                .values_list("items", "batches", "watermark_after")
-                .get()
-            )
-            found[ending.run_pk] = Ended(
-                released[ending.run_pk],
-                outcome,
-                error,
-                finished_at,
-                items,
-                batches,
-                watermark_after,
-                _retried_at(ending, finished_at) if released[ending.run_pk] else None,
-            )
+                row = runs.filter(pk=pk).values_list("items", "batches", "watermark_after").get()
+                retry_at = _retried_at(ending, finished_at) if released[pk] else None
+                found[pk] = Ended(released[pk], outcome, error, finished_at, *row, retry_at)
     return found
 
 
@@ -1401,15 +1140,19 @@ def _retried_at(ending: RunEnd, finished_at: datetime) -> datetime | None:
     return finished_at + ending.retry.backoff
 
 
+#: What :func:`_end_runs_in_one_statement` sends of each :class:`RunEnd` as it is.
+_END_FIELDS = (
+    "name fence run_pk outcome error capped loose_items succeeded_at late_after finished_at"
+    " final failed lost_outcome lost_error"
+).split()
+
+
 def _end_runs_in_one_statement(ends: list[RunEnd], lock_wait: float) -> dict[int, Ended]:
-    """:func:`end_runs` on PostgreSQL: one statement, its own transaction when none is open,
-    one round trip (:func:`~django_fencedjobs.db.bounded_rows`). ``lease`` aggregates the
-    lease rows' UPDATE, so all of it is done (waiting for a lease row if need be) before
-    any run's row can be updated, and so locked; a data-modifying CTE nobody reads would
-    run after the main statement instead. The values are the caller's, in one JSON
-    parameter; the constants of the statement are literals."""
+    """:func:`end_runs` on PostgreSQL: one statement, one round trip
+    (:func:`~django_fencedjobs.db.bounded_rows`). ``lease`` aggregates the lease rows'
+    UPDATE, so all of it is done before any run's row is updated (a data-modifying CTE
+    nobody reads would run after the main statement instead)."""
     connection = connections[lease_db()]
-    run_table = connection.ops.quote_name(JobRun._meta.db_table)
     retrying = _RETRYING
     scheduled, running, abandoned = (
         f"'{RunKind.SCHEDULED}'",
@@ -1450,7 +1193,7 @@ def _end_runs_in_one_statement(ends: list[RunEnd], lock_wait: float) -> dict[int
         "  COALESCE(array_agg(retry_at), '{}') AS retry_at FROM released),"
         " settled AS (SELECT ending.*, array_position(lease.names, ending.name) AS place,"
         "  lease.retry_at AS retries FROM ending, lease)"
-        f" UPDATE {run_table} AS run SET"
+        f" UPDATE {_table(connection, JobRun)} AS run SET"
         "  outcome = CASE WHEN settled.place IS NULL AND settled.lost_outcome <> ''"
         "   THEN settled.lost_outcome ELSE settled.outcome END,"
         "  error = CASE WHEN settled.place IS NULL AND settled.lost_outcome <> ''"
@@ -1464,24 +1207,11 @@ def _end_runs_in_one_statement(ends: list[RunEnd], lock_wait: float) -> dict[int
     )
     payload = _json(
         {
-            "name": end.name,
-            "fence": end.fence,
-            "run_pk": end.run_pk,
-            "outcome": end.outcome,
-            "error": end.error,
-            "capped": end.capped,
-            "loose_items": end.loose_items,
-            "succeeded_at": end.succeeded_at,
-            "late_after": end.late_after,
-            "finished_at": end.finished_at,
+            **{field: getattr(end, field) for field in _END_FIELDS},
             # An interval PostgreSQL reads: seconds, with their fraction.
             "backoff": f"{end.retry.backoff.total_seconds()} seconds" if end.retry else None,
             "retry_slot": end.retry.slot if end.retry else None,
             "retry_attempt": end.retry.attempt if end.retry else None,
-            "final": end.final,
-            "failed": end.failed,
-            "lost_outcome": end.lost_outcome,
-            "lost_error": end.lost_error,
         }
         for end in ends
     )
@@ -1500,14 +1230,10 @@ def _end_runs_in_one_statement(ends: list[RunEnd], lock_wait: float) -> dict[int
 @dataclass(frozen=True)
 class HeldTransaction:
     """The transaction of a fenced block, as its fence check found it: what a supervisor
-    ends when the block's handler will not stop (:func:`end_transaction`).
-
-    PostgreSQL: the server process (``pid``) and the transaction's start (``started``). A
-    server session is no identity here: a connection pooler in transaction mode (PgBouncer,
-    Django's own pool) hands one server session to many clients in turn, and a handler may
-    reconnect during its run. A transaction is the handler's alone. SQLite: the DB-API
-    connection (``raw``), which only this process uses.
-    """
+    ends when the block's handler will not stop (:func:`end_transaction`). PostgreSQL: the
+    server process and the transaction's start (a session is no identity: a transaction
+    pooler hands one to many clients in turn, and a handler may reconnect; a transaction is
+    the handler's alone). SQLite: the DB-API connection, which only this process uses."""
 
     alias: str
     pid: int = 0
@@ -1521,18 +1247,12 @@ _IDENTIFY = "pg_backend_pid(), now()"
 
 
 def _limit_idle(idle_limit: timedelta | None) -> str:
-    """The select-list item that limits how long the checking transaction may sit idle.
-
-    A holder paused (SIGSTOP, a suspended VM, a GC pause) inside its fenced transaction is,
-    to the server, a session idle in transaction; so is a handler that sits in Python (a
-    sleep, a call to another service) for longer than that inside one. With
-    ``idle_in_transaction_session_timeout`` set to the job's ``lease_ttl`` the server ends
-    such a transaction after ``lease_ttl``: its writes roll back and its lock on the lease
-    row goes, so the job is taken over at its next slot instead of freezing until the
-    holder resumes. ``set_config(..., true)`` scopes the setting to this transaction, so
-    nothing of the run outlives it on the server session: behind a transaction pooler the
-    next client of that session never inherits it. ``NULL`` when there is no limit to set.
-    """
+    """The select-list item that limits how long the checking transaction may sit idle
+    (``NULL``: no limit). A holder paused (SIGSTOP, a GC pause) or sitting in Python inside
+    its fenced transaction is idle in transaction to the server, which ends it after the
+    job's ``lease_ttl``: its writes roll back and its row lock goes, so the job is taken
+    over instead of freezing until the holder resumes. ``set_config(..., true)`` scopes it
+    to this transaction: behind a pooler, the session's next client never inherits it."""
     if idle_limit is None:
         return "NULL"
     limit = f"{max(int(idle_limit.total_seconds() * 1000), 1)}ms"
@@ -1548,16 +1268,12 @@ def _held(connection: BaseDatabaseWrapper, row: tuple[Any, ...] | None) -> HeldT
 
 
 def end_transaction(held: HeldTransaction) -> bool:
-    """End the fenced transaction ``held``, if it is still open: it rolls back and its locks
-    go. True when something was ended.
-
-    For a handler past its timeout that holds the lease row (inside a fenced transaction,
-    blocked where no interrupt reaches it). PostgreSQL: the server process is terminated
-    only while that same transaction is open on it (pid *and* transaction start, checked in
-    the statement that terminates): not a later transaction of the handler, not another
-    client's that a pooler has since given the session to, not a reused pid. The session
-    goes with it, which a pooler replaces. SQLite: the connection is closed.
-    """
+    """End the fenced transaction ``held`` if it is still open (it rolls back, its locks
+    go): a handler past its timeout, blocked where no interrupt reaches it. True when
+    something was ended. PostgreSQL: the server process is terminated only while that same
+    transaction is open on it (pid *and* start, checked by the terminating statement): not
+    a later one of the handler, nor another client's a pooler gave the session to, nor a
+    reused pid. SQLite: the connection is closed."""
     if held.raw is not None:
         held.raw.close()
         return True

@@ -1,34 +1,11 @@
 """The tick, the worker pool and the loop: which due job runs when, and on which worker.
 
-A runner process runs due jobs side by side on a bounded :class:`Pool` of worker threads.
-The dispatching thread claims due rows for the free workers, as many as are free, in one
-transaction (:func:`~django_fencedjobs.runner.claim`); each worker runs one claimed run at
-a time (:func:`~django_fencedjobs.runner.run_acquired`: execute, record) on a database
-connection of its own, kept from run to run and thrown away after a run that had to be
-interrupted. A job is claimed only when a worker is free: a job waits unacquired rather
-than sit behind a slow one with its lease taken, and that wait shows as lateness
-(``started_at - scheduled_for``).
-
-A :class:`Dispatcher` owns one runner's dispatching: its jobs, its pool, its stop and wake
-events, the order it takes jobs due at the same instant in, and the runs it still has to
-record. Its steps are the same for both ways of running:
-
-* :meth:`Dispatcher.tick` is one pass (``runjobs --once``): scan, hand every job due now
-  to the workers as they free up, and end when each is recorded.
-* :meth:`Dispatcher.loop` (``runjobs``) repeats scan, hand out, sleep until asked to stop,
-  sleeping until the earliest next slot or until a worker is free again.
-
-:func:`tick` and :func:`loop` make a dispatcher for the named jobs (every job by default)
-and run it.
-
-A worker whose handler was given up on (it did not return at its timeout plus the grace:
-:mod:`~django_fencedjobs.supervisor`) is replaced at once; the stuck thread is retired and
-ends by itself whenever its handler returns. Such threads are counted while they run
-(:func:`abandoned_handlers`). When a runner holds as many as its limit
-(``MAX_ABANDONED_HANDLERS``, by default its number of workers), it stops as on a stop
-request and :func:`tick` or :func:`loop` raises :class:`TooManyAbandonedHandlers`: nothing
-but the end of the process ends those threads, so ``runjobs`` exits for its supervisor to
-start a new one.
+A :class:`Dispatcher` claims due rows for the free workers of its :class:`Pool` in one
+transaction (:func:`~django_fencedjobs.runner.claim`), only when a worker is free: a job
+waits unacquired rather than behind a slow one with its lease taken (that wait shows as
+lateness). A worker whose handler was given up on is replaced at once; at
+``MAX_ABANDONED_HANDLERS`` such threads still running the runner stops and raises
+:class:`TooManyAbandonedHandlers`: only the end of the process ends them.
 """
 
 from __future__ import annotations
@@ -55,38 +32,25 @@ from django_fencedjobs.declared import runnable_jobs, sync
 from django_fencedjobs.exceptions import FencedJobsError
 from django_fencedjobs.models import JobRun
 from django_fencedjobs.registry import Job
-from django_fencedjobs.runner import (
-    Acquired,
-    Unrecorded,
-    claim,
-    claim_oneshots,
-    run_acquired,
-)
+from django_fencedjobs.runner import Acquired, Unrecorded, claim, claim_oneshots, run_acquired
 
 logger = logging.getLogger("django_fencedjobs")
 
-#: A job that was due but could not be acquired (its row locked by a run inside a fenced
-#: transaction) is tried again after this long, not in a busy loop.
+#: A due job whose row was locked (by a run's fenced transaction) is tried again after this.
 RETRY_LOCKED = timedelta(seconds=1)
 
-#: A loop that runs instances looks at them again at least this often: an instance created
-#: or changed to fire before the loop's planned wakeup is seen within this long (one read
-#: of an index, whatever the number of instances: bench P10).
+#: A loop with instances reads their index at least this often: a change is seen within it.
 INSTANCES_POLL = timedelta(seconds=1)
 
-#: Due instances and some of the workers busy: wait this long at most for them to free up,
-#: so that one claim serves every worker (in a stampede the workers free up one after
-#: another, and a claim costs a transaction whatever its size).
+#: Due work and some workers busy: wait this long at most for them to free up, so that one
+#: claim (a transaction, whatever its size) serves every worker in a stampede.
 CLAIM_GATHER = timedelta(milliseconds=10)
 
-#: How many due jobs of the last scan a claim offers per free worker: while other runners
-#: drain the same jobs, some of those offered were taken already, and the claim takes a
-#: worker's worth of those still due (the rest stay for the next claim), rather than come
-#: back short and scan again.
+#: Due jobs of the last scan a claim offers per free worker: while other runners drain the
+#: same jobs, a worker's worth of those still due is taken rather than come back short.
 OFFERED_PER_WORKER = 4
 
-#: While other processes drain the same due jobs (a fleet), the loop reads the due rows
-#: again after a job was passed over, at most this often: what it read is going stale.
+#: How often at most the loop reads the due rows again once a job of them was passed over.
 RESCAN_AFTER = timedelta(seconds=0.2)
 
 
@@ -102,24 +66,17 @@ class TooManyAbandonedHandlers(FencedJobsError):
             f"{limit}); took no further run, recorded the runs it held; exiting for a new "
             "process to take over"
         )
-        self.count = count
-        self.limit = limit
 
 
-#: Every pool of this process that may still have a thread: a pool lives as long as one of
-#: its threads does (each runs a method of it), abandoned ones included.
+#: Every pool of this process with a thread left (abandoned ones too: it keeps its pool).
 _pools: weakref.WeakSet[Pool] = weakref.WeakSet()
-#: Whether this process has run jobs (made a pool): only such a process reports
-#: :func:`abandoned_handlers`.
+#: Whether this process has made a pool: only such a process reports abandoned handlers.
 _runs_jobs = threading.Event()
 
 
 def abandoned_handlers() -> int | None:
-    """How many handlers this process gave up on are still running (their threads have not
-    returned); None in a process that has run no job (a web process)."""
-    if not _runs_jobs.is_set():
-        return None
-    return sum(pool.abandoned() for pool in list(_pools))
+    """Handlers this process gave up on still running; None in a process that ran no job."""
+    return sum(pool.abandoned() for pool in list(_pools)) if _runs_jobs.is_set() else None
 
 
 @dataclass
@@ -130,17 +87,11 @@ class _Worker:
 
 
 class Pool:
-    """``size`` worker threads, started as they are first needed.
-
-    :meth:`submit` hands a due job to a free worker (the caller checks :meth:`free`
-    first); :meth:`finished` returns what has been recorded since. Thread-safe for one
-    dispatching thread, which ``wake`` wakes whenever a worker becomes free.
-
-    A worker whose handler is given up on is replaced; its thread is counted
-    (:meth:`abandoned`) until it returns. When ``max_abandoned`` of them (default:
-    ``size``) are running at once, the pool sets ``stop`` (no further job starts; each run
-    in progress stops between batches and is recorded) and :attr:`gave_up` says how many
-    there were. A run whose end cannot be recorded goes to ``unrecorded``.
+    """``size`` worker threads, started as needed, for one dispatching thread (``wake``
+    wakes it whenever a worker becomes free). A worker whose handler is given up on is
+    replaced; its thread is counted (:meth:`abandoned`) until it returns. When
+    ``max_abandoned`` of them (default: ``size``) run at once, the pool sets ``stop`` and
+    :attr:`gave_up` says how many. Ends that cannot be recorded go to ``unrecorded``.
     """
 
     def __init__(
@@ -181,19 +132,16 @@ class Pool:
             return set(self._busy)
 
     def submit(self, acquired: Acquired) -> None:
-        """Run a claimed run on a free worker."""
         with self._lock:
             name = acquired.lease_name
             if len(self._busy) >= self.size or name in self._busy:
                 raise RuntimeError(f"no free worker for {name}")
             self._busy.add(name)
-            idle = len(self._busy) > sum(1 for w in self._workers if not w.retired.is_set())
-            if idle:
+            if len(self._busy) > sum(1 for w in self._workers if not w.retired.is_set()):
                 self._start_worker()
         self._work.put(acquired)
 
     def abandoned(self) -> int:
-        """How many handlers this pool gave up on are still running."""
         with self._lock:
             return self._still_abandoned()
 
@@ -224,8 +172,6 @@ class Pool:
             ):
                 pass
 
-    # -- the workers ---------------------------------------------------------------------
-
     def _start_worker(self) -> None:
         worker = _Worker()
         worker.thread = threading.Thread(
@@ -252,9 +198,8 @@ class Pool:
 
     def _run(self, worker: _Worker, acquired: Acquired) -> JobRun | None:
         def give_up() -> None:
-            # The supervisor recorded the run and ended its session; this worker is stuck
-            # in the handler. Free its place for a new worker, and count the stuck thread
-            # until it returns: past the limit, stop taking runs (the runner exits).
+            # The supervisor recorded the run; this worker is stuck in the handler. Free its
+            # place, count the stuck thread until it returns: past the limit, stop.
             worker.retired.set()
             with self._lock:
                 self._workers.remove(worker)
@@ -296,12 +241,9 @@ class Pool:
 
 def _keep_or_replace(connection: BaseDatabaseWrapper) -> None:
     """Before a worker's run: replace its connection if it is broken (a database restart)
-    or past a positive ``CONN_MAX_AGE``; keep it otherwise.
-
-    Django's default ``CONN_MAX_AGE`` of 0 closes a connection at the end of each web
-    request. A worker has no requests: read that way, it would open a new session, a new
-    server process on PostgreSQL, for every run. Its connection lives as long as it does.
-    """
+    or past a positive ``CONN_MAX_AGE``. A ``CONN_MAX_AGE`` of 0 means "per web request":
+    a worker has none, so its connection lives as long as it does, not one session (a
+    server process on PostgreSQL) per run."""
     if connection.settings_dict.get("CONN_MAX_AGE") == 0:
         connection.close_at = None
     connection.close_if_unusable_or_obsolete()
@@ -315,44 +257,31 @@ class TickResult:
 
 
 class Dispatcher:
-    """One runner's dispatching: its jobs, its pool of workers, the events that stop and
-    wake it, the order of its jobs due at the same instant, and its runs still to record.
-
-    ``runjobs`` makes one and stops it from its signal handlers (:meth:`request_stop`);
-    :func:`tick` and :func:`loop` make one per call.
-
-    ``chores``: what it does beside its runs after each pass (:mod:`django_fencedjobs.chores`;
-    ``runjobs`` gives the app's, :meth:`~django_fencedjobs.apps.FencedJobsConfig.runner_chores`).
-    Its loop adds its own, the orphan sweep (:meth:`sweep_orphans`).
-    """
+    """One runner's dispatching: its jobs, pool, stop and wake events, runs still to record,
+    and ``chores`` (:mod:`django_fencedjobs.chores`; its loop adds :meth:`sweep_orphans`)."""
 
     def __init__(
         self, jobs: Sequence[Job], *, workers: int | None = None, chores: Iterable[Chore] = ()
     ) -> None:
         self.jobs = list(jobs)
-        self.workers = workers or default_workers()
+        self.workers = workers or get_settings().WORKERS
         self.chores = Chores(chores)
-        #: Set to stop: no further job starts, each run in progress stops between batches
-        #: and is recorded (``run.stopping``).
+        #: Set to stop: no further job starts, each run in progress stops between batches.
         self.stop = threading.Event()
         #: Wakes the dispatching thread: a worker became free, or a stop was requested.
         self.wake = threading.Event()
-        #: Runs whose end could not be recorded (the database was away): retried first.
         self.unrecorded = Unrecorded()
-        #: The jobs with a schedule, by name: scanned by name (lease.scan).
+        #: The jobs with a schedule (scanned by name), and those with instances (by an index).
         self._by_name = {job.name: job for job in self.jobs if not job.instances}
-        #: The jobs whose instances have the schedules: claimed by an index (claim).
         self._bases = {job.name: job for job in self.jobs if job.instances}
-        #: The jobs with instances due at the last look, the earliest due first; emptied
-        #: when a claim comes up short (none left that could be claimed now).
+        #: The jobs with instances due at the last look, earliest first; emptied when a
+        #: claim comes up short. The same for backfill slots and one-offs.
         self._due_parents: list[str] = []
-        #: The jobs with backfill slots or one-offs due at the last look (the same).
         self._due_oneshots: list[str] = []
         #: When a claim was put off to gather free workers (monotonic), if it was.
         self._gathering: float | None = None
         self._tiebreaks: dict[str, float] = {}
-        #: Due rows of the latest scan not handed out yet, and when the next job not due
-        #: then can be acquired.
+        #: Due rows of the last scan not handed out yet; when the next job not due is.
         self._backlog: list[lease.LeaseRow] = []
         self._wakeup: datetime | None = None
         self._scanned = 0.0
@@ -370,21 +299,17 @@ class Dispatcher:
         self.wake.set()
 
     def tiebreak(self, name: str) -> float:
-        """This dispatcher's place for job ``name`` among jobs due at the same instant: a
-        random number drawn once. Several runners that read the same stampede of due jobs
-        then start at different ends of it, instead of each trying the jobs another has
-        just taken, one failed acquisition after another."""
+        """This dispatcher's place for job ``name`` among jobs due at the same instant, drawn
+        once: runners reading the same stampede start at different ends of it, instead of
+        each trying the jobs another has just taken."""
         try:
             return self._tiebreaks[name]
         except KeyError:
             return self._tiebreaks.setdefault(name, random.random())
 
-    # -- the steps -----------------------------------------------------------------------
-
     def scan(self) -> list[lease.LeaseRow]:
-        """Read the due rows, earliest slot first, and the next wakeup: one read of the lease
-        rows (after creating or rescheduling the rows of new or changed jobs). Returns the
-        due rows, which :meth:`hand_out` hands out from."""
+        """Read the due rows (earliest first, for :meth:`hand_out`) and the next wakeup: one
+        read of the lease rows, after syncing the rows of new or changed jobs."""
         names = list(self._by_name)
         now = clock.now()
         self._backlog, self._wakeup = [], None
@@ -394,41 +319,31 @@ class Dispatcher:
                 seen = lease.scan(names, now)
             self._backlog = sorted(seen.due, key=lambda r: (r.next_run_at, self.tiebreak(r.name)))
             self._wakeup = seen.wakeup
-        if self._bases:
-            self._scan_instances(now)
-        self._scan_oneshots(now)
+        if self._bases:  # the jobs with due instances, earliest first (one read of an index)
+            wakeups = lease.instances_wakeups(list(self._bases))
+            due = sorted((at, name) for name, at in wakeups.items() if at <= now)
+            self._due_parents = [name for _, name in due]
+            self._wake_by(wakeups, now)
+        # The jobs with due backfill slots or one-offs (one read of their index).
+        wakeups = lease.oneshot_wakeups([job.name for job in self.jobs])
+        self._due_oneshots = sorted(name for name, at in wakeups.items() if at <= now)
+        self._wake_by(wakeups, now)
         self._scanned = time.monotonic()
         self._passed_over = 0
         return list(self._backlog)
 
-    def _scan_instances(self, now: datetime) -> None:
-        """When each job's next instance is due (one read of the index): the jobs with due
-        instances, earliest first, for :meth:`hand_out` to claim from; else a wakeup."""
-        wakeups = lease.instances_wakeups(list(self._bases))
-        due = sorted((at, name) for name, at in wakeups.items() if at <= now)
-        self._due_parents = [name for _, name in due]
-        later = [at for at in wakeups.values() if at > now]
-        if later:
-            earliest = min(later)
-            self._wakeup = earliest if self._wakeup is None else min(self._wakeup, earliest)
-
-    def _scan_oneshots(self, now: datetime) -> None:
-        """The jobs with due backfill slots or one-offs, and when the next one is due (one
-        read of their index)."""
-        wakeups = lease.oneshot_wakeups([job.name for job in self.jobs])
-        self._due_oneshots = sorted(name for name, at in wakeups.items() if at <= now)
+    def _wake_by(self, wakeups: dict[str, datetime], now: datetime) -> None:
+        """Wake up by the earliest of ``wakeups`` not due at ``now``, if it comes first."""
         later = [at for at in wakeups.values() if at > now]
         if later:
             earliest = min(later)
             self._wakeup = earliest if self._wakeup is None else min(self._wakeup, earliest)
 
     def hand_out(self, pool: Pool) -> None:
-        """Claim due rows of the last scan for the free workers, earliest first, and hand
-        them out: the due jobs (by name, this runner's tiebreak first among those due at
-        the same instant), then due instances, in one claim (:func:`claim`), after the ends
-        of the runs that freed the workers; then backfill slots and one-offs. A job the
-        claim passes over (another runner took it, or holds its row) waits for a later
-        scan."""
+        """Claim due rows of the last scan for the free workers and hand them out: due jobs
+        (earliest first, by :meth:`tiebreak` among equals) and due instances in one
+        :func:`claim`, after recording the ends that freed the workers; then backfill slots
+        and one-offs. A job passed over (another runner took or holds it) waits a rescan."""
         busy = pool.busy()
         if any(row.name in busy for row in self._backlog):
             self._retry_soon = True
@@ -440,8 +355,8 @@ class Dispatcher:
                 return
             self._claim_for(pool, free)
             if self._is_stale() and not rescanned:
-                # Other runners are draining these jobs: what is left of them (once a pass:
-                # a row held locked stays due).
+                # Other runners drain these jobs: read what is left (once: a locked row
+                # stays due).
                 self.scan()
                 rescanned = True
         free = pool.free()
@@ -455,58 +370,44 @@ class Dispatcher:
                 self._retry_soon = True
 
     def _claim_for(self, pool: Pool, free: int) -> None:
-        """One claim for ``free`` workers: the next due jobs of the backlog (up to
-        :data:`OFFERED_PER_WORKER` per worker offered, a worker's worth taken), then due
-        instances; each run claimed goes to a worker."""
+        """One claim for ``free`` workers: the backlog's next due jobs (up to
+        :data:`OFFERED_PER_WORKER` per worker offered), then due instances."""
         self.unrecorded.record()
         window = self._backlog[: free * OFFERED_PER_WORKER]
-        due = {name: self._bases[name] for name in self._due_parents}
-        claimed = claim(
-            free, named={row.name: self._by_name[row.name] for row in window}, bases=due
-        )
+        named = {row.name: self._by_name[row.name] for row in window}
+        bases = {name: self._bases[name] for name in self._due_parents}
+        claimed = claim(free, named=named, bases=bases)
         for acquired in claimed:
             pool.submit(acquired)
         taken = {acquired.lease_name for acquired in claimed}
-        # A worker's worth taken: the others offered may be due still. Fewer: every other
-        # one offered is taken by another runner, or held (looked at again after a scan).
+        # A worker's worth taken: the others offered may be due still. Fewer: the others are
+        # taken by another runner, or held (looked at again after a scan).
         short = sum(1 for row in window if row.name in taken) < free
-        passed = [] if not short else [row.name for row in window if row.name not in taken]
-        for name in passed:
+        left = [row for row in window if row.name not in taken]
+        for row in left if short else []:
             self._passed_over += 1
             self._retry_soon = True
             logger.debug(
                 "%s: another runner took this slot first, or holds the row; passed over",
-                name,
-                extra={"event": "passed_over", "job": name},
+                row.name,
+                extra={"event": "passed_over", "job": row.name},
             )
-        kept = [row for row in window if row.name not in taken] if not short else []
-        self._backlog = kept + self._backlog[len(window) :]
-        # Fewer than asked for: no due instance is left that could be claimed now (the rest,
-        # if any, are locked or held: looked at again in a moment).
+        self._backlog = ([] if short else left) + self._backlog[len(window) :]
+        # Fewer than asked for: no due instance is left to claim now (any rest is held).
         if len(claimed) < free and self._due_parents:
             self._due_parents = []
             self._retry_soon = True
 
     def _gather(self, pool: Pool, free: int) -> bool:
-        """Whether to put the claim off for a moment (:data:`CLAIM_GATHER`): some workers
-        are busy, and it was not put off that long already."""
-        if free >= pool.size:
-            self._gathering = None
-            return False
-        now = time.monotonic()
-        if self._gathering is None:
-            self._gathering = now
-        if now - self._gathering < CLAIM_GATHER.total_seconds():
-            return True
+        """Whether to put the claim off, some workers busy, for at most :data:`CLAIM_GATHER`."""
+        if free < pool.size:
+            now = time.monotonic()
+            if self._gathering is None:
+                self._gathering = now
+            if now - self._gathering < CLAIM_GATHER.total_seconds():
+                return True
         self._gathering = None
         return False
-
-    def _ends_wait(self) -> bool:
-        """Due rows wait for workers: the ends of the runs that free them wait for the
-        next claim, which records them just before it claims (:meth:`hand_out`), several
-        in one statement. It comes as soon as every worker is free, or
-        :data:`CLAIM_GATHER` after the first."""
-        return bool(self._backlog or self._due_parents)
 
     def _gather_left(self) -> float | None:
         """Seconds until a claim put off to gather workers is made anyway; None if none is."""
@@ -516,14 +417,12 @@ class Dispatcher:
 
     @property
     def has_work(self) -> bool:
-        """Due work from the last scan is waiting for a free worker: due jobs, or due
-        instances not claimed yet."""
+        """Due work from the last scan is waiting for a free worker."""
         return bool(self._backlog or self._due_parents or self._due_oneshots)
 
     def sleep_time(self, max_sleep: float) -> float:
-        """How long to sleep: until a worker is free while due jobs wait (it wakes us),
-        else until the next job not due at the last scan, however busy the others, and a
-        moment when a due job was held back."""
+        """How long to sleep: while due work waits, until a worker is free (it wakes us);
+        else until the next job due, or a moment when a due job was held back."""
         if self.has_work:
             gathering = self._gather_left()
             return max_sleep if gathering is None else gathering
@@ -536,20 +435,11 @@ class Dispatcher:
             sleep = min(sleep, INSTANCES_POLL.total_seconds())
         return sleep
 
-    # -- the two ways to run -------------------------------------------------------------
-
     def tick(self) -> TickResult:
-        """One pass: run every job due now once, side by side on the workers, and return
-        when each is recorded (``runjobs --once``). Due jobs beyond the workers wait for one
-        to be free.
-
-        Raises :class:`TooManyAbandonedHandlers` once every run of the pass is recorded, if
-        so many of its handlers were given up on that the pass stopped taking runs.
-
-        With no due job this issues a constant number of queries, whatever the number of
-        registered jobs: the clock, and one read of the lease rows (:func:`lease.scan`,
-        whose cost barely grows with the number of jobs either); and starts no thread.
-        """
+        """One pass (``runjobs --once``): run every job due now once, side by side on the
+        workers, and return when each is recorded (then :class:`TooManyAbandonedHandlers` if
+        the pass stopped at that limit). With no due job: the clock and one read of the
+        lease rows, whatever the number of jobs, and no thread."""
         if not self.jobs:
             return TickResult([], None)
         self.scan()
@@ -576,27 +466,18 @@ class Dispatcher:
         return TickResult(runs, wakeup)
 
     def loop(self, *, max_ticks: int | None = None) -> None:
-        """Run due jobs until :meth:`request_stop`: scan, hand out, sleep until the earliest
-        next slot (at most ``LOOP_MAX_SLEEP``) or until a worker is free; survive the
-        database going away by reconnecting with backoff, and any other error by logging
-        and counting it (:attr:`errors`), with the same backoff. On a stop request, return once
-        every worker's run is recorded. When the workers' handlers given up on and still
-        running reach ``MAX_ABANDONED_HANDLERS``, stop the same way, then raise
-        :class:`TooManyAbandonedHandlers`.
-
-        One scan serves until its due jobs are all handed out: when many jobs are due at
-        once (a stampede), each freed worker takes the next one from that scan instead of
-        the loop reading every row again. When a job from it could not be acquired (other
-        runners are draining the same jobs), the scan is stale: the loop scans again, at
-        most every :data:`RESCAN_AFTER`, rather than try every job the others have run
-        meanwhile.
-        """
+        """Run due jobs until :meth:`request_stop`: scan, hand out, sleep until the next slot
+        (at most ``LOOP_MAX_SLEEP``) or a free worker; survive the database going away and
+        any other error (logged, counted in :attr:`errors`), with backoff. On a stop, return
+        once every worker's run is recorded; at ``MAX_ABANDONED_HANDLERS`` the same, then
+        raise :class:`TooManyAbandonedHandlers`. One scan serves a stampede until handed
+        out, unless a job of it was passed over: then rescan, at most every
+        :data:`RESCAN_AFTER`."""
         max_sleep = get_settings().LOOP_MAX_SLEEP.total_seconds()
-        # On PostgreSQL the ends of runs whose handler returned are recorded here, several
-        # in one statement, at the next pass (lease.end_runs).
+        # On PostgreSQL, ends are recorded here, several in one statement (lease.end_runs).
         self.unrecorded.deferring = lease.ends_together()
         pool = self._pool()
-        #: This runner's row: registered, then a beat every RUNNER_BEAT (never raises).
+        # This runner's row: registered, then a beat every RUNNER_BEAT (never raises).
         presence = runners.Presence(self.jobs, pool.size)
         self.chores.add(Chore("orphan sweep", lambda: presence.interval, self.sweep_orphans))
         backoff, ticks = 0.5, 0
@@ -604,7 +485,8 @@ class Dispatcher:
             while not self.stop.is_set():
                 self.wake.clear()
                 try:
-                    if not self._ends_wait():
+                    if not (self._backlog or self._due_parents):
+                        # Else the next claim records them, just before it claims.
                         self.unrecorded.record()
                     if not self.has_work:
                         if max_ticks is not None and ticks >= max_ticks:
@@ -631,14 +513,11 @@ class Dispatcher:
             presence.stop()
         self._give_up_if(pool)
 
-    # -- helpers ---------------------------------------------------------------------------
-
     @staticmethod
     def sweep_orphans(now: datetime) -> None:
-        """The loop's own chore, every beat: record the runs that no acquisition will end
-        (their job deleted, or paused) at most a beat after their lease ran out
-        (:func:`lease.end_orphans`). A row held by a paused holder's transaction is waited
-        for a bounded time, and tried again at the next turn."""
+        """The loop's own chore, every beat: record the runs no acquisition will end (job
+        deleted or paused) at most a beat after their lease ran out (:func:`lease.end_orphans`);
+        a row held by a paused holder is waited for a bounded time, tried again next turn."""
         try:
             with db.bounded_wait():
                 lease.end_orphans(now)
@@ -656,10 +535,8 @@ class Dispatcher:
         )
 
     def _failed(self, exc: Exception, retry_in: float) -> None:
-        """A pass of the loop failed: log it, drop what the pass had read, and go on after
-        ``retry_in`` seconds. The database away is the expected failure (reconnect); any
-        other is a fault of ours or of a job's code: logged with its traceback and counted
-        (:attr:`errors`), and it does not end the loop either."""
+        """A pass failed: log it and drop what it read. The database away is expected
+        (reconnect); any other error is a fault: logged with its traceback and counted."""
         if isinstance(exc, DatabaseError):
             logger.error(
                 "database unavailable, retrying in %.1fs: %s",
@@ -702,28 +579,19 @@ class Dispatcher:
             )
 
     def _give_up_if(self, pool: Pool) -> None:
-        """After a pool's shutdown: if it stopped at its limit of abandoned handlers, record
-        what could not be recorded yet (one try) and raise
-        :class:`TooManyAbandonedHandlers`."""
+        """After a pool's shutdown at its limit of abandoned handlers: record what waits
+        (one try) and raise :class:`TooManyAbandonedHandlers`."""
         if not pool.gave_up:
             return
         self._record_before_exit()
         raise TooManyAbandonedHandlers(pool.gave_up, pool.max_abandoned)
 
 
-def default_workers() -> int:
-    return get_settings().WORKERS
-
-
 def tick(
-    names: Sequence[str] | None = None,
-    *,
-    workers: int | None = None,
-    chores: Iterable[Chore] = (),
+    names: Sequence[str] | None = None, *, workers: int | None = None, chores: Iterable[Chore] = ()
 ) -> TickResult:
-    """One pass over the named jobs (every job by default): :meth:`Dispatcher.tick`. For
-    tests and scripts: it does no chore unless given some (``runjobs --once`` gives the
-    app's)."""
+    """One pass over the named jobs (default: all): :meth:`Dispatcher.tick`, with no chore
+    unless given some (``runjobs --once`` gives the app's)."""
     return Dispatcher(runnable_jobs(names), workers=workers, chores=chores).tick()
 
 
@@ -734,19 +602,15 @@ def loop(
     max_ticks: int | None = None,
     chores: Iterable[Chore] | None = None,
 ) -> None:
-    """Run the named jobs (every job by default) for ``max_ticks`` scans, or until the
-    abandoned handlers' limit: :meth:`Dispatcher.loop`, with the app's chores unless
-    given others (:meth:`~django_fencedjobs.apps.FencedJobsConfig.runner_chores`). To stop
-    it from another thread or a signal handler, make the :class:`Dispatcher` and call its
-    :meth:`request_stop`."""
+    """:meth:`Dispatcher.loop` over the named jobs (default: all), with the app's chores
+    unless given others. To stop it from elsewhere, make the :class:`Dispatcher` yourself."""
     if chores is None:
         chores = app_chores(loop=True)
     Dispatcher(runnable_jobs(names), workers=workers, chores=chores).loop(max_ticks=max_ticks)
 
 
 def app_chores(*, loop: bool) -> list[Chore]:
-    """The app's runner chores, asked of its app config (where the app is wired), so that
-    this module needs none of the modules they come from."""
+    """The app's runner chores, asked of its app config: this module imports none of them."""
     config: Any = apps.get_app_config("fencedjobs")
     chores: list[Chore] = config.runner_chores(loop=loop)
     return chores

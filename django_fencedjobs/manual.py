@@ -1,27 +1,13 @@
-"""Operating a job by hand: run it now (``manage.py runjobs --now NAME`` and
-:func:`django_fencedjobs.testing.run_job_now`), pause it, resume it, skip its next slot
-(``manage.py jobctl``, and the admin's actions).
+"""Operating a job by hand: run it now (``runjobs --now``, ``testing.run_job_now``), pause,
+resume, skip its next slot (``manage.py jobctl``, the admin's actions).
 
-A run now takes the real path: the job is made due now, and its lease is taken with the
-same compare-and-set as a scheduled run's, so it never overlaps a run of the same job in
-another process; it is recorded (a ``JobRun``), logged and signalled like any other, and
-its writes are fenced. The schedule goes on as before: like every run, it moves the job's
-next slot to the first one after now.
-
-An instance (``job[key]``) is operated on as a job is; its pause is its own flag
-(``JobInstance.paused``), which its lease row follows (:func:`operations.set_instance_paused`),
-so that a pause and the instance's *enabled* never undo each other. :func:`every_instance`
-and :func:`operate_each` operate on every instance of a job (``job[*]``).
-
-Pause, resume and skip change the job's lease row with the admin's bounded wait
-(:data:`~django_fencedjobs.db.LOCK_WAIT`): a row a run keeps locked inside a fenced
-transaction for longer raises :class:`JobBusy`, and nothing is changed.
-
-Every slot an operator skips (a skip, a resume from now) is recorded, in the transaction
-that moves the row past it: a run of outcome ``skipped`` for the latest of them, its
-``missed_slots`` counting the others, its ``owner`` naming who skipped them
-(:func:`_record_skipped`). So every slot of the schedule has a run that ran it, counted
-it, or says who skipped it.
+A run now takes the real path: made due now, its lease taken by the same compare-and-set as
+a scheduled run's (never overlapping another process's run), recorded, fenced. An
+instance's pause is its own flag (``JobInstance.paused``), which its lease row follows, so
+that a pause and *enabled* never undo each other. Pause, resume and skip wait for the lease
+row at most :data:`~django_fencedjobs.db.LOCK_WAIT`: a run holding it longer inside a
+fenced transaction raises :class:`JobBusy`, and nothing is changed. Every slot an operator
+skips is recorded in the transaction that skips it (:func:`_record_skipped`).
 """
 
 from __future__ import annotations
@@ -45,17 +31,15 @@ from django_fencedjobs.registry import Job
 
 logger = logging.getLogger("django_fencedjobs")
 
-#: How many times :func:`skip_next_slot` reads the row again when a run took the job
-#: between its read and its change.
+#: How many times :func:`skip_next_slot` reads the row, when runs keep taking the job.
 SKIP_ATTEMPTS = 3
-
 #: Who skipped a slot, when the caller does not say (``manage.py jobctl`` and the admin do).
 OPERATOR = "jobctl"
 
 
 class JobBusy(FencedJobsError):
-    """A run is inside a fenced transaction on the job's lease row, which stayed locked past
-    the bounded wait: nothing was changed. Try again in a moment."""
+    """A run's fenced transaction kept the job's lease row locked past the bounded wait:
+    nothing was changed. Try again in a moment."""
 
 
 @dataclass(frozen=True)
@@ -72,13 +56,9 @@ class Operated:
 def run_now(job: Job, *, stop: threading.Event | None = None) -> JobRun:
     """Run ``job`` once, now, in this thread; return its recorded run (whatever its outcome).
     Setting ``stop`` stops the run between batches (``runjobs --now`` sets it on SIGTERM).
-
-    Raises :class:`FencedJobsError`, saying why in one line, when the run cannot start: the
-    job is paused, or another run holds its lease. Then nothing is changed: the job is not
-    made due, so no run is left queued behind the one that holds the lease.
-    """
-    now = clock.now()
-    declared.sync([job], now)  # a job no runner has seen yet gets its row here
+    Raises :class:`FencedJobsError`, saying why, when the job is paused or another run holds
+    its lease; then it is not made due, so no run is left queued behind that one."""
+    now = _seen(job)
     _refuse_if_busy(job, now)
     operations.make_due(job.name, now)
     record = runner.run_named(job, stop=stop)
@@ -91,26 +71,21 @@ def run_now(job: Job, *, stop: threading.Event | None = None) -> JobRun:
 
 
 def _refuse_if_busy(job: Job, now: datetime) -> None:
-    paused, owner, until = (
-        JobLease.objects.using(db.lease_db())
-        .filter(name=job.name)
-        .values_list("paused", "owner", "lease_until")
-        .get()
-    )
-    if paused and job.parent is not None and _instance_paused(job):
+    paused, owner, until, _ = _row(job)
+    if paused and job.parent is None:
+        raise FencedJobsError(
+            f"job {job.name!r} is paused: resume it (`manage.py jobctl resume {job.name}`, or "
+            "in the admin) to run it"
+        )
+    if paused and _instance_paused(job):
         raise FencedJobsError(
             f"instance {job.name!r} is paused: resume it (`manage.py jobctl resume "
             f"'{job.name}'`) to run it"
         )
-    if paused and job.parent is not None:
+    if paused:
         raise FencedJobsError(
             f"instance {job.name!r} is disabled or invalid: enable it (in the admin, or "
             f"with .instances.set_enabled) to run it"
-        )
-    if paused:
-        raise FencedJobsError(
-            f"job {job.name!r} is paused: resume it (`manage.py jobctl resume {job.name}`, or "
-            "in the admin) to run it"
         )
     if until >= now:
         raise FencedJobsError(
@@ -128,20 +103,16 @@ def pause(job: Job) -> Operated:
     if not change:
         return Operated(job.name, False, f"{job.name} is already paused: nothing changed")
     _, owner, until, _ = _row(job)
-    running = (
-        f"; the run in progress on {owner} goes on to its end" if owner and until >= now else ""
-    )
-    return _done(
-        job, "job_paused", f"paused {job.name}: no run starts until it is resumed{running}"
-    )
+    line = f"paused {job.name}: no run starts until it is resumed"
+    if owner and until >= now:
+        line += f"; the run in progress on {owner} goes on to its end"
+    return _done(job, "job_paused", line)
 
 
 def resume(job: Job, *, from_now: bool = False, by: str = OPERATOR) -> Operated:
-    """Resume ``job``: it runs from its next slot, or at a runner's next pass when slots
-    fell due while it was paused: they catch up by the job's ``catchup`` policy (one run
-    for them all, by default). ``from_now``: those slots are skipped instead, recorded as
-    one skipped run by ``by`` (the latest of them, counting the others), and the job runs
-    from its next slot after now."""
+    """Resume ``job``: slots that fell due while it was paused catch up by its ``catchup``
+    policy at a runner's next pass; ``from_now``, they are skipped instead (recorded as
+    skipped by ``by``) and it runs from its next slot after now."""
     now = _seen(job)
     before = _row(job)[3]
     skipped: list[int] = []
@@ -168,38 +139,26 @@ def resume(job: Job, *, from_now: bool = False, by: str = OPERATOR) -> Operated:
     _refuse_if_locked(job, change)
     if not change:
         return Operated(job.name, False, f"{job.name} is not paused: nothing changed")
-    if job.parent is not None and _row(job)[0]:  # still paused: disabled (or invalid)
-        return _done(
-            job,
-            "job_resumed",
-            f"resumed {job.name}{_from_now(skipped)}: it is disabled, so no run starts until "
-            "it is enabled",
-        )
-    if sum(skipped):
-        return _done(
-            job,
-            "job_resumed",
-            f"resumed {job.name} from now: {sum(skipped)} slot(s) due while it was paused skipped "
-            f"(recorded skipped); next run {format_with_utc(upcoming, job.valid_schedule.tz)}",
-        )
-    _, _, _, next_run_at = _row(job)
-    when = format_with_utc(next_run_at, job.valid_schedule.tz)
-    if next_run_at <= now:
-        then = f"due since {when}: a runner's next pass runs it"
+    count = sum(skipped)
+    done = f"resumed {job.name}"
+    if count:
+        done += f" from now: {count} slot(s) due while it was paused skipped (recorded skipped)"
+    paused, _, _, next_run_at = _row(job)
+    if job.parent is not None and paused:  # still paused: disabled (or invalid)
+        done += ": it is disabled, so no run starts until it is enabled"
+    elif count:
+        done += f"; next run {format_with_utc(upcoming, job.valid_schedule.tz)}"
+    elif next_run_at <= now:
+        when = format_with_utc(next_run_at, job.valid_schedule.tz)
+        done += f": due since {when}: a runner's next pass runs it"
     else:
-        then = f"next run {when} (in {format_wait(next_run_at - now)})"
-    return _done(job, "job_resumed", f"resumed {job.name}: {then}")
-
-
-def _from_now(skipped: list[int]) -> str:
-    if not sum(skipped):
-        return ""
-    return f" from now: {sum(skipped)} slot(s) due while it was paused skipped (recorded skipped)"
+        when = format_with_utc(next_run_at, job.valid_schedule.tz)
+        done += f": next run {when} (in {format_wait(next_run_at - now)})"
+    return _done(job, "job_resumed", done)
 
 
 def _set_paused(job: Job, paused: bool, *, then: operations.Then = None) -> Change:
-    """Pause or resume ``job``: its lease row, or an instance's own flag (its lease row
-    follows, :func:`operations.set_instance_paused`)."""
+    """Pause or resume ``job``'s lease row, or an instance's own flag (its row follows)."""
     if job.parent is None or job.key is None:
         return operations.set_paused(job.name, paused)
     return operations.set_instance_paused(job.parent, job.key, paused, then=then)
@@ -217,9 +176,10 @@ def _instance_paused(job: Job) -> bool:
 def _record_skipped(
     job: Job, first: datetime, until: datetime, now: datetime, *, by: str, why: str
 ) -> int:
-    """Record the slots from ``first`` to ``until`` (excluded) that ``by`` skipped: one run
-    of outcome ``skipped`` for the latest, its ``missed_slots`` counting the others. In
-    the transaction that moved the row past them. Returns how many."""
+    """Record the slots in ``[first, until)`` that ``by`` skipped, in the transaction that
+    moved the row past them: one ``skipped`` run for the latest, its ``missed_slots``
+    counting the others. So every slot has a run that ran it, counted it, or says who
+    skipped it. Returns how many."""
     later = job.valid_schedule.fire_times(first, until, limit=slots.MAX_COUNTED_SLOTS)
     due = [slot for slot in (first, *later) if slot < until]
     if not due:
@@ -248,9 +208,8 @@ def _skipped_run(
 
 
 def _skip(job: Job, row: LeaseRow, target: datetime, now: datetime, by: str) -> operations.Change:
-    """Move ``row`` past its next slot to ``target`` and record what that skipped, in one
-    transaction: a pending retry (its attempt, skipped), and the slots from the next one
-    up to ``target``."""
+    """Move ``row`` to ``target`` and record, in that transaction, what it skipped: a pending
+    retry's attempt, and the slots up to ``target``."""
 
     def record() -> None:
         first = row.next_run_at
@@ -264,11 +223,9 @@ def _skip(job: Job, row: LeaseRow, target: datetime, now: datetime, by: str) -> 
 
 
 def skip_next_slot(job: Job, *, by: str = OPERATOR) -> Operated:
-    """Skip ``job``'s next run: its next slot moves to the first fire time after that slot,
-    or, when the job is due (slots it did not run yet, a paused job's included), after now.
-    A run in progress goes on; the slot skipped is the one after it. A pending retry of a
-    failed slot is skipped the same way. What was skipped is recorded, by ``by``
-    (:func:`_record_skipped`)."""
+    """Skip ``job``'s next run (a pending retry of a failed slot included): its next slot
+    moves to the first fire time after that slot, or after now when it is due. A run in
+    progress goes on. What was skipped is recorded as skipped by ``by``."""
     schedule = job.valid_schedule
     _seen(job)
     for _ in range(SKIP_ATTEMPTS):
@@ -324,9 +281,8 @@ class Tally:
 
 
 def every_instance(name: str) -> Iterator[Job] | None:
-    """Every instance of the job ``job[*]`` names, as the jobs they run as, in key order;
-    None when ``name`` is not of that form (:class:`UnknownJob` when the job is not declared
-    with ``instances=True``). Read in chunks: any number of instances."""
+    """The jobs every instance of ``job[*]`` runs as, in key order, read in chunks; None when
+    ``name`` is not of that form (:class:`UnknownJob`: not declared with instances)."""
     parsed = instances.parse_name(name)
     if parsed is None or parsed[1] != EVERY_INSTANCE:
         return None
@@ -336,9 +292,8 @@ def every_instance(name: str) -> Iterator[Job] | None:
 
 
 def operate_each(jobs: Iterable[Job], operate: Callable[[Job], Operated], job: str) -> Tally:
-    """``operate`` on each of ``jobs`` (every instance of ``job``), each in its own
-    transaction: an instance whose lease row stays locked is counted busy, and the others
-    are operated on all the same."""
+    """``operate`` on each of ``jobs`` (the instances of ``job``), each in its own
+    transaction: one whose lease row stays locked is counted busy, the others go on."""
     tally = Tally(job)
     for each in jobs:
         if each.schedule is None:
@@ -357,7 +312,6 @@ def operate_each(jobs: Iterable[Job], operate: Callable[[Job], Operated], job: s
 
 
 def _done(job: Job, event: str, line: str) -> Operated:
-    """A change made: logged (``event``, ``job``), and said in ``line``."""
     logger.info("%s", line, extra={"event": event, "job": job.name})
     return Operated(job.name, True, line)
 
@@ -371,13 +325,12 @@ def _seen(job: Job) -> datetime:
 
 def _row(job: Job) -> tuple[bool, str, datetime, datetime]:
     """The job's paused flag, lease owner, lease expiry and next slot."""
-    found: tuple[bool, str, datetime, datetime] = (
+    return (
         JobLease.objects.using(db.lease_db())
         .filter(name=job.name)
         .values_list("paused", "owner", "lease_until", "next_run_at")
         .get()
     )
-    return found
 
 
 def _refuse_if_locked(job: Job, change: operations.Change) -> None:

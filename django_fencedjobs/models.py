@@ -1,22 +1,6 @@
-"""The app's tables.
-
-* :class:`JobLease`: one row per job. It holds the fenced lease (``fence``, ``owner``,
-  ``lease_until``) and the job's schedule state (``next_run_at``, ``last_success_at``,
-  ``consecutive_failures``, ``paused``). Every statement that changes the lease lives in
-  :mod:`django_fencedjobs.lease`.
-* :class:`JobRun`: one row per run, unique on ``(job, scheduled_for)``.
-* :class:`Watermark`: how far a job has got, per job and optional key, advanced in the
-  same transaction as the work it covers.
-* :class:`RunTask`: one row per ``django.tasks`` task a run enqueued
-  (:mod:`django_fencedjobs.integrations.tasks`), written in the run's fenced transaction,
-  with the task's outcome as its backend's workers report it.
-* :class:`Runner`: one row per ``runjobs`` loop, and per host and job set of ``--once``
-  passes, with its last beat (:mod:`django_fencedjobs.runners`).
-* :class:`JobNotice`: each job's last notified state (:mod:`django_fencedjobs.notify`).
-* :class:`JobInstance`: an instance of a job declared with ``instances=True``: its key,
-  schedule and keyword arguments, edited without a deploy
-  (:mod:`django_fencedjobs.instances`). Its lease row is a :class:`JobLease` named
-  ``job[key]``, linked by :attr:`JobLease.instance`.
+"""The app's tables. A :class:`JobLease` (one per job, or instance: ``job[key]``) holds the
+fenced lease and the schedule state; every statement that changes it is in
+:mod:`django_fencedjobs.lease`.
 """
 
 from __future__ import annotations
@@ -33,9 +17,7 @@ from django.utils.translation import gettext_lazy as _
 #: ``lease_until`` of a job nobody holds: any "now" is later.
 LEASE_FREE = datetime(1970, 1, 1, tzinfo=UTC)
 
-
-#: An instance's key: letters, digits and ``_ . : @ / + -``, so that ``job[key]`` reads
-#: unambiguously in a log line, a command line and a URL.
+#: An instance's key: so that ``job[key]`` reads unambiguously in a log, a shell, a URL.
 INSTANCE_KEY = RegexValidator(
     r"^[A-Za-z0-9_.:@/+-]+\Z",
     _("A key is letters, digits and _ . : @ / + - (no spaces or brackets)."),
@@ -44,8 +26,7 @@ INSTANCE_KEY = RegexValidator(
 
 
 class RunKind(models.TextChoices):
-    """Why a run exists: its job's schedule (a retry of a scheduled slot included), an
-    operator's backfill of a past slot, or a one-off at an instant."""
+    """Why a run exists: its schedule (a retry included), a backfill, or a one-off."""
 
     SCHEDULED = "scheduled", _("scheduled")
     BACKFILL = "backfill", _("backfill")
@@ -64,17 +45,13 @@ def validate_grace(value: timedelta | None) -> None:
         raise ValidationError(_("A grace cannot be negative."), code="grace_range")
 
 
-#: Sent by :meth:`JobInstance.clean`; :mod:`django_fencedjobs.instances` receives it and
-#: raises ``ValidationError`` for an invalid instance.
+#: Sent by :meth:`JobInstance.clean`: :func:`django_fencedjobs.instances.validate` receives it.
 validate_instance = Signal()
 
 
 class JobInstance(models.Model):
-    """One instance of a job declared with ``@job(instances=True)``: a schedule of its own
-    (``cron`` or ``every``, in ``timezone``, with ``jitter``) and the keyword arguments its
-    handler is called with. Saving it (the admin, :meth:`Instances.upsert
-    <django_fencedjobs.instances.Instances.upsert>`, ``save()``) writes its lease row in the
-    same transaction: the change takes effect at the next tick."""
+    """One instance of a job declared with ``@job(instances=True)``: its own schedule and
+    handler arguments. Saving it writes its lease row in the same transaction."""
 
     job = models.CharField(_("job"), max_length=200)
     key = models.CharField(_("key"), max_length=100, validators=[INSTANCE_KEY])
@@ -87,9 +64,9 @@ class JobInstance(models.Model):
     timezone = models.CharField(_("timezone"), max_length=64, default="UTC")
     jitter = models.DurationField(_("jitter"), default=timedelta(0))
     enabled = models.BooleanField(_("enabled"), default=True)
-    #: Paused by an operator (``manage.py jobctl pause``): no run starts until resumed. Apart
-    #: from ``enabled``, so that resuming every instance of a job leaves the disabled ones
-    #: disabled. Its lease row is paused while either says so (or the instance is invalid).
+    #: Paused by an operator (``jobctl pause``). Apart from ``enabled``, so that resuming
+    #: every instance leaves the disabled ones disabled; the lease row is paused while
+    #: either says so (or the instance is invalid).
     paused = models.BooleanField(_("paused"), default=False, db_default=False)
     kwargs = models.JSONField(
         _("arguments"), default=dict, blank=True, help_text=_("The handler's keyword arguments.")
@@ -124,15 +101,12 @@ class JobInstance(models.Model):
         return self.name
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        # One transaction with what post_save writes: the instance's lease row
-        # (django_fencedjobs.instances).
+        # One transaction with the lease row post_save writes (django_fencedjobs.instances).
         using = kwargs.get("using") or router.db_for_write(JobInstance, instance=self)
         with transaction.atomic(using=using):
             super().save(*args, **kwargs)
 
     def clean(self) -> None:
-        # The checks of the system checks, by django_fencedjobs.instances: it raises
-        # ValidationError with their ids and messages.
         validate_instance.send(sender=JobInstance, instance=self)
 
     @property
@@ -153,20 +127,17 @@ class JobLease(models.Model):
     next_run_at = models.DateTimeField(_("next run at"))
     last_success_at = models.DateTimeField(_("last success at"), null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(_("consecutive failures"), default=0)
-    #: How many of the job's judged slots ago (its runs' ends that rate it, as
-    #: ``consecutive_failures`` counts them) its latest failure was, and the failure before
-    #: that: 1 when the latest judged slot failed; None when there was none. Written by
-    #: the same statements as ``consecutive_failures``, so that health finds the instances
-    #: whose failure rate may warn (two failures within ``FAILURE_RATE_RUNS``) on their
-    #: rows alone, however long their history.
+    #: How many judged slots ago the latest failure was, and the one before (1: the latest
+    #: slot failed; None: none). Written with ``consecutive_failures``, so that health finds
+    #: the instances whose failure rate may warn on their rows alone.
     last_failure_age = models.PositiveIntegerField(_("last failure age"), null=True, blank=True)
     previous_failure_age = models.PositiveIntegerField(
         _("previous failure age"), null=True, blank=True
     )
     paused = models.BooleanField(_("paused"), default=False)
     schedule_fingerprint = models.CharField(_("schedule fingerprint"), max_length=64, blank=True)
-    #: The instance this row is the lease of; None for a job declared with a schedule. An
-    #: instance deleted takes its lease row with it (a run of it then loses its fence).
+    #: The instance this row is the lease of (None: a declared job). Deleting the instance
+    #: deletes the row (a run of it then loses its fence).
     instance = models.OneToOneField(
         JobInstance,
         on_delete=models.CASCADE,
@@ -175,20 +146,15 @@ class JobLease(models.Model):
         related_name="lease",
         verbose_name=_("instance"),
     )
-    #: The job an instance's row belongs to (its ``JobInstance.job``), kept on the row so
-    #: that the tick reads one job's due instances by one index; "" for a job declared with
-    #: a schedule.
+    #: The job an instance's (or one-shot) row belongs to, so that the tick reads one job's
+    #: due instances by one index; "" for a declared job.
     parent = models.CharField(_("instance of"), max_length=200, blank=True, default="")
     #: An instance's dead man's switch, stored so that health finds the late ones by an
-    #: index among any number of instances: the deadline of the first slot after its last
-    #: success (never succeeded: after it was created), :meth:`Job.late_after
-    #: <django_fencedjobs.registry.Job.late_after>`. Written when the instance is saved and
-    #: at each success; None for a job declared with a schedule (health computes its own).
+    #: index: the deadline of the first slot after its last success (or its creation),
+    #: written on save and at each success; None for a declared job.
     late_after = models.DateTimeField(_("late after"), null=True, blank=True)
-    #: When set, the next acquisition runs for this slot, as attempt ``attempt``, instead
-    #: of the schedule's: a retry of a failed run (:mod:`django_fencedjobs.retries`; a
-    #: later slot due by then supersedes it), a backfill's slot or a one-off's instant
-    #: (``kind``; :mod:`django_fencedjobs.oneshots`).
+    #: When set, the next acquisition runs this slot, as attempt ``attempt``: a retry (a later
+    #: slot due by then supersedes it), a backfill's slot or a one-off's instant.
     run_slot = models.DateTimeField(_("run slot"), null=True, blank=True)
     attempt = models.PositiveIntegerField(_("attempt"), default=1, db_default=1)
     #: ``scheduled`` for a job's or an instance's row; ``backfill`` or ``once`` for a row
@@ -198,8 +164,7 @@ class JobLease(models.Model):
         max_length=16,
         choices=RunKind.choices,
         default=RunKind.SCHEDULED,
-        # Also the database's: rows written by an older release during a rolling deploy.
-        db_default=RunKind.SCHEDULED,
+        db_default=RunKind.SCHEDULED,  # for rows an older release writes mid-deploy
     )
     #: A one-off's keyword arguments for the handler (None: the job's or instance's own).
     kwargs = models.JSONField(_("arguments"), null=True, blank=True)
@@ -211,11 +176,9 @@ class JobLease(models.Model):
         related_name="rows",
         verbose_name=_("backfill"),
     )
-    #: A backfill slot's or one-off's row: the fence of the run whose fenced work last
-    #: committed, written in that work's own transaction. Still equal to the row's fence
-    #: when the row is due again, it says that the run committed and never recorded its
-    #: end (its runner died): the slot is not run again unless that run's work is tracked
-    #: by a watermark a next attempt resumes from (:func:`django_fencedjobs.runner.claim_oneshots`).
+    #: A one-shot row's: the fence of the run whose fenced work last committed. Still the
+    #: row's fence when it is due again, that run committed but never recorded its end: the
+    #: slot is not run again unless a watermark lets an attempt resume (``claim_oneshots``).
     committed_fence = models.BigIntegerField(_("committed fence"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
@@ -224,13 +187,11 @@ class JobLease(models.Model):
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
         ordering = ["name"]
-        # No index on next_run_at alone: jobs declared with a schedule are read by name,
-        # and every acquisition moves next_run_at (an index on it is one more entry to
-        # write per run, for no read).
+        # No index on next_run_at alone: declared jobs are read by name, and it would be
+        # one more entry to write per run, for no read.
         indexes = [
-            # The tick's claim of a job's due instances: the earliest first, by this index
-            # alone, however many instances it and other jobs have (paused rows, disabled
-            # ones, are not in it).
+            # The tick's claim of a job's due instances, earliest first, by this index alone
+            # (paused rows are not in it).
             models.Index(
                 fields=["parent", "next_run_at"],
                 condition=models.Q(instance__isnull=False, paused=False),
@@ -261,21 +222,19 @@ class Outcome(models.TextChoices):
     TIMED_OUT = "timed_out", _("timed out")
     FENCE_LOST = "fence_lost", _("fence lost")
     MISSED = "missed", _("missed")
-    #: Not run: an operator skipped the slot (``jobctl skip``, ``resume --from-now``, the
-    #: admin); the record's ``owner`` names who.
+    #: An operator skipped the slot; ``owner`` names who.
     SKIPPED = "skipped", _("skipped")
     ABANDONED = "abandoned", _("abandoned")
     INTERRUPTED = "interrupted", _("interrupted")
 
 
-#: A run's failure: what counts towards ``consecutive_failures`` and the failed runs of the
-#: failure rate. Its handler raised or overran its timeout; a run that was missed,
-#: interrupted, abandoned or lost its fence says nothing against the job's own code.
+#: A run's failure, for ``consecutive_failures`` and the failure rate: its handler raised or
+#: overran its timeout (other ends say nothing against the job's code).
 FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT})
 #: The runs the failure rate is read over: those that ran to an end, succeeding or failing.
 RATED_OUTCOMES = frozenset({Outcome.SUCCEEDED, *FAILURE_OUTCOMES})
-#: A record whose run may still be recorded as ended: running, or abandoned by a successor
-#: while its process was paused (the run's own account, when it comes, is the better one).
+#: A record whose run may still be recorded as ended: running, or abandoned while its
+#: process was paused (the run's own account, when it comes, is the better one).
 ENDABLE_OUTCOMES = frozenset({Outcome.RUNNING, Outcome.ABANDONED})
 
 
@@ -299,19 +258,17 @@ class JobRun(models.Model):
         default=0,
         help_text=_("Earlier due slots coalesced into this run, or skipped by its catch-up."),
     )
-    #: 1 for a slot's first run; each retry, and each backfill run of a slot that has
-    #: runs, is the next attempt. A slot is judged by its last attempt.
+    #: 1 for a slot's first run; a retry or backfill is the next. A slot is judged by its last.
     attempt = models.PositiveIntegerField(_("attempt"), default=1, db_default=1)
     kind = models.CharField(
         _("kind"),
         max_length=16,
         choices=RunKind.choices,
         default=RunKind.SCHEDULED,
-        # Also the database's: rows written by an older release during a rolling deploy.
-        db_default=RunKind.SCHEDULED,
+        db_default=RunKind.SCHEDULED,  # for rows an older release writes mid-deploy
     )
-    #: The start of the run's data interval, which ends at ``scheduled_for``: the slot
-    #: before (before the first coalesced one, for a run covering missed slots).
+    #: The start of the run's data interval, which ends at ``scheduled_for``: the slot before
+    #: (before the first coalesced one).
     interval_start = models.DateTimeField(_("interval start"), null=True, blank=True)
     watermark_before = models.CharField(_("watermark before"), max_length=64, blank=True)
     watermark_after = models.CharField(_("watermark after"), max_length=64, blank=True)
@@ -322,8 +279,7 @@ class JobRun(models.Model):
         verbose_name_plural = _("runs")
         ordering = ["-scheduled_for", "-id"]
         constraints = [
-            # Each attempt at a slot is recorded once: a second run of the same attempt
-            # (two runners, a run now landing on a recorded slot) cannot exist.
+            # Each attempt at a slot is recorded once, whoever races to record it.
             models.UniqueConstraint(
                 fields=["job", "scheduled_for", "attempt"], name="fencedjobs_run_once"
             ),
@@ -332,8 +288,7 @@ class JobRun(models.Model):
             models.Index(fields=["-scheduled_for", "-id"], name="fencedjobs_run_recent"),
             models.Index(fields=["job", "-scheduled_for"], name="fencedjobs_run_job_recent"),
             models.Index(fields=["outcome", "-scheduled_for"], name="fencedjobs_run_outcome"),
-            # Health's read of the jobs whose last run may have stopped at max_batches: the
-            # few capped runs, not every run of a day.
+            # Health's read of the few capped runs, not every run of a day.
             models.Index(
                 fields=["-scheduled_for"],
                 condition=models.Q(capped=True),
@@ -346,13 +301,10 @@ class JobRun(models.Model):
 
     @property
     def duration(self) -> float | None:
-        """Seconds from start to finish: the one definition of how long a run took (the
-        admin, health and the metrics read it). None while it runs, for a run that never
-        started (missed), and for an abandoned one: its process died at a time nobody
-        recorded, and ``finished_at`` is when a later run noticed."""
-        if self.started_at is None or self.finished_at is None:
-            return None
-        if self.outcome == Outcome.ABANDONED:
+        """Seconds from start to finish (the one definition). None while it runs, for a
+        missed run, and for an abandoned one: its ``finished_at`` is when a later run
+        noticed, not when its process died."""
+        if self.started_at is None or self.finished_at is None or self.outcome == Outcome.ABANDONED:
             return None
         return (self.finished_at - self.started_at).total_seconds()
 
@@ -364,9 +316,8 @@ class BackfillSelection(models.TextChoices):
 
 
 class Backfill(models.Model):
-    """An operator's request to run every selected slot of a job in ``[start, end)``: each
-    slot is a lease row of kind ``backfill`` (:mod:`django_fencedjobs.backfills`), run by
-    the runners at most ``concurrency`` at once, in ``order``."""
+    """An operator's request to run the selected slots of a job in ``[start, end)``, each a
+    lease row of kind ``backfill`` (:mod:`django_fencedjobs.backfills`)."""
 
     job = models.CharField(_("job"), max_length=200)
     start = models.DateTimeField(_("from"))
@@ -413,10 +364,7 @@ class Watermark(models.Model):
 
 
 class TaskStatus(models.TextChoices):
-    #: Recorded in the run's committed transaction, to be handed to a backend that does not
-    #: write to the lease database right after that commit; still this status means the
-    #: hand-over never happened (the runner stopped in between): the task is lost, and the
-    #: job reads late.
+    #: Recorded in the run's transaction, not handed to its backend yet (the relay's outbox).
     PENDING = "pending", _("not dispatched")
     READY = "ready", _("enqueued")
     RUNNING = "running", _("running")
@@ -426,8 +374,7 @@ class TaskStatus(models.TextChoices):
 
 #: A task not started yet: recorded, or handed to its backend and waiting for a worker.
 NOT_STARTED_TASK = frozenset({TaskStatus.PENDING, TaskStatus.READY})
-#: A task that has not finished: its run's slot waits for it (health reads the job late
-#: past the slot's deadline).
+#: A task that has not finished: its run's slot waits for it (health: late past deadline).
 UNFINISHED_TASK = frozenset({*NOT_STARTED_TASK, TaskStatus.RUNNING})
 #: A task that has finished: its status is its outcome, and no report changes it any more.
 FINISHED_TASK = frozenset({TaskStatus.SUCCESSFUL, TaskStatus.FAILED})
@@ -437,8 +384,7 @@ class RunTask(models.Model):
     run = models.ForeignKey(
         JobRun, on_delete=models.CASCADE, related_name="tasks", verbose_name=_("run")
     )
-    #: The run's job and fence, copied: a task's fence check and the job's health read them
-    #: without joining the run.
+    #: The run's job and fence, copied: read without joining the run.
     job = models.CharField(_("job"), max_length=200)
     fence = models.BigIntegerField(_("fence"))
     task_path = models.CharField(_("task"), max_length=300)
@@ -455,14 +401,13 @@ class RunTask(models.Model):
     error = models.TextField(_("error"), blank=True)
     #: The queue the task was enqueued on (the task's ``queue_name``).
     queue_name = models.CharField(_("queue"), max_length=100, blank=True, default="", db_default="")
-    #: A task handed over after its run's commit: what to hand over (``{"args": [...],
-    #: "kwargs": {...}}``), how many times it was tried, when the relay may try next and
-    #: why the last try failed (:mod:`django_fencedjobs.integrations.relay`).
+    #: A task handed over after its run's commit: its ``{"args", "kwargs"}``, its hand-overs
+    #: and the next one's time (:mod:`django_fencedjobs.integrations.relay`).
     call = models.JSONField(_("call"), null=True, blank=True)
     handovers = models.PositiveIntegerField(_("hand-overs"), default=0, db_default=0)
     handover_after = models.DateTimeField(_("next hand-over"), null=True, blank=True)
-    #: The task's execution whose fenced writes committed first: any other delivery of the
-    #: task (a relay retry, a broker's redelivery) writes nothing, and is counted here.
+    #: The execution whose fenced writes committed first; any other delivery writes nothing,
+    #: and is counted in ``duplicates``.
     executor = models.CharField(_("executor"), max_length=64, blank=True, default="", db_default="")
     duplicates = models.PositiveIntegerField(_("duplicate deliveries"), default=0, db_default=0)
 
@@ -473,9 +418,8 @@ class RunTask(models.Model):
         indexes = [
             # A worker finds the task it starts by the backend's id.
             models.Index(fields=["backend", "result_id"], name="fencedjobs_task_result"),
-            # Health reads each job's oldest unfinished task (few rows of these statuses)...
+            # Health reads each job's oldest unfinished task, and its latest finished one.
             models.Index(fields=["status", "job"], name="fencedjobs_task_status"),
-            # ... and its latest finished one (later runs have higher fences).
             models.Index(fields=["job", "-fence"], name="fencedjobs_task_job_recent"),
             # The relay's read of the tasks still to hand over.
             models.Index(
@@ -490,11 +434,10 @@ class RunTask(models.Model):
 
 
 class TaskDelivery(models.Model):
-    """One hand-over of a :class:`RunTask` to its backend, by the id the backend gave it: a
-    worker starting a task finds its record by this id, whichever delivery it got."""
+    """One hand-over of a :class:`RunTask`, by the backend's id: a worker finds the task's
+    record by it, whichever delivery it got."""
 
-    #: The :class:`RunTask`'s id: not a foreign key, so that deleting old runs deletes
-    #: their task records in one statement each (retention deletes the deliveries too).
+    #: Not a foreign key, so that retention deletes task records in one statement each.
     task_id = models.BigIntegerField(_("task"), db_index=True)
     backend = models.CharField(_("backend"), max_length=100)
     result_id = models.CharField(_("result id"), max_length=200)
@@ -521,9 +464,8 @@ class RunnerMode(models.TextChoices):
 
 
 class Runner(models.Model):
-    """A ``runjobs`` process (``loop``) or the ``runjobs --once`` passes of one host for one
-    set of jobs (``once``): who runs which jobs, and when each was last seen
-    (:mod:`django_fencedjobs.runners`)."""
+    """A ``runjobs`` loop, or one host's ``--once`` passes for one set of jobs: who runs
+    which jobs, last seen when (:mod:`django_fencedjobs.runners`)."""
 
     #: A loop's own random key; ``once:<host>:<digest of its jobs>`` for passes.
     key = models.CharField(_("key"), max_length=200, unique=True)
@@ -555,9 +497,8 @@ class Runner(models.Model):
 
 
 class JobNotice(models.Model):
-    """A job's last recorded state for notifications (:mod:`django_fencedjobs.notify`): a
-    change is recorded here by a compare-and-set, and only the process that recorded it
-    tells anyone."""
+    """A job's last notified state (:mod:`django_fencedjobs.notify`), changed by a
+    compare-and-set: only the process that changed it tells anyone."""
 
     job = models.CharField(_("job"), max_length=200, unique=True)
     #: ``ok``, or the state notified: ``late``, ``failing``, ``no_runner``, ``invalid``.

@@ -1,30 +1,12 @@
 """Someone is told: a job's change of state, mailed once and signalled once.
 
-Opt-in: ``FENCEDJOBS["NOTIFY"] = True``. Whoever judges the jobs evaluates them: each runner
-loop every third beat (15 s by default: :func:`evaluate_all`, one of the runner's chores,
-:mod:`django_fencedjobs.chores`), and ``checkjobs`` each time it runs, so a change is told
-even when no runner is alive.
-
-What is told is the job's **condition**: its state and severity when the state is one that
-needs someone (``late``, ``failing``, ``no_runner``, ``invalid``), else ``ok`` (``ok``,
-``running``, ``never_run``, ``paused``, ``capped``, ``removed``). A change of condition is a
-:class:`Transition`: ok to late, late to failing, failing (warning) to failing (critical),
-and back to ok.
-
-Once, whatever the number of observers: each job's condition is kept in a
-:class:`~django_fencedjobs.models.JobNotice` row, and a change is recorded with a
-compare-and-set on it (``UPDATE ... WHERE job = %s AND state = <the state read> AND
-severity = <the severity read>``). One process's statement changes the row; every other
-one, which read the same old state, changes none and tells nobody. Only the process that
-recorded the change sends it: a mail (``NOTIFY_EMAIL``: ``"ADMINS"``, through
-``mail_admins``, or a list of addresses) and the ``job_state_changed`` signal, for any
-other channel. A job without a row is ``ok`` (its row is created so): turning notifications
-on while a job is late tells it.
-
-The change is recorded before it is sent: a mail the server refuses is logged (an error,
-with the transition) and not sent again; the next change is. The wait on the mail server
-is bounded (``EMAIL_TIMEOUT``, else :data:`MAIL_TIMEOUT`), and a runner tells from a
-thread of its own, so a slow mail server never holds up its loop or its beats.
+Opt-in (``FENCEDJOBS["NOTIFY"]``). Each runner loop (:func:`evaluate_all`) and each
+``checkjobs`` evaluates the jobs, so a change is told even when no runner is alive. Once,
+whatever the number of observers: each job's :func:`condition` is a
+:class:`~django_fencedjobs.models.JobNotice` row, changed by a compare-and-set on the state
+and severity read, and only the process whose statement changed it tells (a mail, then the
+``job_state_changed`` signal). It is recorded before it is sent: a refused mail is logged,
+not sent again. See docs/alerting.md.
 """
 
 from __future__ import annotations
@@ -45,12 +27,12 @@ from django_fencedjobs.db import lease_db
 from django_fencedjobs.health import (
     UNJUDGED,
     InstanceSummary,
+    JobFacts,
     JobHealth,
     Severity,
     State,
     instance_summaries,
 )
-from django_fencedjobs.instants import format_instant
 from django_fencedjobs.models import JobNotice
 
 logger = logging.getLogger("django_fencedjobs")
@@ -81,8 +63,6 @@ def condition(health: JobHealth) -> tuple[str, str]:
 
 def _label(value: tuple[str, str]) -> str:
     state, severity = value
-    if value == OK:
-        return "ok"
     return f"{state} ({severity})" if state == State.FAILING else state
 
 
@@ -121,33 +101,28 @@ class Transition:
         h = self.health
         many = bool(self.members) or self.name.endswith(ALL_INSTANCES)
         verb, was = ("are", "they were") if many else ("is", "it was")
+        state = _label(self.current)
         if self.back_to_ok:
-            again = "" if many else f" ({h.state.value})"
-            head = f"{self.who} {verb} ok again{again}; {was} {_label(self.previous)}."
-        else:
-            head = f"{self.who} {verb} {_label(self.current)}; {was} {_label(self.previous)}."
-        lines = [head, ""]
+            state = "ok again" + ("" if many else f" ({h.state.value})")
+        lines = [f"{self.who} {verb} {state}; {was} {_label(self.previous)}.", ""]
         if self.members:
             keys = [instances.parse_name(name) or ("", name) for name in self.members]
             named = ", ".join(key for _, key in keys[:KEYS_NAMED])
             more = len(keys) - KEYS_NAMED
             lines += [f"Instances: {named}" + (f", and {more} more" if more > 0 else ""), ""]
             lines += [f"The first, {self.name}:", ""]
-        lines += [f"Why: {h.reason}", ""]
-        facts = [
-            ("Checked at", format_instant(h.checked_at, h.tz)),
-            ("Recorded by", self.recorded_by),
-            ("Schedule", h.schedule or "-"),
-            (
-                "Last success",
-                format_instant(h.last_success_at, h.tz) if h.last_success_at else "never",
-            ),
-            ("Next run", format_instant(h.next_run_at, h.tz) if h.next_run_at else "-"),
-            ("Runners", ", ".join(h.runners) or "none live"),
+        lines += [
+            f"Why: {h.reason}",
+            "",
+            f"Checked at: {h.at(h.checked_at)}",
+            f"Recorded by: {self.recorded_by}",
+            f"Schedule: {h.schedule or '-'}",
+            f"Last success: {h.at(h.last_success_at) if h.last_success_at else 'never'}",
+            f"Next run: {h.at(h.next_run_at) if h.next_run_at else '-'}",
+            f"Runners: {', '.join(h.runners) or 'none live'}",
         ]
         if h.recent_runs:
-            facts.append(("Recent runs", f"{h.recent_failures} of {h.recent_runs} failed"))
-        lines += [f"{label}: {value}" for label, value in facts]
+            lines.append(f"Recent runs: {h.recent_failures} of {h.recent_runs} failed")
         lines += [
             "",
             "Sent once for this change; the next message comes when the job's state changes "
@@ -166,12 +141,8 @@ def evaluate(
     """Record the changes of condition among ``healths`` (and of each job's instances
     together, from ``summaries``: :func:`~django_fencedjobs.health.instance_summaries` of
     ``healths``, read here when not given) that this process is the first to see, and tell
-    them (mail, then ``job_state_changed``), the same change of many instances of one job in
-    one message. Nothing when ``NOTIFY`` is off. Returns the transitions this process
-    recorded.
-
-    With ``background`` (a runner's loop), they are told from a thread of their own, so
-    that a slow mail server never holds up the loop and its beats."""
+    them (from a thread of their own with ``background``: a runner's loop). Nothing when
+    ``NOTIFY`` is off. Returns the transitions this process recorded."""
     settings = get_settings()
     if not settings.NOTIFY:
         return []
@@ -183,7 +154,7 @@ def evaluate(
     counted = {summary.job for summary in summaries if summary.counted is not None}
     judged = [
         *(h for h in healths if h.job is None or h.job.parent not in counted),
-        *_all_instances(summaries, now),
+        *(_of_all(summary, now) for summary in summaries if summary.total),
     ]
     if not judged:
         return []
@@ -198,16 +169,10 @@ def evaluate(
     return recorded
 
 
-def _all_instances(summaries: Sequence[InstanceSummary], now: datetime) -> list[JobHealth]:
-    """Per job with instances, one condition for all of them (``job[*]``): ``no_runner``
-    while no live runner serves the job's enabled instances; the worst of their states while
-    more may not be ok than health judges one by one (counted by their lease rows); else
-    ok. A dead runner or a bad deploy is one message for all the instances it touched, not
-    one per instance."""
-    return [_of_all(summary, now) for summary in summaries if summary.total]
-
-
 def _of_all(summary: InstanceSummary, now: datetime) -> JobHealth:
+    """One condition for all of a job's instances (``job[*]``): ``no_runner`` while no live
+    runner serves them; the worst of their states while they are counted, not judged; else
+    ok. A dead runner or a bad deploy is one message, not one per instance."""
     enabled = summary.total - summary.disabled
     if summary.no_runner:
         state, severity = State.NO_RUNNER, Severity.CRITICAL
@@ -222,12 +187,8 @@ def _of_all(summary: InstanceSummary, now: datetime) -> JobHealth:
     else:
         state, severity = State.OK, Severity.HEALTHY
         reason = f"a live runner serves the {enabled} enabled instance(s)"
-    return JobHealth(
-        name=summary.job + ALL_INSTANCES,
-        checked_at=now,
-        state=state,
-        severity=severity,
-        reason=reason,
+    return JobFacts(name=summary.job + ALL_INSTANCES, checked_at=now).judged(
+        state, severity, reason
     )
 
 
@@ -269,12 +230,8 @@ def _tell_all(transitions: Sequence[Transition], *, close: bool = True) -> None:
 
 def _record(healths: Sequence[JobHealth], now: datetime, owner: str) -> list[Transition]:
     notices = JobNotice.objects.using(lease_db())
-    known = {
-        row["job"]: (row["state"], row["severity"])
-        for row in notices.filter(job__in=[h.name for h in healths]).values(
-            "job", "state", "severity"
-        )
-    }
+    rows = notices.filter(job__in=[h.name for h in healths]).values_list("job", "state", "severity")
+    known = {job: (state, severity) for job, state, severity in rows}
     missing = [h.name for h in healths if h.name not in known]
     if missing:
         # A job without a row is ok: racing creators are harmless (the name is unique).
@@ -300,12 +257,6 @@ def _record(healths: Sequence[JobHealth], now: datetime, owner: str) -> list[Tra
     return recorded
 
 
-def _recipients() -> list[str] | None:
-    """None: ``mail_admins``; else the addresses (maybe none)."""
-    email = get_settings().NOTIFY_EMAIL
-    return None if email == "ADMINS" else list(email)
-
-
 def _tell(transition: Transition) -> None:
     logger.log(
         logging.INFO if transition.back_to_ok else logging.WARNING,
@@ -319,19 +270,18 @@ def _tell(transition: Transition) -> None:
             "previous_state": transition.previous[0],
         },
     )
-    recipients = _recipients()
+    email = get_settings().NOTIFY_EMAIL  # "ADMINS", or the addresses (maybe none)
     try:
         # A bounded wait on the mail server, whatever EMAIL_TIMEOUT says (None: forever).
         connection = get_connection(timeout=django_settings.EMAIL_TIMEOUT or MAIL_TIMEOUT)
-        if recipients is None:
+        if email == "ADMINS":
             mail_admins(transition.subject, transition.body(), connection=connection)
-        elif recipients:
-            prefix = str(django_settings.EMAIL_SUBJECT_PREFIX)
+        elif email:
             send_mail(
-                prefix + transition.subject,
+                str(django_settings.EMAIL_SUBJECT_PREFIX) + transition.subject,
                 transition.body(),
                 str(django_settings.SERVER_EMAIL),
-                recipients,
+                list(email),
                 connection=connection,
             )
     except Exception:

@@ -1,24 +1,13 @@
 """Runs of one slot outside the schedule: one-offs at an instant, and a backfill's slots.
 
-Each is a lease row of its own, named ``target@once:<instant>`` or
-``target@backfill:<slot>`` (``target`` a job, or an instance ``job[key]``), of kind
-``once`` or ``backfill``, with the slot in ``run_slot`` and the declared job in ``parent``.
-So each has what any run has: its own lease and fence, and a record; the runners claim due
-rows by the index on ``(parent, next_run_at)`` (:func:`django_fencedjobs.lease.claim_oneshots`)
-as they claim instances.
-
-* Its runs are the target's: the handler's ``run.job`` is the target (its name, an
-  instance's ``key`` and ``parent``, :func:`job_for`), and they are recorded as the
-  target's (``JobRun.job`` is the target, ``kind`` says which), so they are in the
-  target's history and timeline, and a slot is judged by its last attempt whichever kind
-  it was. Only the lease the run holds is the row's: its fence checks, renewals and end
-  address the row by its name (``RunState.lease_name``).
-* Its watermarks are the row's own (``Watermark.job`` is the row's name): a backfill run's
-  windows tile its own interval from its own progress, and the target's live watermark
-  is neither read nor moved.
-* The row stays due while a run holds it: if the runner dies, the run is taken again (the
-  next attempt) once its lease expires. Its end marks the row done (``paused``), or
-  schedules its retry.
+Each is a lease row of its own, named ``target@once:<instant>`` or ``target@backfill:<slot>``
+(``target`` a job, or an instance ``job[key]``), with the slot in ``run_slot`` and the
+declared job in ``parent``: its own lease, fence and watermarks (a backfill never moves the
+target's), claimed by :func:`django_fencedjobs.lease.claim_oneshots`. Its runs are the
+target's: the handler's ``run.job`` is the target (:func:`job_for`) and they are recorded
+as the target's, so a slot is judged by its last attempt whatever its kind; only the lease
+is the row's (``RunState.lease_name``). The row stays due while a run holds it, so a run
+whose runner died is taken again; its end marks the row done (``paused``), or retries it.
 """
 
 from __future__ import annotations
@@ -46,16 +35,12 @@ def target_of(name: str) -> str:
 
 
 def job_for(name: str, kwargs: dict[str, Any] | None) -> Job:
-    """The job the one-shot row ``name`` runs as: its target (a declared job, or an
-    instance with its ``parent`` and ``key``), with the one-off's arguments over the
-    target's. The handler sees this job, as a scheduled run of the target does; the lease
-    the run holds is the row's (``RunState.lease_name``).
-    :class:`~django_fencedjobs.exceptions.UnknownJob` when the target is gone (an instance
-    deleted)."""
+    """The job the one-shot row ``name`` runs as, as the handler sees it: its target (a
+    declared job, or an instance with its ``parent`` and ``key``), with the one-off's
+    arguments over the target's. :class:`~django_fencedjobs.exceptions.UnknownJob` when
+    the target is gone (an instance deleted)."""
     target = instances.get_job(target_of(name))
-    if not kwargs:
-        return target
-    return dataclasses.replace(target, kwargs={**target.kwargs, **kwargs})
+    return dataclasses.replace(target, kwargs={**target.kwargs, **kwargs}) if kwargs else target
 
 
 __all__ = ["job_for", "row_name", "target_of"]

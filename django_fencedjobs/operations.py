@@ -20,9 +20,8 @@ from django_fencedjobs.models import JobInstance, JobLease
 
 
 class Change(enum.Enum):
-    """What an operator's change of one lease row did (:func:`make_due`, :func:`set_paused`,
-    :func:`skip_slot`): the admin and ``manage.py jobctl`` say which. True only for
-    :attr:`DONE`, so ``if make_due(...):`` reads as before."""
+    """What an operator's change of one lease row did: the admin and ``manage.py jobctl``
+    say which. True only for :attr:`DONE`, so ``if make_due(...):`` reads as before."""
 
     #: The row was changed.
     DONE = "done"
@@ -42,27 +41,28 @@ class Change(enum.Enum):
 Then = Callable[[], object] | None
 
 
-def _locked_update(
-    name: str, changes: dict[str, object], *, then: Then = None, **conditions: object
-) -> Change:
-    """An operator's change of one lease row, waiting at most
-    :data:`~django_fencedjobs.db.LOCK_WAIT` for it: :attr:`Change.DONE`,
-    :attr:`Change.UNCHANGED` when the row does not match, or :attr:`Change.BUSY` when it
-    stayed locked (a run is inside a fenced transaction): the caller reports which, and the
-    operator tries a busy row again. ``then()`` runs in the same transaction once the row
-    changed: both commit, or neither."""
+def _bounded(change: Callable[[], bool], then: Then) -> Change:
+    """``change()`` (True when it changed something) and then ``then()``, in one transaction
+    whose waits for a row lock are bounded: :attr:`Change.BUSY` when one stayed locked."""
     try:
         with bounded_wait():
-            updated = (
-                JobLease.objects.using(lease_db()).filter(name=name, **conditions).update(**changes)
-            )
-            if updated == 1 and then is not None:
+            changed = change()
+            if changed and then is not None:
                 then()
     except DatabaseError as exc:
         if is_lock_timeout(exc):
             return Change.BUSY
         raise
-    return Change.DONE if updated == 1 else Change.UNCHANGED
+    return Change.DONE if changed else Change.UNCHANGED
+
+
+def _locked_update(
+    name: str, changes: dict[str, object], *, then: Then = None, **conditions: object
+) -> Change:
+    """An operator's change of the lease row ``name`` where it matches ``conditions``
+    (:func:`_bounded`): both it and ``then()`` commit, or neither."""
+    rows = JobLease.objects.using(lease_db()).filter(name=name, **conditions)
+    return _bounded(lambda: rows.update(**changes) == 1, then)
 
 
 def make_due(name: str, now: datetime) -> Change:
@@ -78,48 +78,40 @@ def set_paused(name: str, paused: bool) -> Change:
 
 
 def set_instance_paused(job: str, key: str, paused: bool, *, then: Then = None) -> Change:
-    """Pause or resume the instance ``key`` of ``job``: its own ``paused`` flag, saved, so
-    that its lease row follows as every save of an instance writes it
-    (:func:`django_fencedjobs.instances.write_lease`: paused while the instance is paused,
-    disabled or invalid): resuming a disabled instance leaves it disabled, and enabling a
-    paused one leaves it paused. :attr:`Change.UNCHANGED` when it already is (or there is
-    no such instance); :attr:`Change.BUSY` when its lease row stayed locked. ``then()``
-    runs in the same transaction once it changed."""
-    try:
-        with bounded_wait():
-            instance = (
-                JobInstance.objects.using(lease_db())
-                .select_for_update()
-                .filter(job=job, key=key, paused=not paused)
-                .first()
-            )
-            if instance is None:
-                return Change.UNCHANGED
-            instance.paused = paused
-            instance.save(using=lease_db(), update_fields=["paused", "updated_at"])
-            if then is not None:
-                then()
-    except DatabaseError as exc:
-        if is_lock_timeout(exc):
-            return Change.BUSY
-        raise
-    return Change.DONE
+    """Pause or resume the instance ``key`` of ``job``: its own ``paused`` flag, saved, which
+    its lease row follows (:func:`django_fencedjobs.instances.write_lease`), so resuming a
+    disabled instance leaves it disabled. :attr:`Change.UNCHANGED` when it already is (or
+    there is no such instance)."""
+
+    def change() -> bool:
+        instance = (
+            JobInstance.objects.using(lease_db())
+            .select_for_update()
+            .filter(job=job, key=key, paused=not paused)
+            .first()
+        )
+        if instance is None:
+            return False
+        instance.paused = paused
+        instance.save(using=lease_db(), update_fields=["paused", "updated_at"])
+        return True
+
+    return _bounded(change, then)
 
 
 def skip_due(name: str, now: datetime, next_run_at: datetime, *, then: Then = None) -> Change:
     """Move the row's next slot to ``next_run_at`` when it is due at ``now`` (an instance
     resumed from now: the slots due while it was paused are skipped); ``then()`` records
-    them, in the same transaction. :attr:`Change.UNCHANGED` when it is not due."""
+    them. :attr:`Change.UNCHANGED` when it is not due."""
     return _locked_update(name, {"next_run_at": next_run_at}, then=then, next_run_at__lte=now)
 
 
 def resume_from_now(
     name: str, now: datetime, next_run_at: datetime, *, then: Then = None
 ) -> Change:
-    """Resume a paused job from now: its slots that fell due while it was paused are
-    skipped (its next slot moves to ``next_run_at``, the first fire time after ``now``, if
-    it is due); :attr:`Change.UNCHANGED` when it is not paused. ``then()`` records them,
-    in the same transaction."""
+    """Resume a paused job from now: if due, its next slot moves to ``next_run_at`` (the
+    slots due while it was paused are skipped, ``then()`` records them).
+    :attr:`Change.UNCHANGED` when it is not paused."""
     due = Case(
         When(next_run_at__lte=now, then=Value(next_run_at)),
         default=F("next_run_at"),
@@ -129,13 +121,10 @@ def resume_from_now(
 
 
 def skip_slot(seen: LeaseRow, *, next_run_at: datetime, then: Then = None) -> Change:
-    """Move the job's next slot from the one in ``seen`` to ``next_run_at``: past a slot
-    that cannot be recorded (its run row already exists), or a slot an operator skips. A
-    pending retry (``seen.run_slot``) is dropped with it: the row's next run is
-    ``next_run_at``'s first attempt. Conditional on the row as seen (fence and slot):
-    :attr:`Change.UNCHANGED` when a run took the job meanwhile, or the slot moved on.
-    ``then()`` records what was skipped, in the same transaction
-    (:func:`django_fencedjobs.manual.skip_next_slot`)."""
+    """Move the job's next slot from the one in ``seen`` to ``next_run_at`` (a slot whose run
+    row exists already, or that an operator skips), dropping a pending retry. Conditional
+    on the row as seen (fence and slot): :attr:`Change.UNCHANGED` when a run took the job
+    meanwhile, or the slot moved on. ``then()`` records what was skipped."""
     return _locked_update(
         seen.name,
         {"next_run_at": next_run_at, "run_slot": None, "attempt": 1},

@@ -1,10 +1,6 @@
 """How a run ended, and what its record says: the rules that decide a run's outcome and
-every message a record carries, in one place.
-
-The runner (a handler that returned or raised), the supervisor (a timeout, a lost fence, a
-handler given up on), a run's fenced blocks (a fence found gone) and a successor's takeover
-(a run left running) all take their outcome and their words from here, so a run that ended
-one way reads the same whichever of them recorded it.
+every message a record carries, in one place, so that a run that ended one way reads the
+same whichever recorded it (the runner, the supervisor, a fenced block, a successor).
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ ABANDONED_ORPHAN = (
     "The lease expired before this run finished (the process died, or was paused past its "
     "lease), and its job or instance was deleted or paused since: no later run takes over."
 )
-
 #: A backfill slot's or one-off's run that committed fenced work and died before its end
 #: was recorded: its slot is not run again by itself.
 ABANDONED_AFTER_COMMIT = (
@@ -62,9 +57,8 @@ def fence_lost(fence: int) -> str:
 
 
 def if_superseded(outcome: str, fence: int) -> tuple[str, str]:
-    """What a run's end records when its lease was no longer its own by then (a successor
-    took it over): a run that timed out after that was ended by being paused or slow past
-    its lease, ``fence_lost``. ``("", "")``: what it decided, unchanged."""
+    """What a run's end records if a successor took its lease over meanwhile: a timeout
+    then was the run paused or slow past its lease, ``fence_lost``. ``("", "")``: as is."""
     if outcome == Outcome.TIMED_OUT:
         return Outcome.FENCE_LOST, fence_lost(fence)
     return "", ""
@@ -100,9 +94,8 @@ def fence_refused(job: Job, fence: int) -> str:
 
 
 def end_refused(why: str) -> str:
-    """A run whose end, as it was, could not be recorded (``why``: the exception, on one
-    line): the database refused one of its values, or it could not be sent. It is recorded
-    failed instead, on its own, so that it holds no other run's end."""
+    """A run whose end could not be recorded as it was (``why``: the exception, on one
+    line): it is recorded failed instead, on its own, so that it holds no other run's end."""
     return (
         f"This run's end could not be recorded as it was ({why}); recorded failed instead, "
         "without the items counted outside fenced blocks."
@@ -118,12 +111,11 @@ def decide(
     stopped: bool,
     interrupted: bool,
 ) -> tuple[str, str]:
-    """The outcome of a run and its record's message, from what its handler raised
-    (``None``: it returned or was given up on), what its supervisor delivered (``fired``),
-    whether the run was stopped (its fence is gone) and whether it stopped between batches
-    on request. Only the runner's own stop request makes a run ``interrupted``; anything
-    else a handler raises (``SystemExit`` included) is a failure, whose message the caller
-    gives (the bounded traceback)."""
+    """The outcome of a run and its record's message, from what its handler raised (None:
+    it returned or was given up on), what its supervisor delivered (``fired``), whether it
+    was stopped (its fence is gone) and whether it stopped between batches on request: only
+    that is ``interrupted``; anything else raised (``SystemExit`` too) is a failure, whose
+    message the caller gives (the traceback)."""
     if fired is JobTimeout or isinstance(exc, JobTimeout):
         return Outcome.TIMED_OUT, timed_out(job)
     if fired is FenceLost:  # its interrupt carries no account of its own

@@ -1,32 +1,13 @@
 """Run retention: the runner deletes old runs itself, a little at a time.
 
-A run is deleted when it is older than ``FENCEDJOBS["RUN_RETENTION"]`` (by
-``scheduled_for``) *and* is not among the newest ``RUNS_KEPT_PER_JOB`` runs of its job,
-and is not still running. So a job that runs once a month keeps its history, and a job
-that runs every minute keeps a month of it.
-
-Deleting is bounded: at most :data:`MAX_BATCHES` statements of at most :data:`BATCH_SIZE`
-ids each per call, each in its own short transaction, never one statement over the whole
-table (which would hold locks and bloat the WAL for as long as it ran). A backlog (a first
-deployment over years of history, or more runs a day than one turn a while can delete)
-drains over successive turns, which come every :data:`BEHIND_EVERY` while it lasts
-(:class:`Retention`).
-
-Backfills and one-offs are pruned alike (:func:`purge_oneshots`): a done one-shot lease
-row (kind ``backfill`` or ``once``, paused) whose slot is older than ``RUN_RETENTION``
-goes, with its own watermarks and notification record, once it was last due longer ago
-than that too (a slot of last year backfilled yesterday stays, with its backfill, for the
-period; so does the row's fence, for that long after its last run); then a
-:class:`~django_fencedjobs.models.Backfill` with no row left, requested longer ago than
-``RUN_RETENTION``. A pending row (not done) is never deleted, however old its slot.
-
-A runner purges as one of its chores (:class:`Retention`, :mod:`django_fencedjobs.chores`):
-after its pass (``runjobs --once``), and in its loop every :data:`INTERVAL` of real,
-monotonic time, or every :data:`BEHIND_EVERY` while expired runs are left behind (a fake
-clock jumping in tests does not trigger a purge per jump). A turn deletes for at most
-:data:`TURN_BUDGET` (a batch under way finishes): chores run between the runner's passes,
-so a turn is time its due runs may wait. Runners racing to purge are harmless: deleting
-an id twice deletes it once.
+A run goes when it is older than ``RUN_RETENTION`` (by ``scheduled_for``), is not among the
+newest ``RUNS_KEPT_PER_JOB`` of its job, and is not running. Deleting is bounded: at most
+:data:`MAX_BATCHES` statements of :data:`BATCH_SIZE` ids per call, each its own short
+transaction, never one statement over the table (it would hold locks and bloat the WAL). A
+runner purges as a chore (:class:`Retention`), on monotonic time (a fake clock's jumps do
+not trigger purges), each turn for at most :data:`TURN_BUDGET`: chores run between passes,
+so a turn is time due runs wait. Racing runners are harmless: an id deleted twice is
+deleted once. Done one-shot rows and their backfills are pruned alike (:func:`purge_oneshots`).
 """
 
 from __future__ import annotations
@@ -67,11 +48,9 @@ TURN_BUDGET = 0.25
 
 
 class Retention:
-    """A runner's retention chore: :meth:`turn` at most every :meth:`every` seconds. Its
-    own state says whether the last turn left expired runs behind: then the next turn
-    comes in :data:`BEHIND_EVERY` seconds, not :data:`INTERVAL`. So 100,000 hourly jobs
-    (2.4 million runs a day) are purged as fast as they expire, a quarter of a second at a
-    time (benchmark P14)."""
+    """A runner's retention chore: :meth:`turn` every :data:`INTERVAL`, or every
+    :data:`BEHIND_EVERY` while the last turn left expired runs behind (a backlog drains a
+    quarter of a second at a time: benchmark P14)."""
 
     def __init__(self) -> None:
         self.behind = False
@@ -149,8 +128,10 @@ def purge_oneshots(
     now: datetime, *, batch_size: int = BATCH_SIZE, max_batches: int = MAX_BATCHES
 ) -> int:
     """Delete done backfill slots' and one-offs' rows older than ``RUN_RETENTION`` (with
-    their watermarks), at most ``batch_size * max_batches`` of them, then the backfills
-    left without rows; return how many rows were deleted."""
+    their watermarks and notices), at most ``batch_size * max_batches`` of them, then the
+    backfills left without rows; return how many rows were deleted. A pending row is never
+    deleted, however old its slot; nor one last due within the period (a slot of last year
+    backfilled yesterday keeps its row, and its fence, for the period)."""
     settings = get_settings()
     alias = lease_db()
     cutoff = now - settings.RUN_RETENTION
@@ -208,9 +189,3 @@ def purge_oneshots(
             },
         )
     return deleted
-
-
-def purge(now: datetime) -> None:
-    """One purge on demand: old runs, then done one-shot rows and their backfills."""
-    purge_runs(now)
-    purge_oneshots(now)

@@ -1,21 +1,11 @@
 """Retries: a failed run's slot is tried again, through the lease, before the next slot.
 
-A run that failed or timed out asks for its next attempt when its end is recorded
-(:func:`next_attempt`); the same statement that releases the lease schedules it
-(:func:`django_fencedjobs.lease.end`): the row's ``next_run_at`` moves to the end plus
-the backoff and ``run_slot`` to the failed slot, *only if that is before the row's next
-slot*. So a retry never runs at or past the next slot: when the backoff would reach it,
-there is no retry and the next slot runs as scheduled. The retry is acquired like any
-run (a new fence, a new record with the next attempt number); if the runners are down
-until the next slot is due, that slot runs instead (:func:`django_fencedjobs.slots.plan`).
-
-Attempt ``n`` waits ``retry_backoff * 2 ** (n - 1)`` after attempt ``n``'s end: 30 s,
-1 min, 2 min... by default. A failed attempt that is retried does not count towards
-``consecutive_failures``: the slot is judged by its last attempt.
-
-A retry redoes exactly the data interval of the attempt it retries
-(:func:`interval_start`): when that attempt coalesced missed slots, so does its retry
-(the slots are counted once, in the first attempt's ``missed_slots``).
+A failed or timed-out run asks for its next attempt (:func:`next_attempt`) and the
+statement that releases its lease schedules it (:func:`django_fencedjobs.lease.end`), only
+if the end plus the backoff is before the row's next slot: a retry never runs at or past
+it. Attempt ``n`` waits ``retry_backoff * 2 ** (n - 1)`` (30 s, 1 min, 2 min... by
+default); a retried failure does not count towards ``consecutive_failures``. A retry
+redoes exactly its attempt's data interval (:func:`interval_start`).
 """
 
 from __future__ import annotations
@@ -43,9 +33,9 @@ def next_attempt(job: Job, record: JobRun, outcome: str) -> Retry | None:
 
 
 def interval_start(job: Job, slot: datetime, attempt: int) -> datetime | None:
-    """Where the data interval of ``job``'s retry ``attempt`` of ``slot`` starts: where
-    the attempt it retries (the one before) started, read from that attempt's record. None,
-    as for any run, when it is the slot before (or the record is gone)."""
+    """Where the data interval of ``job``'s retry ``attempt`` of ``slot`` starts: where the
+    attempt before it started, by its record. None when that is the slot before (or the
+    record is gone)."""
     return (
         JobRun.objects.using(lease_db())
         .filter(job=job.name, scheduled_for=slot, attempt=attempt - 1)

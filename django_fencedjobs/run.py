@@ -1,12 +1,5 @@
-"""What a job's handler touches: the :class:`Run` it receives and the windows it
-iterates over.
-
-A run knows its fence and slot, and offers the helpers that keep its work idempotent
-(watermark windows, per-item batches). Everything it writes goes through ``fenced_atomic``,
-which checks the fence inside the transaction. What the runner keeps of the run beside the
-handler (stopped or not, what committed) is its :class:`~django_fencedjobs.runstate.RunState`,
-which the runner (:mod:`django_fencedjobs.runner`) creates, supervises and records.
-"""
+"""What a job's handler touches: the :class:`Run` it receives and the :class:`Window` it
+iterates over. What the runner keeps beside it is its :class:`~.runstate.RunState`."""
 
 from __future__ import annotations
 
@@ -35,8 +28,7 @@ if TYPE_CHECKING:
 
 ModelT = TypeVar("ModelT", bound=Model)
 
-#: The most items a run's record holds: its ``items`` column is a ``BigIntegerField``, a
-#: signed 64-bit integer on every database. ``add_items`` keeps a run within it.
+#: The most items a run's record holds (a ``BigIntegerField``: signed 64-bit everywhere).
 ITEMS_MAX = 2**63 - 1
 
 
@@ -53,24 +45,16 @@ class Run:
     its work idempotent (watermark windows, per-item batches)."""
 
     def __init__(self, state: RunState, *, now: datetime) -> None:
+        # The attributes are documented in docs/api.md (``Run``).
         self._state = state
-        #: The job this run is for, whatever kind of run it is: the declared job, or the
-        #: instance's (``name``, ``key``, ``parent``), with a one-off's arguments.
         self.job = state.job
-        #: The lease row the run holds (:attr:`RunState.lease_name`): the job's own, or a
-        #: backfill slot's or one-off's row. Its watermarks and renewals are that row's.
         self.lease_name: str = state.lease_name
         self.record = state.record
-        #: The fence this run was given; every fenced write checks it is still current.
         self.fence: int = state.fence
-        #: The slot this run is for (aware, UTC).
         self.scheduled_for: datetime = state.record.scheduled_for
-        #: 1 for the slot's first run, then 2, 3... for its retries and backfill runs.
         self.attempt: int = state.record.attempt
-        #: ``"scheduled"``, ``"backfill"`` or ``"once"`` (:class:`.models.RunKind`).
         self.kind: str = state.record.kind
-        #: The clock's reading when the run acquired its lease (aware, UTC): the upper
-        #: bound of "everything due up to now".
+        #: The clock's reading when the run acquired its lease (aware, UTC).
         self.now: datetime = now
         self.owner: str = state.record.owner
         self._watermarks_at_start = dict(state.watermarks)
@@ -86,9 +70,8 @@ class Run:
 
     @functools.cached_property
     def interval(self) -> Window:
-        """The run's data interval, ``[previous slot, slot)``: the slot before this one up
-        to this one. A run covering coalesced missed slots starts where the first of them
-        did; a one-off's starts at its instant (an empty interval). See docs/time.md."""
+        """The run's data interval, ``[previous slot, slot)``; a run covering coalesced
+        missed slots starts where the first of them did; a one-off's is empty (docs/time.md)."""
         start = self.record.interval_start
         if start is None and self.kind != RunKind.ONCE and self.job.schedule is not None:
             start = self.job.schedule.previous_before(self.scheduled_for)
@@ -96,11 +79,9 @@ class Run:
 
     @property
     def upto(self) -> datetime:
-        """How far the run's windows go: :attr:`now`, or for a backfill run the end of
-        its :attr:`interval` (a backfill works on its own range, never past it)."""
+        """How far the run's windows go: :attr:`now`, or a backfill run's :attr:`interval`
+        end (a backfill works on its own range, never past it)."""
         return self.interval.end if self.kind == RunKind.BACKFILL else self.now
-
-    # -- watermarks ----------------------------------------------------------------------
 
     @property
     def watermark(self) -> WatermarkValue | None:
@@ -112,12 +93,10 @@ class Run:
         return self._watermarks_at_start.get(key)
 
     def advance_watermark(self, value: WatermarkValue, key: str = "") -> None:
-        """Move the watermark forward to ``value``, in the current fenced transaction.
-
-        Advance it in the same ``fenced_atomic`` block as the work it covers: both commit
-        or neither does, so a crash can neither lose work nor repeat it. Raises
-        :class:`WatermarkError` when called outside the run's fenced block or when
-        ``value`` is behind the stored watermark.
+        """Move the watermark forward to ``value``, in the current fenced transaction: in
+        the same ``fenced_atomic`` block as the work it covers, so both commit or neither
+        does. :class:`WatermarkError` outside the run's fenced block, for a naive datetime,
+        an int outside 64 bits, or a value behind the stored watermark.
         """
         alias = db.lease_db()
         if current_holder() is not self._state or not in_fenced_block(alias):
@@ -168,8 +147,6 @@ class Run:
             del self._window_ends[key]
             self._state.note(Progress(batches=1))
 
-    # -- bounded iteration ----------------------------------------------------------------
-
     def _may_continue(self) -> bool:
         self._state.raise_if_stopped()
         if self._state.stop_requested.is_set():
@@ -180,17 +157,11 @@ class Run:
     def windows(
         self, step: timedelta, *, start: datetime | None = None, key: str = ""
     ) -> Iterator[Window]:
-        """Consecutive windows ``[w, w + step)`` from the watermark up to :attr:`now`, at
-        most ``max_batches`` of them; only whole windows (``end <= now``).
-
-        Without a stored watermark, the first window starts at ``start``, or else at the
-        last whole multiple of ``step`` since the epoch that leaves one whole window before
-        now. Advance the watermark to ``window.end`` inside the window's fenced block
-        before asking for the next window.
-
-        A backfill run's windows tile its :attr:`interval` instead (from its start, up to
-        its end), with a watermark of its own: the job's live watermark is neither read
-        nor moved by it (docs/time.md).
+        """Consecutive whole windows ``[w, w + step)`` from the watermark (else ``start``, else
+        a multiple of ``step`` one window before now) up to :attr:`now`, at most
+        ``max_batches``. Advance the watermark to ``window.end`` inside the window's fenced
+        block before the next one. A backfill run's windows tile its :attr:`interval`, under
+        a watermark of its own.
         """
         if step <= timedelta(0):
             raise ValueError(
@@ -236,21 +207,11 @@ class Run:
             position = window.end
 
     def batches(self, queryset: QuerySet[ModelT], size: int = 100) -> Iterator[list[ModelT]]:
-        """Claim and yield the rows of ``queryset`` in batches of ``size``, each batch in its
-        own fenced transaction, at most ``max_batches`` batches.
-
-        Rows are claimed with ``SELECT ... FOR UPDATE SKIP LOCKED``; the batch's
-        transaction commits when the loop asks for the next batch (or ends), and rolls
-        back if the loop body raises. The queryset must exclude finished items (e.g.
-        ``filter(sent_at__isnull=True)``), and the loop body must mark them finished,
-        in the same transaction::
-
-            for reminders in run.batches(Reminder.objects.filter(sent_at=None), size=50):
-                for reminder in reminders:
-                    send(reminder)
-                    reminder.sent_at = run.now
-                Reminder.objects.bulk_update(reminders, ["sent_at"])
-                run.add_items(len(reminders))
+        """Claim (``SELECT ... FOR UPDATE SKIP LOCKED``) and yield the rows of ``queryset``
+        in batches of ``size``, at most ``max_batches``, each in its own fenced transaction:
+        it commits when the loop asks for the next batch (or ends), and rolls back if the
+        loop body raises. The queryset must exclude finished items, and the body must mark
+        them finished, in the same transaction (docs/writing-jobs.md).
         """
         if size < 1:
             raise ValueError(
@@ -293,39 +254,22 @@ class Run:
                 self._state.note(Progress(batches=1))
             self._state.batch_count += 1
 
-    # -- tasks ---------------------------------------------------------------------------
-
     def enqueue(
         self, task: Task[Any, Any], /, *args: Any, **kwargs: Any
     ) -> TaskResult[Any, Any] | None:
-        """Enqueue a ``django.tasks`` task for this run, once: recorded with the run, in its
-        fenced transaction (the handler's open ``fenced_atomic`` block, or one of its own).
-
-        On django-tasks-db's database backend the task's row commits with that transaction,
-        or not at all; on any other backend the task is handed over right after it commits.
-        Inside the task, ``fenced_atomic()`` checks this run's fence. The run records the
-        task (:class:`~django_fencedjobs.models.RunTask`, in ``run.record.tasks``). Returns
-        the backend's result when the task was enqueued in the run's transaction, None when
-        it is handed over after the commit. See docs/tasks.md.
+        """Enqueue a ``django.tasks`` task once, recorded with the run in its fenced
+        transaction; inside the task, ``fenced_atomic()`` checks this run's fence. The
+        backend's result, or None when it is handed over after the commit (docs/tasks.md).
         """
         from django_fencedjobs.integrations import tasks
 
         return tasks.enqueue(self, task, args, kwargs)
 
-    # -- progress and liveness -----------------------------------------------------------
-
     def add_items(self, n: int = 1) -> None:
-        """Count items processed, for the run record and the logs.
-
-        Inside a fenced block the count is the block's: it is recorded on the run's row in
-        the block's transaction, so it counts only if the block commits, and it stays
-        counted whatever happens to the process after that. Outside, it is counted at once
-        (so too in a thread of the handler's own, which is in none of the run's blocks).
-
-        ``n`` is checked here, so that no count can keep the run's end from being recorded:
-        an int (``TypeError`` for anything else: a bool, a float, a ``Decimal``), 0 or more,
-        and the run's items stay within what its record holds (:data:`ITEMS_MAX`)
-        (``ValueError``). Raised from the handler, either is the run's failure.
+        """Count items processed: inside a fenced block in its transaction (counted only if
+        it commits), else at once. ``n`` is checked here, so that no count can keep the run's
+        end from being recorded: an int (else ``TypeError``), 0 or more, and within
+        :data:`ITEMS_MAX` in all (else ``ValueError``), either the run's failure.
         """
         n = self._count(n)
         try:
@@ -363,19 +307,16 @@ class Run:
         return count
 
     def heartbeat(self) -> None:
-        """Renew the lease now; raises :class:`FenceLost` when it is no longer this run's.
-
-        The supervisor renews in the background; call this from a long computation to find
-        out at once that the run has been superseded.
-        """
+        """Renew the lease now; :class:`FenceLost` when it is no longer this run's. The
+        supervisor renews in the background; call this from a long computation to find out
+        at once that the run has been superseded."""
         self._state.raise_if_stopped()
         until = clock.now() + self.job.lease_ttl
         connection = connections[db.lease_db()]
         if connection.in_atomic_block:
-            # Inside a transaction of the handler's: the renewal locks the lease row until
-            # it ends, as a fenced block does, so it is checked (and bounded, and can be
-            # ended) as a fenced block is; a lock timeout set here would outlive this
-            # statement.
+            # In a transaction of the handler's the renewal locks the lease row until it
+            # ends: it is checked (bounded, endable) as a fenced block is; a lock timeout
+            # set here would outlive this statement.
             if not in_fenced_block(connection.alias):  # else the block's check covers it
                 self._state.check_fence(connection)
             renewed = lease.renew(self.lease_name, self.fence, until)

@@ -1,20 +1,8 @@
-"""One run of one job: acquire, execute (supervised), record.
-
-A run's life:
-
-1. **acquire**, in one transaction: take the lease (fence + 1, only if it expired and the
-   job is due), move ``next_run_at`` past now, mark runs of older fences abandoned,
-   insert the ``JobRun`` (unique per slot). Slots missed while nothing ran coalesce into
-   this one run; their count is recorded.
-2. **execute** the handler with a :class:`~django_fencedjobs.run.Run`, under the
-   supervisor (lease renewal, timeout, giving up on a handler that will not stop). Every
-   write goes through ``fenced_atomic``.
-3. **record** the end, in one transaction (:func:`record_end`, whoever calls it: the run
-   itself, or its supervisor at the timeout): the lease row first (released, fence + 1),
-   then the ``JobRun`` row moves from running to its outcome. Both are conditional, so a
-   superseded run changes nothing of its successor's, and recording twice records once.
-
-Which job runs when, and on which worker thread, is :mod:`django_fencedjobs.loop`'s.
+"""One run of one job: acquire (:func:`claim`: the lease taken, fence + 1, the ``JobRun``
+inserted, in one transaction), execute the handler under its supervisor, and record the end
+(:func:`record_end`: the lease row first, then the run's, both conditional, so a superseded
+run changes nothing of its successor's, and recording twice records once). See
+docs/internals.md for a run's whole life.
 """
 
 from __future__ import annotations
@@ -38,29 +26,14 @@ from django.db import (
     transaction,
 )
 
-from django_fencedjobs import (
-    clock,
-    db,
-    lease,
-    oneshots,
-    outcomes,
-    retries,
-    signals,
-    slots,
-)
+from django_fencedjobs import clock, db, lease, oneshots, outcomes, retries, signals, slots
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.fencing import reset_current_holder, set_current_holder
 from django_fencedjobs.instances import instance_job
 from django_fencedjobs.instants import format_instant
-from django_fencedjobs.models import (
-    LEASE_FREE,
-    JobRun,
-    Outcome,
-    RunKind,
-    Watermark,
-)
+from django_fencedjobs.models import LEASE_FREE, JobRun, Outcome, RunKind, Watermark
 from django_fencedjobs.registry import Job
 from django_fencedjobs.run import Run, watermark_text
 from django_fencedjobs.runstate import RunState, WatermarkValue
@@ -69,22 +42,17 @@ from django_fencedjobs.text import bounded, error_excerpt, one_line, storable
 
 logger = logging.getLogger("django_fencedjobs")
 
-# -- one run --------------------------------------------------------------------------------
-
 
 @dataclass
 class Acquired:
-    """A run whose lease was taken and whose record was written (running, or missed past
-    its starting deadline), in one committed transaction: what executing it starts from."""
+    """A run whose lease was taken and record written (running, or missed), committed."""
 
     job: Job
     record: JobRun
-    #: The clock when it was acquired.
     now: datetime
-    #: The job's watermarks as committed, by key.
+    #: The lease row's watermarks as committed, by key.
     watermarks: dict[str, WatermarkValue]
-    #: The lease row the run holds, by name: the job's own (the default), or a backfill
-    #: slot's or one-off's row (:mod:`django_fencedjobs.oneshots`), whose watermarks these are.
+    #: The lease row the run holds: the job's own (default), or a backfill slot's or one-off's.
     lease_name: str = ""
 
     def __post_init__(self) -> None:
@@ -92,17 +60,12 @@ class Acquired:
 
 
 def run_named(
-    job: Job,
-    *,
-    stop: threading.Event | None = None,
-    unrecorded: Unrecorded | None = None,
+    job: Job, *, stop: threading.Event | None = None, unrecorded: Unrecorded | None = None
 ) -> JobRun | None:
-    """Claim the row of ``job`` (declared with a schedule, or an instance, by its name) if
-    it is due, and run it in this thread; None when it is not due or another process has
-    it. Whatever the handler raises is recorded, not raised (but ``KeyboardInterrupt``,
-    after recording). ``stop`` is the stop request (the run stops between batches once it
-    is set); a run whose end cannot be recorded (the database stays away) goes to
-    ``unrecorded``, to be recorded later."""
+    """Claim the row of ``job`` (a declared job or an instance) if it is due and run it in
+    this thread; None when it is not due or another process has it. What the handler
+    raises is recorded, not raised (but ``KeyboardInterrupt``, after recording). ``stop``:
+    the stop request; ``unrecorded``: where an end the database was away for waits."""
     claimed = claim(1, named={job.name: job})
     if not claimed:
         return None
@@ -116,8 +79,7 @@ def run_acquired(
     unrecorded: Unrecorded | None = None,
     on_abandon: Any = None,
 ) -> JobRun:
-    """Run a run a claim acquired (:func:`claim`, :func:`claim_oneshots`) in this thread
-    and record its end."""
+    """Run a claimed run in this thread and record its end."""
     job, record, now = acquired.job, acquired.record, acquired.now
     if record.outcome == Outcome.MISSED:
         logger.warning(
@@ -141,29 +103,15 @@ def run_acquired(
 def claim(
     limit: int, *, named: dict[str, Job] | None = None, bases: dict[str, Job] | None = None
 ) -> list[Acquired]:
-    """Acquire up to ``limit`` due rows, the earliest first: the rows of the jobs ``named``
-    (declared with a schedule, or instances run by name; by their names,
-    :func:`lease.claim_named`), then due instances of the jobs ``bases`` (declared with
-    ``instances=True``, by name; by their index, :func:`lease.claim_instances`). One
-    transaction and one take for the whole batch: the one way a due row is acquired.
-
-    On PostgreSQL the batch costs a few round trips, whatever its size: the clock with
-    ``BEGIN``, a statement that locks the due rows and reads their watermarks (one for the
-    named rows, one per job with instances), one that takes their leases and records their
-    runs (:func:`lease.take`), and ``COMMIT``. Each row has its own fence; a slot is
-    recorded at most once (a slot found recorded already is skipped, with one line in the
-    log); earlier runs of a row still marked running are marked abandoned. A runner killed
-    after this commits leaves leases that expire after ``lease_ttl``, like a run killed
-    mid-way.
-
-    An instance found invalid (changed without ``save()``) is paused, not run, with one
-    line in the log; the others of the batch run.
-    """
+    """Acquire up to ``limit`` due rows, earliest first: those of the jobs ``named``, then
+    due instances of the jobs ``bases``, in one transaction and one :func:`lease.take`: the
+    one way a due row is acquired. Each row gets its own fence; a slot is recorded at most
+    once; earlier runs of a row still running are marked abandoned. An invalid instance
+    (changed without ``save()``) is paused; the others of the batch run."""
     named, bases = named or {}, bases or {}
     if limit < 1 or not (named or bases):
         return []
-    alias = db.lease_db()
-    with transaction.atomic(using=alias):
+    with transaction.atomic(using=db.lease_db()):
         now = clock.now()  # the database's clock goes with BEGIN
         owner = get_settings().owner
         due = lease.claim_named(list(named), now, limit)
@@ -185,11 +133,9 @@ def claim(
 
 
 def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
-    """Acquire up to ``limit`` due backfill slots and one-offs of the jobs ``parents``
-    (:mod:`django_fencedjobs.oneshots`), the earliest first, each backfill kept to its
-    concurrency: one transaction for the batch, each row taken by :func:`lease.acquire`'s
-    compare-and-set and recorded as its target's run. A row whose target is gone (an
-    instance deleted) is paused, with one line in the log."""
+    """Acquire up to ``limit`` due backfill slots and one-offs of the jobs ``parents``,
+    earliest first, each backfill kept to its concurrency: one transaction, each row taken
+    by :func:`lease.acquire`'s compare-and-set and recorded as its target's run."""
     if limit < 1 or not parents:
         return []
     alias = db.lease_db()
@@ -232,17 +178,15 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
 
 
 def _target_gone(row: lease.LeaseRow, now: datetime, exc: UnknownJob) -> None:
-    """A backfill slot or one-off whose target is gone (its instance deleted, its job no
-    longer declared) cannot run: its row is done (paused), and its slot is recorded
-    ``skipped`` with the reason, as the slot's next attempt, so that it is accounted for
-    and not only a line in the log."""
+    """A backfill slot or one-off whose target is gone (instance deleted, job no longer
+    declared): its row is paused, and its slot recorded ``skipped`` with the reason, as
+    the slot's next attempt, so that it is accounted for and not only logged."""
     target = oneshots.target_of(row.name)
     lease.pause_invalid(row.name, row.fence)
-    slot = row.run_slot or row.next_run_at
     error = f"not run: {target} was deleted before it ran, or its job is no longer declared"
     record = JobRun(
         job=target,
-        scheduled_for=slot,
+        scheduled_for=row.run_slot or row.next_run_at,
         finished_at=now,
         outcome=Outcome.SKIPPED,
         kind=row.kind,
@@ -259,12 +203,10 @@ def _target_gone(row: lease.LeaseRow, now: datetime, exc: UnknownJob) -> None:
 
 
 def _done_after_commit(job: Job, row: lease.LeaseRow, slot: datetime, now: datetime) -> None:
-    """A one-shot row whose last run committed fenced work and died before its end was
-    recorded (:attr:`lease.DueOneShot.committed`), with no watermark for a next attempt to
-    resume from: a second run would redo the work, so the slot is done. The dead run's end
-    is recorded for it (its lease ended under its own fence, which fences it off should it
-    only be paused; the row done), and the run reads abandoned, saying so. An operator may
-    run the slot again explicitly. The row is locked by the claim: no one else ends it."""
+    """A one-shot row whose last run committed fenced work, then died unrecorded, with no
+    watermark to resume from: a second run would redo the work, so the slot is done (an
+    operator may run it again). The dead run is recorded abandoned, its lease ended under
+    its own fence (which fences it off should it only be paused). The claim holds the row."""
     if not lease.end(row.name, row.fence, succeeded_at=None, failed=False):
         return
     error = outcomes.ABANDONED_AFTER_COMMIT
@@ -280,8 +222,8 @@ def _done_after_commit(job: Job, row: lease.LeaseRow, slot: datetime, now: datet
 def _plan(
     named: dict[str, Job], bases: dict[str, Job], due: list[lease.DueRow], now: datetime, owner: str
 ) -> list[tuple[lease.Take, Job, dict[str, WatermarkValue]]]:
-    """Each claimed row's lease to take (its slot, next fire time and record), its job and
-    its watermarks; invalid instances are paused instead."""
+    """Each claimed row's take (slot, next fire time, record), job and watermarks; an
+    invalid one is paused instead."""
     planned = []
     for item in due:
         if item.instance is None:
@@ -395,8 +337,7 @@ def _execute(state: RunState, now: datetime, unrecorded: Unrecorded, on_abandon:
 
 
 def _handle(state: RunState, now: datetime, supervisor: Supervisor) -> BaseException | None:
-    """Call the handler under its supervisor, in the run's context; what it raised, if
-    anything, once the supervisor has stopped."""
+    """Call the handler in the run's context, under its supervisor (joined): what it raised."""
     token = set_current_holder(state)
     supervisor.start()
     raised: BaseException | None = None
@@ -435,9 +376,8 @@ def _outcome_of(
     exc: BaseException | None, state: RunState, supervisor: Supervisor
 ) -> tuple[str, str]:
     """How a run ended (:func:`outcomes.decide`); a failure's message is its traceback. A
-    handler that failed after its supervisor stopped the run (on a database error: its
-    transaction was ended) ended for the supervisor's reason, delivered or not: a run
-    stopped at its timeout reads timed out, not fence lost."""
+    handler that failed after its supervisor stopped the run (its transaction ended) ended
+    for the supervisor's reason, delivered or not: timed out, not fence lost."""
     fired = supervisor.fired or (supervisor.stopped_by if exc is not None else None)
     outcome, error = outcomes.decide(
         state.job,
@@ -448,14 +388,14 @@ def _outcome_of(
         interrupted=state.interrupted,
     )
     if outcome == Outcome.FAILED and exc is not None:
-        error = _bounded_traceback(exc)
+        error = _bounded("".join(traceback.format_exception(exc)))
     return outcome, error
 
 
 def _database_failure(run: RunState, outcome: str, error: str) -> tuple[str, str]:
-    """The handler failed on a database error. If the run's fence is gone meanwhile, the
-    error was the end of its run (the server ended its session after it sat idle in a
-    transaction past the lease, typically paused, and another run took over): fence_lost."""
+    """The handler failed on a database error: fence_lost if its fence is gone meanwhile
+    (the server ended its session idle in a transaction past the lease, another run took
+    over)."""
     _discard_connection(db.lease_db())
     try:
         row = lease.read([run.lease_name]).get(run.lease_name)
@@ -467,16 +407,10 @@ def _database_failure(run: RunState, outcome: str, error: str) -> tuple[str, str
 
 
 def _discard_connection(alias: str) -> None:
-    """Throw away this thread's connection to ``alias`` after the handler was interrupted.
-
-    The interrupt lands at whatever Python instruction the handler was at, possibly inside
-    Django's transaction bookkeeping, which can leave the connection wrapper's state
-    inconsistent (an atomic block never exited, autocommit left off); and its session may
-    have been ended by the supervisor. Closing it makes the server roll back anything it
-    left open; the fence had been revoked or lost, so nothing of it could have committed
-    anyway. The wrapper goes too, and with it the record of its open atomic blocks, fenced
-    ones included: the next use of the alias in this thread opens a fresh connection.
-    """
+    """Throw away this thread's connection to ``alias`` after the handler was interrupted,
+    maybe inside Django's transaction bookkeeping, its session maybe ended: the server rolls
+    back what it left open (nothing of it could commit, its fence gone), and the wrapper
+    goes with its record of open atomic blocks; the next use opens a fresh connection."""
     old = connections[alias]
     del connections[alias]
     raw = old.connection
@@ -487,39 +421,27 @@ def _discard_connection(alias: str) -> None:
             logger.debug("closing an interrupted run's connection failed", exc_info=True)
 
 
-def _bounded_traceback(exc: BaseException) -> str:
-    text = storable("".join(traceback.format_exception(exc)))
-    return bounded(text, get_settings().ERROR_MAX_CHARS)
+def _bounded(error: str) -> str:
+    return bounded(storable(error), get_settings().ERROR_MAX_CHARS)
 
 
 def record_end(run: RunState, outcome: str, error: str, *, wait: float = db.LOCK_WAIT) -> bool:
     """Record how ``run`` ended: the one function that does, whoever calls it (the run's
-    thread when the handler returns, its supervisor at the timeout or on giving up).
+    thread, or its supervisor at the timeout or on giving up).
 
-    One transaction, the lease row first and then the run's row: every path of the app
-    that locks both (acquiring, which marks older runs abandoned, and this) locks them in
-    that order, so a finishing run and its successor cannot deadlock. From then on the
-    run's fence is dead (:func:`lease.end` increments it) and every fenced block of the
-    run fails, in whichever thread kept it. The lease row is waited for at most ``wait``
-    seconds (``DatabaseError``). Returns True when this call recorded the end (a second
-    call, or one for a run already recorded by a successor's takeover, records nothing and
-    returns False); then logs it and sends ``run_finished``.
-    """
+    One transaction, the lease row first, then the run's: every path that locks both
+    (acquiring, which marks older runs abandoned, and this) locks them in that order, so a
+    finishing run and its successor cannot deadlock. Then the fence is dead: every fenced
+    block of the run fails. The lease row is waited for at most ``wait`` seconds
+    (``DatabaseError``). True when this call recorded the end (logged, ``run_finished``
+    sent), False when it was recorded already."""
     run.stop()
-    ended = _end_rows(run, outcome, error, wait)
-    if ended is None:
-        return False
-    _report_end(run, ended)
-    return True
-
-
-def _end_rows(run: RunState, outcome: str, error: str, wait: float) -> dict[str, Any] | None:
-    """:func:`record_end`'s transaction (:func:`lease.end_run`): the lease row, then the
-    run's; on PostgreSQL one statement, in one round trip, the clock read by that
-    statement. What the run's row now says, or None when it was recorded already."""
     end = _run_end(run, outcome, error)
     ended = lease.end_run(end, lock_wait=wait)
-    return None if ended is None else _ended(run, end, ended)
+    if ended is None:
+        return False
+    _report_end(run, _ended(run, end, ended))
+    return True
 
 
 def _log_retry(run: RunState, retry: lease.Retry | None, retry_at: datetime | None) -> None:
@@ -551,10 +473,12 @@ def _log_retry(run: RunState, retry: lease.Retry | None, retry_at: datetime | No
 
 def _run_end(run: RunState, outcome: str, error: str) -> lease.RunEnd:
     """What :func:`lease.end_runs` records of ``run``'s end: every rule of a run's end
-    (success, failure, retry, a backfill slot's or one-off's row done, a timeout after a
-    takeover) decided here, once, for both of its stores to apply."""
+    (retry, a one-shot row done, a timeout after a takeover...) decided here, once."""
     job, record = run.job, run.record
     succeeded_at = record.started_at if outcome == Outcome.SUCCEEDED else None
+    late_after: datetime | None = None  # an instance's deadline after a success: next slot's
+    if succeeded_at is not None and job.parent is not None:
+        late_after = job.late_after(job.valid_schedule.next_after(succeeded_at))
     lost_outcome, lost_error = outcomes.if_superseded(outcome, run.fence)
     return lease.RunEnd(
         run.lease_name,
@@ -565,7 +489,7 @@ def _run_end(run: RunState, outcome: str, error: str) -> lease.RunEnd:
         capped=run.capped,
         loose_items=run.loose_items,
         succeeded_at=succeeded_at,
-        late_after=_late_after(job, succeeded_at),
+        late_after=late_after,
         finished_at=None if clock.get_clock() is clock.database_now else clock.now(),
         retry=retries.next_attempt(job, record, outcome),
         final=outcome in retries.FINAL_OUTCOMES,
@@ -575,9 +499,7 @@ def _run_end(run: RunState, outcome: str, error: str) -> lease.RunEnd:
 
 
 def _ended(run: RunState, end: lease.RunEnd, ended: lease.Ended) -> dict[str, Any]:
-    """Log what recording ``run``'s ``end`` found (its retry, a lease taken over meanwhile);
-    what the run's row now says."""
-    record = run.record
+    """Log what recording ``run``'s ``end`` found (a retry, a takeover): what its row says."""
     if ended.released:
         _log_retry(run, end.retry, ended.retry_at)
     if not ended.released and ended.outcome != Outcome.FENCE_LOST:
@@ -585,7 +507,7 @@ def _ended(run: RunState, end: lease.RunEnd, ended: lease.Ended) -> dict[str, An
             "run of %s finished after its lease was taken over (fence %d)",
             run.job.name,
             run.fence,
-            extra=_log_fields(record, event="run_superseded"),
+            extra=_log_fields(run.record, event="run_superseded"),
         )
     return {
         "outcome": ended.outcome,
@@ -598,23 +520,14 @@ def _ended(run: RunState, end: lease.RunEnd, ended: lease.Ended) -> dict[str, An
     }
 
 
-def _late_after(job: Job, succeeded_at: datetime | None) -> datetime | None:
-    """An instance's stored deadline after a success at ``succeeded_at``: that of the first
-    slot after it (None for a job declared with a schedule, or no success)."""
-    if succeeded_at is None or job.parent is None:
-        return None
-    return job.late_after(job.valid_schedule.next_after(succeeded_at))
-
-
 def _report_end(run: RunState, ended: dict[str, Any]) -> None:
     """Log how the run ended and send ``run_finished``, once its row says so."""
     job, record = run.job, run.record
     for field, value in ended.items():  # what the row now says
         setattr(record, field, value)
-    outcome, error = record.outcome, record.error
     duration = record.duration
-    log = logger.info if outcome == Outcome.SUCCEEDED else logger.error
-    why = error_excerpt(error)  # the exception's last line, for a failure
+    log = logger.info if record.outcome == Outcome.SUCCEEDED else logger.error
+    why = error_excerpt(record.error)  # the exception's last line, for a failure
     log(
         "run finished: %s %s (%d items, %d batches%s, %.3fs)%s",
         job.name,
@@ -632,9 +545,8 @@ def _report_end(run: RunState, ended: dict[str, Any]) -> None:
 
 
 def _record(run: RunState, outcome: str, error: str, unrecorded: Unrecorded) -> JobRun:
-    """:func:`record_end`, retried once across a dropped connection; left pending for the
-    loop to retry if the database stays away. An end the database refuses is recorded
-    failed, with the reason (:func:`_record_alone`)."""
+    """:func:`_record_alone`, retried once across a dropped connection; left to
+    ``unrecorded`` if the database stays away."""
     for attempt in (1, 2):
         try:
             if _record_alone(run, outcome, error):
@@ -659,10 +571,8 @@ def _record(run: RunState, outcome: str, error: str, unrecorded: Unrecorded) -> 
 
 
 def _refused(exc: Exception) -> bool:
-    """Whether recording an end failed on the end itself rather than because the database
-    is away (unreachable, restarting, a lock held past the bound): the database refused one
-    of its values (``DataError``, ``IntegrityError``...), or the end could not even be sent
-    (an error that is not the database's). Trying it again would fail again."""
+    """Whether recording an end failed on the end itself (a value refused, or not even
+    sent), not on the database being away: trying it again would fail again."""
     return not isinstance(exc, DatabaseError) or isinstance(exc, _REFUSALS)
 
 
@@ -670,9 +580,8 @@ _REFUSALS = (DataError, IntegrityError, NotSupportedError, ProgrammingError)
 
 
 def _record_alone(run: RunState, outcome: str, error: str) -> bool:
-    """:func:`record_end` for one run; an end the database refuses is recorded failed
-    instead (:func:`_record_refused`). Raises ``DatabaseError`` when the database is away
-    (the end is still to record)."""
+    """:func:`record_end`; an end the database refuses is recorded failed instead.
+    ``DatabaseError`` when the database is away (the end is still to record)."""
     try:
         return record_end(run, outcome, error)
     except Exception as exc:
@@ -682,11 +591,9 @@ def _record_alone(run: RunState, outcome: str, error: str) -> bool:
 
 
 def _record_refused(run: RunState, error: str, exc: Exception) -> bool:
-    """Record ``run``'s end, which recording as it was failed on (``exc``, :func:`_refused`),
-    as ``failed``, with the reason after ``error``, and only what the run's row can store:
-    the items counted outside fenced blocks, the one count of the end that comes from the
-    handler, are left out (those that committed are on the row already). If even that is
-    refused, the run is left to read abandoned once its lease expires; never retried."""
+    """Record ``run``'s refused end (``exc``) as ``failed``, with the reason, leaving out
+    its items counted outside fenced blocks (the one value of the end from the handler).
+    If even that is refused, the run reads abandoned once its lease expires."""
     logger.error(
         "recording the end of %s failed on the end itself; recording it failed, with the reason",
         run.job.name,
@@ -698,9 +605,7 @@ def _record_refused(run: RunState, error: str, exc: Exception) -> bool:
     reason = outcomes.end_refused(why)
     text = f"{error}\n\n{reason}" if error else reason
     try:
-        return record_end(
-            run, Outcome.FAILED, bounded(storable(text), get_settings().ERROR_MAX_CHARS)
-        )
+        return record_end(run, Outcome.FAILED, _bounded(text))
     except Exception as again:
         if not _refused(again):
             raise
@@ -714,17 +619,10 @@ def _record_refused(run: RunState, error: str, exc: Exception) -> bool:
 
 
 class Unrecorded:
-    """Runs whose end is still to be recorded, for their runner to record (:meth:`record`)
-    before it next scans. Thread-safe: workers add, the dispatching thread records.
-
-    Two kinds: the end of a run whose handler returned on a loop's worker (:meth:`defer`,
-    when :attr:`deferring`), recorded a moment later with the others' in one statement, so
-    that the runs of a stampede do not each pay for a statement of their own; and one that
-    could not be recorded because the database was unreachable (:meth:`add`). Until it is
-    recorded the run reads running, and its lease stays held: a runner killed in between
-    leaves it to be read abandoned, as one killed mid-run does, never succeeded. How long
-    the oldest has waited (:meth:`waited`) decides whether the runner beats.
-    """
+    """Ends still to be recorded by their runner (:meth:`record`) before it next scans,
+    deferred to share one statement (:meth:`defer`) or left while the database was away
+    (:meth:`add`); workers add, the dispatching thread records. Until then the run reads
+    running: a runner killed in between leaves it abandoned, never succeeded."""
 
     def __init__(self) -> None:
         #: (run, outcome, error, late: could not be recorded at once, since: monotonic).
@@ -750,17 +648,12 @@ class Unrecorded:
             return time.monotonic() - self._runs[0][4] if self._runs else 0.0
 
     def record(self) -> None:
-        """Record each, oldest first; raises ``DatabaseError`` (keeping the rest) when the
-        database is still away. All of them together (:func:`lease.end_runs`: on PostgreSQL
-        one statement), unless the database refuses it: then each on its own, so that no
-        end holds another's, and one refused on its own is recorded failed, with the reason
-        (:func:`_record_alone`).
-        """
+        """Record each, oldest first (``DatabaseError``, keeping the rest, while the
+        database is away): all in one statement, or if it is refused each on its own, so
+        that no end holds another's."""
         with self._lock:
             runs = list(self._runs)
-        if not runs:
-            return
-        if self._record_together(runs):
+        if not runs or self._record_together(runs):
             return
         for run, outcome, error, late, _ in runs:
             recorded = _record_alone(run, outcome, error)
@@ -770,8 +663,7 @@ class Unrecorded:
                 _log_recorded_late(run, outcome)
 
     def _record_together(self, runs: list[tuple[RunState, str, str, bool, float]]) -> bool:
-        """``runs``' ends in one statement (:func:`lease.end_runs`); False, having recorded
-        none, when that failed on one of them (:func:`_refused`)."""
+        """``runs``' ends in one statement; False, having recorded none, if it is refused."""
         try:
             ends = [_run_end(run, outcome, error) for run, outcome, error, _, _ in runs]
             ended = lease.end_runs(ends, lock_wait=db.LOCK_WAIT)
@@ -808,7 +700,7 @@ def _log_recorded_late(run: RunState, outcome: str) -> None:
 
 
 def _log_fields(record: JobRun, *, event: str, **more: Any) -> dict[str, Any]:
-    fields = {
+    return {
         "event": event,
         "job": record.job,
         "fence": record.fence,
@@ -818,9 +710,8 @@ def _log_fields(record: JobRun, *, event: str, **more: Any) -> dict[str, Any]:
         "items": record.items,
         "batches": record.batches,
         "missed_slots": record.missed_slots,
+        **more,
     }
-    fields.update(more)
-    return fields
 
 
 __all__ = [

@@ -1,13 +1,6 @@
-"""What the runner knows of one run, beside its handler: :class:`RunState`.
-
-A run has two faces. Its handler sees a :class:`~django_fencedjobs.run.Run`: the fence and
-slot, the watermark windows and batches, ``enqueue``, ``heartbeat``. The runner, the run's
-supervisor and its fenced blocks share this state: whether the run was stopped, the
-transaction its latest fenced block holds, and what it did (batches begun, items counted,
-progress committed). The runner creates it, hands it to the handler's ``Run``, to the
-supervisor and to ``fenced_atomic`` (it is the current run's fence holder), and records the
-run's end from it.
-"""
+"""What the runner knows of one run, beside its handler (which sees a
+:class:`~django_fencedjobs.run.Run`): :class:`RunState`, shared by the runner, the run's
+supervisor and its fenced blocks, whose fence holder it is."""
 
 from __future__ import annotations
 
@@ -16,8 +9,6 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-
-from django.db import transaction
 
 from django_fencedjobs import lease, outcomes
 from django_fencedjobs.exceptions import FenceLost
@@ -34,8 +25,7 @@ WatermarkValue = datetime | int
 
 @dataclass
 class Progress:
-    """What fenced transactions of a run did: items counted, batches completed, the
-    default watermark reached (as recorded, or None)."""
+    """What a run's fenced transactions did: items, batches completed, default watermark."""
 
     items: int = 0
     batches: int = 0
@@ -63,19 +53,13 @@ class RunState:
         stop_requested: threading.Event | None = None,
         lease_name: str | None = None,
     ) -> None:
-        #: The job the run is for, as its handler sees it (``run.job``).
         self.job = job
-        #: The lease row the run holds, by name: the job's own, or for a backfill slot or a
-        #: one-off its row's (:mod:`django_fencedjobs.oneshots`). Its fence checks,
-        #: renewals, end and watermarks address this row.
+        #: The lease row the run holds (fence, renewals, end, watermarks): the job's own,
+        #: or a backfill slot's or one-off's.
         self.lease_name = job.name if lease_name is None else lease_name
         self.record = record
-        #: The fence this run was given; every fenced write checks it is still current.
         self.fence: int = record.fence
-        #: The thread the handler runs in.
-        self.thread = threading.get_ident()
-        #: Set when the runner was asked to stop (SIGTERM, SIGINT): the handler's helpers
-        #: stop between batches, and ``run.stopping`` reads True.
+        #: Set when the runner was asked to stop: the handler's helpers stop between batches.
         self.stop_requested = stop_requested or threading.Event()
         #: The watermarks as committed: what ``windows()`` goes on from.
         self.watermarks = dict(watermarks)
@@ -85,36 +69,26 @@ class RunState:
         self.capped = False
         #: The run stopped between batches because the process was asked to stop.
         self.interrupted = False
-        #: What committed: added as each fenced transaction of the run commits.
-        self.committed = Progress()
         #: Items counted outside any fenced block (added when the run is recorded).
         self.loose_items = 0
-        #: The transaction of the run's latest fenced block, as its fence check found it:
-        #: what the supervisor ends if the handler will not stop (it is ended only while
-        #: still open, so a registration that outlived its block is harmless).
+        #: The transaction of the run's latest fenced block: what the supervisor ends if the
+        #: handler will not stop (only while still open: a stale one is harmless).
         self.held: lease.HeldTransaction | None = None
         #: The handler's open ``windows()`` and ``batches()`` generators.
         self.iterators: list[Generator[Any, None, None]] = []
         #: True while :meth:`close_iterators` closes them after the handler failed.
         self.aborting = False
+        self.stopped = False  # set by stop()
         self._pending: Ledger[Progress] | None = None
-        self._stopped = False
-
-    # -- stopping ---------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """The run is over: its fence is gone (renewal failed, timed out, a fenced block
-        found it stale) or it has been recorded. Every fenced block and helper of it fails
-        from now on, in whichever thread."""
-        self._stopped = True
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
+        """The run is over (its fence gone, or recorded): every fenced block and helper of
+        it fails from now on, in whichever thread."""
+        self.stopped = True
 
     def stopped_error(self) -> FenceLost | None:
         """The error every fenced block and helper raises once the run was stopped."""
-        return FenceLost(outcomes.fence_gone(self.job, self.fence)) if self._stopped else None
+        return FenceLost(outcomes.fence_gone(self.job, self.fence)) if self.stopped else None
 
     def raise_if_stopped(self) -> None:
         """Raise :meth:`stopped_error`'s error, if any: the handler's helpers call it."""
@@ -122,12 +96,10 @@ class RunState:
         if error is not None:
             raise error
 
-    # -- the fence, inside a fenced block's transaction ------------------------------------
-
     def check_fence(self, connection: BaseDatabaseWrapper) -> None:
         """Check and lock the run's fence as the first statement of a fenced block's
-        transaction; :class:`FenceLost` when it is gone. The transaction that passes is the
-        one the supervisor would end, and it may sit idle no longer than the lease lasts."""
+        transaction (:class:`FenceLost` when it is gone); that transaction is the one the
+        supervisor would end, and may sit idle no longer than the lease lasts."""
         job = self.job
         held = lease.guard(connection, self.lease_name, self.fence, job.exclusion, job.lease_ttl)
         if held is None:
@@ -137,8 +109,6 @@ class RunState:
         self.held = held
         self._pending = Ledger(connection.alias)  # a new transaction: nothing of it is done
 
-    # -- progress --------------------------------------------------------------------------
-
     def note(self, progress: Progress) -> None:
         """Note what the open fenced transaction did, at the savepoint level it did it: a
         savepoint that rolls back takes its part with it (:class:`Ledger`)."""
@@ -146,11 +116,10 @@ class RunState:
             self._pending.note(progress)
 
     def save_progress(self, connection: BaseDatabaseWrapper) -> None:
-        """Called by ``fenced_atomic`` when the run's outermost fenced block ends without an
-        error, just before it commits: what the block did (items, completed batches, the
-        watermark) goes on the run's row in the same transaction. So the row says what
-        committed, whoever records the run's end (itself, its supervisor at the timeout, a
-        successor finding it abandoned after a SIGKILL)."""
+        """Called by ``fenced_atomic`` just before the run's outermost fenced block commits:
+        what it did (items, completed batches, the watermark) goes on the run's row in the
+        same transaction, so the row says what committed whoever records the run's end (the
+        run, its supervisor, a successor finding it abandoned after a SIGKILL)."""
         ledger, self._pending = self._pending, None
         if self.record.kind != RunKind.SCHEDULED:  # a one-shot row stays due: it must know
             lease.note_commit(connection, self.lease_name, self.fence)
@@ -166,12 +135,6 @@ class RunState:
                 " watermark_after = COALESCE(%s, watermark_after) WHERE id = %s",
                 [progress.items, progress.batches, progress.watermark, self.record.pk],
             )
-        transaction.on_commit(lambda: self.committed.add(progress), using=connection.alias)
-
-    @property
-    def items(self) -> int:
-        """Items of the run as its record says them, as far as this process knows."""
-        return self.committed.items + self.loose_items
 
     def close_iterators(self, *, abort: bool) -> None:
         """The handler returned (or failed, ``abort``): end its open windows and batches (a

@@ -1,25 +1,11 @@
-"""What a transaction keeps of what was noted inside it: entries noted under savepoints that
-rolled back are dropped, the others kept.
+"""What a transaction keeps of what was noted inside it: entries noted under savepoints
+that rolled back are dropped, as their rows are (a run's progress, the tasks it enqueued).
 
-A run notes things in its fenced transaction that it writes later, at the block's end: the
-tasks it enqueued (one statement for all their records), the items and batches it counted
-and the watermark it reached (its row's progress). A handler may open savepoints inside the
-block (a ``transaction.atomic()`` per item whose error it catches) and a savepoint that
-rolls back must take its entries with it, exactly as it takes its rows.
-
-Django knows which savepoints rolled back: a ``transaction.on_commit`` callback registered
-while a savepoint was open is discarded when it rolls back. So a :class:`Ledger` keeps its
-entries in groups, one per level of open savepoints, each registered as such a callback (a
-marker: it does nothing when called; what counts is whether Django still holds it). A
-group whose savepoint has ended is settled at the next entry or when the ledger is read:
-dropped if its callback is gone, else merged into the group of the enclosing level.
-Django's list of callbacks thus holds one group per open level, not one per item: each
-savepoint rollback scans that list, which a loop of thousands of per-item savepoints would
-otherwise pay for once per item.
-
-Django keeps ``(savepoint ids, callback, robust)`` entries in the connection's
-``run_on_commit`` (``BaseDatabaseWrapper.savepoint_rollback`` filters them): the one
-internal this module reads.
+Django drops a ``transaction.on_commit`` callback registered under a savepoint that rolls
+back, so a :class:`Ledger` keeps its entries in groups, one per level of open savepoints,
+each with a do-nothing marker callback: a group whose marker is gone is dropped, a released
+one merges into the enclosing level's. One marker per level, not per entry, as each rollback
+scans Django's list. The one Django internal read is ``connection.run_on_commit``.
 """
 
 from __future__ import annotations
@@ -117,10 +103,7 @@ def _registered(connection: BaseDatabaseWrapper, group: _Group[T]) -> int | None
     """Where ``group`` is in the connection's ``on_commit`` callbacks, None when Django
     discarded it (a savepoint open when it was registered rolled back); usually last."""
     entries = connection.run_on_commit
-    for at in range(len(entries) - 1, -1, -1):
-        if entries[at][1] is group:
-            return at
-    return None
+    return next((at for at in range(len(entries) - 1, -1, -1) if entries[at][1] is group), None)
 
 
 __all__ = ["Ledger"]

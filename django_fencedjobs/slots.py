@@ -1,33 +1,17 @@
-"""Which slot a due lease row runs for, and where the row moves when it is taken.
+"""Which slot a due lease row runs for, and where the row moves when it is taken: one
+function, :func:`plan`, for every way a row becomes due (docs/time.md tells them at length).
 
-One function, :func:`plan`, decides it for every way a row becomes due:
-
-* **the schedule**: one or more fire times passed since the row's ``next_run_at``. The
-  job's catch-up policy (``catchup``) says which run for them:
-
-  - ``"coalesce"`` (the default): one run, for the latest slot; its data interval starts
-    where the first missed slot's did, so it covers them all; ``missed_slots`` counts
-    the others.
-  - ``"each"``: a run for every missed slot, oldest first, each with its own interval;
-    only the latest ``catchup_limit`` run, the older ones are counted as skipped on the
-    first run. The row stays due until the last of them is taken.
-  - ``"latest"``: one run, for the latest slot, with that slot's interval only; the
-    others are counted as skipped.
-
-  Slots are the schedule's fire times (:meth:`Schedule.fire_times
-  <django_fencedjobs.schedule.Schedule.fire_times>`), so DST is what the schedule says it
-  is: a wall time that does not exist that day fires once, just after the gap, and one
-  that exists twice fires once, at its first occurrence. A run that starts later than
-  the job's ``starting_deadline`` after its slot is recorded missed whatever the policy.
-* **a retry** (``run_slot`` set on a scheduled row, by :mod:`django_fencedjobs.retries`):
-  the failed slot again, as the next attempt, over the same data interval as the attempt
-  it retries (a coalescing attempt's retry coalesces the same slots), unless a later slot
-  is due by now; then that slot runs instead and the retry is dropped (a retry never runs
-  at or past the next slot).
-* **a backfill slot or a one-off** (a row of kind ``backfill`` or ``once``,
-  :mod:`django_fencedjobs.oneshots`): its ``run_slot``, as its next attempt. The row
-  stays due while the run holds it, so that a run whose runner died is run again once its
-  lease expires; the run's end marks the row done.
+* **the schedule**: the fire times passed since ``next_run_at``, run by the job's
+  ``catchup`` policy (``"coalesce"``: one run for the latest, its interval covering them
+  all; ``"each"``: a run per slot, oldest first, the latest ``catchup_limit`` of them;
+  ``"latest"``: the latest alone). Slots are :meth:`Schedule.fire_times
+  <django_fencedjobs.schedule.Schedule.fire_times>`, so DST is what the schedule says.
+* **a retry** (``run_slot`` set on a scheduled row, :mod:`django_fencedjobs.retries`): the
+  failed slot again over the same interval, unless a later slot is due by now: that slot
+  runs instead and the retry is dropped (a retry never runs at or past the next slot).
+* **a backfill slot or one-off** (:mod:`django_fencedjobs.oneshots`): its ``run_slot``, as
+  its next attempt; the row stays due while its run holds it, so a run whose runner died
+  is run again once its lease expires.
 """
 
 from __future__ import annotations
@@ -50,11 +34,10 @@ class Slot:
     """A run's slot, and what taking its lease writes on the row."""
 
     scheduled_for: datetime
-    #: Earlier due slots coalesced into this run (or skipped by its catch-up policy); a
-    #: retry's interval covers its first attempt's, which counted them.
+    #: Earlier due slots coalesced into this run, or skipped (a retry's: 0, its first
+    #: attempt counted them).
     missed: int
-    #: The start of the run's data interval when it is not simply the slot before
-    #: (a coalesced run's), else None.
+    #: The data interval's start, when it is not the slot before (a coalesced run's).
     interval_start: datetime | None
     attempt: int
     kind: str
@@ -62,9 +45,8 @@ class Slot:
     next_run_at: datetime
     run_slot: datetime | None
     next_attempt: int
-    #: A failed attempt's retry was due, and a later slot supersedes it: the failed slot's
-    #: last attempt is that failure, counted towards ``consecutive_failures`` when the row
-    #: is taken (the failure was not counted while its retry was pending).
+    #: A later slot supersedes a pending retry: the failed attempt, not counted while its
+    #: retry was pending, is counted towards ``consecutive_failures`` when the row is taken.
     dropped_retry: bool = False
 
 

@@ -1,23 +1,11 @@
-"""The admin: every job with its health and its recent slots, a job's slot timeline, the run
-history, and the three things an operator may do (run now, pause, resume).
+"""The admin: the jobs with their health and recent slots, their runs, instances, backfills
+and runners (one module each; :mod:`~django_fencedjobs.admin.display` has what they share).
 
-The jobs and runs are not editable (instances are, below): the lease rows are written only through
-:mod:`django_fencedjobs.lease` (saving a stale copy of a row through a form could move its
-fence backwards), and runs are history (deleted only by retention). The Django *change*
-permission on jobs is what allows "run now", "pause" and "resume"; a user with only the
-*view* permission sees everything and can trigger nothing. Each action is recorded in the
-admin log. States and reasons come from :mod:`django_fencedjobs.health`.
-
-- :mod:`~django_fencedjobs.admin.jobs`: the jobs pages and the operations;
-- :mod:`~django_fencedjobs.admin.runs`: the run history, with the tasks each run enqueued;
-- :mod:`~django_fencedjobs.admin.instances`: the instances of the jobs declared with
-  ``instances=True``, the one thing users edit here (add, change, delete: the Django
-  permissions on instances), with a preview of their next fire times;
-- :mod:`~django_fencedjobs.admin.runners`: the runners, and when each was last seen;
-- :mod:`~django_fencedjobs.admin.timeline`: the slot timeline, drawn by
-  ``templates/admin/fencedjobs/joblease/timeline.html``;
-- :mod:`~django_fencedjobs.admin.paginator`: a paginator that does not count a large table;
-- :mod:`~django_fencedjobs.admin.display`: badges and instants, shared by both pages.
+Only instances are edited here (with the Django permissions on instances). Lease rows are
+written only through :mod:`django_fencedjobs.lease` (saving a stale copy through a form could
+move a fence backwards), and runs are history, deleted only by retention. The Django *change*
+permission on jobs allows run now, pause, resume and skip, each recorded in the admin log; a
+user with only the *view* permission sees everything and can trigger nothing.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
-"""The backfills pages: an operator's backfills of a job's past slots and one-offs at an
+"""The backfills pages: an operator's backfills of a job's past slots, and one-offs at an
 instant (:mod:`django_fencedjobs.backfills` does the work; these pages only ask and show).
 
-- **The list and a backfill's page** are read-only: each backfill's job, range, selection,
-  how many slots run at once, and its progress (:func:`progress_of`): its slots done,
-  running and queued, read from its lease rows, and the runs of kind ``backfill`` of its
-  job in its range, by outcome.
-- **Add backfill** is a form, not a model form: job (or instance ``job[key]``), from, to
-  (ISO 8601 instants with their offsets, as ``manage.py backfill`` takes them), slots, at
-  once, newest first. *Dry run* lists the slots it would queue and those it leaves, and
-  why, and queues nothing; *Backfill* queues them and opens the backfill's page. What
-  :class:`~django_fencedjobs.backfills.BackfillError` refuses is said on the form.
-- **Run once** (linked from the list and from a job's page): a job or instance, an instant
-  or ``now``, and arguments as a JSON object over the job's own.
-
-Both forms need the Django *add* permission on backfills; a user who may only view sees the
-backfills and can queue nothing. The jobs declared in code stay read-only.
+The list and a backfill's page are read-only, with its progress (:func:`progress_of`).
+*Add backfill* (job or instance ``job[key]``, from and to as ISO 8601 instants with their
+offsets, as ``manage.py backfill`` takes them): *Dry run* lists the slots it would queue
+and those it leaves, and why, and queues nothing; *Backfill* queues them. *Run once*: a job
+or instance, an instant or ``now``, and arguments as a JSON object over the job's own. Both
+forms need the Django *add* permission on backfills; the jobs declared in code stay
+read-only.
 """
 
 from __future__ import annotations
@@ -24,8 +17,7 @@ import operator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
-from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlencode
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -35,13 +27,20 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from django_fencedjobs import clock, db, instances
-from django_fencedjobs.admin.display import breakable, instant, job_zone
+from django_fencedjobs.admin.display import (
+    admin_urls,
+    breakable,
+    instant,
+    job_zone,
+    plural,
+    runs_url,
+)
 from django_fencedjobs.backfills import (
     BackfillError,
     BackfillPlan,
@@ -51,14 +50,7 @@ from django_fencedjobs.backfills import (
 )
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant, parse_instant
-from django_fencedjobs.models import (
-    Backfill,
-    BackfillSelection,
-    JobLease,
-    JobRun,
-    Outcome,
-    RunKind,
-)
+from django_fencedjobs.models import Backfill, BackfillSelection, JobLease, JobRun, Outcome, RunKind
 from django_fencedjobs.registry import registry
 
 __all__ = ["BackfillAdmin", "Progress", "progress_of"]
@@ -68,21 +60,19 @@ PLAN_SHOWN = 200
 #: ``at`` of a one-off that runs at once.
 NOW = "now"
 
+_Form = TypeVar("_Form", bound=forms.Form)
+
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Backfill]
 else:  # not subscriptable at run time
     _ModelAdmin = admin.ModelAdmin
 
 
-# -- progress ----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Progress:
-    """Where a backfill is. ``running`` and ``queued`` count its lease rows not done yet (a
-    row a runner holds, and one waiting for a runner or its retry); the rest of its slots
-    are done (a done row queued again by a later backfill belongs to that one). The runs
-    are those of kind ``backfill`` of its job in its range, every attempt, by outcome."""
+    """Where a backfill is: ``running`` and ``queued`` count its lease rows not done yet; the
+    rest of its slots are done (a row queued again by a later backfill belongs to that one).
+    The runs: of kind ``backfill``, of its job in its range, every attempt, by outcome."""
 
     slots: int
     running: int = 0
@@ -108,8 +98,7 @@ class Progress:
 
 
 def progress_of(backfills: list[Backfill], now: datetime) -> dict[int, Progress]:
-    """Each backfill's :class:`Progress`, in two queries however many there are (none for
-    none): its rows counted by state, its runs by outcome."""
+    """Each backfill's :class:`Progress`, in two queries however many there are."""
     if not backfills:
         return {}
     alias = db.lease_db()
@@ -147,8 +136,7 @@ def progress_of(backfills: list[Backfill], now: datetime) -> dict[int, Progress]
 
 
 class BackfillChangeList(ChangeList):
-    """The backfill list, each of the page's backfills with its progress (two queries for
-    the page): ``backfill.fencedjobs_progress``."""
+    """The list, each backfill with its progress: ``backfill.fencedjobs_progress``."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
@@ -157,9 +145,6 @@ class BackfillChangeList(ChangeList):
         for b in page:
             setattr(b, "fencedjobs_progress", progress[b.pk])  # noqa: B010
         self.result_list = page
-
-
-# -- the forms ---------------------------------------------------------------------------------
 
 
 class InstantField(forms.CharField):
@@ -175,25 +160,24 @@ class InstantField(forms.CharField):
             raise ValidationError(str(exc), code="invalid") from None
 
 
-def _job_field() -> forms.CharField:
-    return forms.CharField(
+class _JobForm(forms.Form):
+    job = forms.CharField(
         label=_("Job"),
         max_length=200,
         help_text=_("A job's name, or an instance's: job[key]."),
         widget=forms.TextInput(attrs={"list": "fj-job-names", "size": 40}),
     )
 
+    def clean_job(self) -> str:
+        name: str = self.cleaned_data["job"].strip()
+        try:
+            instances.get_job(name)
+        except UnknownJob as exc:
+            raise ValidationError(str(exc), code="unknown_job") from None
+        return name
 
-def _clean_job(name: str) -> str:
-    try:
-        instances.get_job(name)
-    except UnknownJob as exc:
-        raise ValidationError(str(exc), code="unknown_job") from None
-    return name
 
-
-class BackfillForm(forms.Form):
-    job = _job_field()
+class BackfillForm(_JobForm):
     start = InstantField(
         label=_("From"),
         help_text=_("Included. With its offset: 2026-11-29T06:00:00+01:00, or Z for UTC."),
@@ -222,12 +206,8 @@ class BackfillForm(forms.Form):
         help_text=_("Run the latest slot first (by default the oldest runs first)."),
     )
 
-    def clean_job(self) -> str:
-        return _clean_job(self.cleaned_data["job"].strip())
 
-
-class RunOnceForm(forms.Form):
-    job = _job_field()
+class RunOnceForm(_JobForm):
     at = forms.CharField(
         label=_("At"),
         initial=NOW,
@@ -240,9 +220,6 @@ class RunOnceForm(forms.Form):
         help_text=_('A JSON object over the job\'s own arguments: {"fmt": "csv"}.'),
         widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
     )
-
-    def clean_job(self) -> str:
-        return _clean_job(self.cleaned_data["job"].strip())
 
     def clean_at(self) -> datetime | str:
         text = self.cleaned_data["at"].strip()
@@ -266,9 +243,6 @@ class RunOnceForm(forms.Form):
                 'a JSON object of keyword arguments, e.g. {"fmt": "csv"}', code="invalid"
             )
         return value
-
-
-# -- the admin ---------------------------------------------------------------------------------
 
 
 @admin.register(Backfill)
@@ -312,8 +286,6 @@ class BackfillAdmin(_ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return BackfillChangeList
 
-    # -- columns ---------------------------------------------------------------------------
-
     @admin.display(description=_("job"), ordering="job")
     def job_name(self, b: Backfill) -> SafeString:
         return format_html('<span class="fj-name">{}</span>', breakable(b.job))
@@ -345,25 +317,16 @@ class BackfillAdmin(_ModelAdmin):
 
     @admin.display(description=_("runs"))
     def runs(self, b: Backfill) -> SafeString:
-        """The backfill runs of its job, in the run history."""
-        url = reverse(f"{self.admin_site.name}:fencedjobs_jobrun_changelist")
-        query = urlencode({"job": b.job, "kind__exact": RunKind.BACKFILL})
-        return format_html('<a href="{}?{}">{}</a>', url, query, _("the backfill runs of the job"))
+        url = runs_url(self.admin_site.name, job=b.job, kind__exact=RunKind.BACKFILL)
+        return format_html('<a href="{}">{}</a>', url, _("the backfill runs of the job"))
 
     @admin.display(description=_("created"), ordering="created_at")
     def created(self, b: Backfill) -> SafeString | str:
         return instant(b.created_at, job_zone(b.job))
 
-    # -- the forms ---------------------------------------------------------------------------
-
     def get_urls(self) -> list[URLPattern]:
-        opts = self.opts
         return [
-            path(
-                "run-once/",
-                self.admin_site.admin_view(self.run_once_view),
-                name=f"{opts.app_label}_{opts.model_name}_run_once",
-            ),
+            *admin_urls(self, ("run-once/", self.run_once_view, "run_once")),
             *super().get_urls(),
         ]
 
@@ -371,12 +334,7 @@ class BackfillAdmin(_ModelAdmin):
         self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         """Add backfill: *Dry run* shows what it would queue and leave; *Backfill* queues."""
-        if not self.has_add_permission(request):
-            raise PermissionDenied
-        form = BackfillForm(
-            request.POST if request.method == "POST" else None,
-            initial={"job": request.GET.get("job", "")},
-        )
+        form = self._form(request, BackfillForm)
         plan: BackfillPlan | None = None
         if form.is_valid():
             values = form.cleaned_data
@@ -385,52 +343,40 @@ class BackfillAdmin(_ModelAdmin):
                     values["job"], values["start"], values["end"], selection=values["selection"]
                 )
                 if "_backfill" in request.POST:
-                    if not plan.slots:
-                        form.add_error(None, _nothing_to_queue(plan))
-                    else:
+                    if plan.slots:
                         return self._backfill(request, values)
+                    form.add_error(
+                        None,
+                        f"Nothing to queue: none of the {plural(len(plan.left), 'slot')} of "
+                        f"{plan.job} in this range is selected ({plan.selection}); the dry run "
+                        "below says why.",
+                    )
             except BackfillError as exc:
                 form.add_error(None, str(exc))
                 plan = None
-        context = {
-            **self._context(request, _("Add backfill"), form),
-            "plan": _plan_context(plan, form) if plan is not None else None,
-            **(extra_context or {}),
-        }
-        return TemplateResponse(request, "admin/fencedjobs/backfill/backfill_form.html", context)
+        found = _plan_context(plan, form) if plan is not None else None
+        more = {"title": _("Add backfill"), "plan": found, **(extra_context or {})}
+        return self._render(request, "backfill_form", form, **more)
 
     def _backfill(self, request: HttpRequest, values: dict[str, Any]) -> HttpResponse:
+        options = {name: values[name] for name in ("selection", "concurrency", "newest_first")}
+        by = request.user.get_username()
         made, plan = backfill(
-            values["job"],
-            values["start"],
-            values["end"],
-            selection=values["selection"],
-            concurrency=values["concurrency"],
-            newest_first=values["newest_first"],
-            requested_by=request.user.get_username(),
+            values["job"], values["start"], values["end"], requested_by=by, **options
         )
-        n = len(plan.slots)
-        self.log_addition(request, made, f"Backfill: queued {n} slot{'' if n == 1 else 's'}.")
+        queued = plural(len(plan.slots), "slot")
+        self.log_addition(request, made, f"Backfill: queued {queued}.")
         self.message_user(
-            request,
-            f"Queued {n} slot{'' if n == 1 else 's'} of {made.job} for the runners.",
-            messages.SUCCESS,
+            request, f"Queued {queued} of {made.job} for the runners.", messages.SUCCESS
         )
         site = self.admin_site.name
-        if self.has_view_permission(request, made):
-            return HttpResponseRedirect(
-                reverse(f"{site}:fencedjobs_backfill_change", args=[made.pk])
-            )
-        return HttpResponseRedirect(reverse(f"{site}:index"))
+        if not self.has_view_permission(request, made):
+            return HttpResponseRedirect(reverse(f"{site}:index"))
+        return HttpResponseRedirect(reverse(f"{site}:fencedjobs_backfill_change", args=[made.pk]))
 
     def run_once_view(self, request: HttpRequest) -> HttpResponse:
         """Run once: a one-off of a job or instance, at an instant or now."""
-        if not self.has_add_permission(request):
-            raise PermissionDenied
-        form = RunOnceForm(
-            request.POST if request.method == "POST" else None,
-            initial={"job": request.GET.get("job", "")},
-        )
+        form = self._form(request, RunOnceForm)
         if form.is_valid():
             values = form.cleaned_data
             now = clock.now()
@@ -441,8 +387,7 @@ class BackfillAdmin(_ModelAdmin):
                 form.add_error(None, str(exc))
             else:
                 return self._queued_once(request, values["job"], name, at, now)
-        context = self._context(request, _("Run once"), form)
-        return TemplateResponse(request, "admin/fencedjobs/backfill/run_once.html", context)
+        return self._render(request, "run_once", form, title=_("Run once"))
 
     def _queued_once(
         self, request: HttpRequest, target: str, name: str, at: datetime, now: datetime
@@ -453,23 +398,32 @@ class BackfillAdmin(_ModelAdmin):
         when = format_instant(at, job_zone(target))
         due = "at the next tick" if at <= now else f"at {when}"
         self.message_user(request, f"Queued a one-off run of {target}: it runs {due}.")
-        url = reverse(f"{self.admin_site.name}:fencedjobs_jobrun_changelist")
-        return HttpResponseRedirect(
-            f"{url}?{urlencode({'job': target, 'kind__exact': RunKind.ONCE})}"
-        )
+        url = runs_url(self.admin_site.name, job=target, kind__exact=RunKind.ONCE)
+        return HttpResponseRedirect(url)
 
-    def _context(self, request: HttpRequest, title: Any, form: forms.Form) -> dict[str, Any]:
-        return {
+    def _form(self, request: HttpRequest, form_class: type[_Form]) -> _Form:
+        """An operation's form, bound to a POST: for users who may add backfills."""
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        data = request.POST if request.method == "POST" else None
+        return form_class(data, initial={"job": request.GET.get("job", "")})
+
+    def _render(
+        self, request: HttpRequest, template: str, form: forms.Form, **more: Any
+    ) -> HttpResponse:
+        """An operation's page, ``more`` (its ``title``...) in its context."""
+        context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": title,
             "form": form,
             # Laid out as the admin's own forms are, a field per row.
             "adminform": AdminForm(cast(Any, form), [(None, {"fields": list(form.fields)})], {}),
             "media": self.media + form.media,
             "has_view_permission": self.has_view_permission(request),
             "job_names": [job.name for job in registry.all() if not job.instances],
+            **more,
         }
+        return TemplateResponse(request, f"admin/fencedjobs/backfill/{template}.html", context)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -478,17 +432,9 @@ class BackfillAdmin(_ModelAdmin):
         return super().changelist_view(request, context)
 
 
-def _nothing_to_queue(plan: BackfillPlan) -> str:
-    n = len(plan.left)
-    return (
-        f"Nothing to queue: none of the {n} slot{'' if n == 1 else 's'} of {plan.job} in this "
-        f"range is selected ({plan.selection}); the dry run below says why."
-    )
-
-
 def _plan_context(plan: BackfillPlan, form: forms.Form) -> dict[str, Any]:
-    """A dry run for the page: the slots it would queue, in the order they would run, and
-    those it leaves, each at most :data:`PLAN_SHOWN`, with its instants in the job's zone."""
+    """A dry run: the slots it would queue, in the order they would run, and those it leaves,
+    at most :data:`PLAN_SHOWN` of each, in the job's zone."""
     tz = instances.get_job(plan.job).valid_schedule.tz
     queued = list(plan.slots)
     if form.cleaned_data.get("newest_first"):

@@ -1,26 +1,14 @@
-"""The instances pages: the schedules users add and change without a deploy
-(:class:`~django_fencedjobs.models.JobInstance`, of the jobs declared with
-``@job(instances=True)``), with the standard Django permissions (add, change, delete and
-view *instance*). The jobs declared in code stay read-only on the jobs pages.
-
-- **The form.** The job is one of the declared jobs with instances; the key, the
-  instance's identity (its runs are recorded as ``job[key]``), and its job are fixed once it
-  exists. Validation is the model's ``full_clean()``: the system checks' code, so a bad
-  instance is refused with the check's message (and id) on the field it is about. Saving
-  writes the lease row in the same transaction (:mod:`django_fencedjobs.instances`).
-- **The preview.** The next :data:`PREVIEW_TIMES` fire times in the instance's zone, each
-  daylight-saving transition marked (:func:`fire_times`): rendered with the page, and
-  again while the schedule is edited, by ``fencedjobs/instance_preview.js`` from
-  :meth:`JobInstanceAdmin.preview_view` (JSON, permission-checked). An invalid schedule
-  previews as the check's message.
-- **The list** stays flat at 100,000 instances: ordered by ``(job, key)`` alone, the order
-  the unique constraint's index serves (no other column sorts), the lease row joined one to
-  one, and no ``COUNT(*)`` of the table (:class:`InstancePaginator`). Bulk enable and
-  disable save each instance, so its lease row follows.
+"""The instances pages (docs/alerting.md, "Instances"): the schedules users add, change and
+delete without a deploy, with the Django permissions on instances. The form validates with
+the system checks' code and writes the lease row in the same transaction; the preview lists
+the next fire times, each daylight-saving transition marked (:func:`fire_times`); the list
+stays flat at 100,000 instances: ordered by ``(job, key)``, the unique constraint's index,
+and no ``COUNT(*)`` of the table (:class:`InstancePaginator`).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import json
@@ -30,7 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -38,22 +25,28 @@ from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, Validatio
 from django.core.paginator import Paginator
 from django.db import DatabaseError
 from django.db.models import Min, Q, QuerySet
-from django.http import (
-    Http404,
-    HttpRequest,
-    HttpResponse,
-    HttpResponseRedirect,
-    JsonResponse,
-)
-from django.urls import URLPattern, path, reverse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.urls import URLPattern, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from django_fencedjobs import clock, db, health, operations, runners
-from django_fencedjobs.admin.display import badge, breakable, health_badge, instant
-from django_fencedjobs.db import estimated_rows
+from django_fencedjobs.admin.display import (
+    admin_urls,
+    badge,
+    breakable,
+    health_badge,
+    health_of,
+    instant,
+    last_run_cell,
+    run_url,
+    runs_url,
+    state_badge,
+)
+from django_fencedjobs.admin.jobs import may_operate
+from django_fencedjobs.admin.paginator import estimated_rows
 from django_fencedjobs.exceptions import ScheduleError, UnknownJob
 from django_fencedjobs.instances import declared, instance_job, validate
 from django_fencedjobs.instants import format_instant, iso_utc, zone_name
@@ -68,8 +61,7 @@ __all__ = ["JobInstanceAdmin", "fire_times", "preview"]
 PREVIEW_TIMES = 10
 #: Runs listed on an instance's page (the latest; all of them a click away).
 RECENT_RUNS = 5
-#: The key the preview assumes while the add form has none yet (only the jitter's offset
-#: depends on it).
+#: The key the preview assumes while the add form has none (the jitter's offset depends on it).
 _KEY_PLACEHOLDER = "key"
 #: A gap's or repeated hour's wall times named one by one, at most.
 _NAMED_WALLS = 4
@@ -90,10 +82,8 @@ else:  # not subscriptable at run time
 
 @dataclass(frozen=True)
 class FireTime:
-    """One fire time (aware UTC) and, when a daylight-saving transition concerns it, what
-    happens there: ``kind`` is ``gap`` (clocks went forward past wall times the schedule
-    names), ``repeated`` (a wall time that happens twice) or ``change`` (the clocks changed
-    since the previous fire time, and no fire time of the schedule is moved or doubled)."""
+    """A fire time (aware UTC) and what a DST transition does there: ``kind`` ``gap``,
+    ``repeated`` (a wall time that happens twice) or ``change`` (none moved or doubled)."""
 
     at: datetime
     kind: str = ""
@@ -102,8 +92,8 @@ class FireTime:
 
 @dataclass(frozen=True)
 class Preview:
-    """What the preview shows: the fire times in ``tz``, or the check's ``error`` (on
-    ``field``), or a ``hint`` when there is nothing to preview yet."""
+    """The fire times in ``tz``, or the check's ``error`` (on ``field``), or a ``hint`` when
+    there is nothing to preview yet."""
 
     times: tuple[FireTime, ...] = ()
     tz: tzinfo = UTC
@@ -113,31 +103,20 @@ class Preview:
     hint: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "timezone": zone_name(self.tz),
-            "words": self.words,
-            "times": [
-                {
-                    "at": iso_utc(t.at),
-                    "local": format_instant(t.at, self.tz),
-                    "kind": t.kind,
-                    "note": t.note,
-                }
-                for t in self.times
-            ],
-            "error": self.error,
-            "field": self.field,
-            "hint": self.hint,
-        }
+        tz = self.tz
+        times = [
+            {"at": iso_utc(t.at), "local": format_instant(t.at, tz), "kind": t.kind, "note": t.note}
+            for t in self.times
+        ]
+        texts = {"words": self.words, "error": self.error, "field": self.field, "hint": self.hint}
+        return {"timezone": zone_name(tz), "times": times, **texts}
 
 
 def preview(instance: JobInstance, now: datetime, count: int = PREVIEW_TIMES) -> Preview:
     """The next ``count`` fire times of ``instance`` after ``now``, as a runner would fire
-    them (the job its row runs as, :func:`~django_fencedjobs.instances.instance_job`); or
-    why there are none, in the system check's words.
-
-    A problem with the arguments alone (``fencedjobs.E012``) does not hide the times: the
-    preview is about the schedule, and the form says what is wrong with the arguments."""
+    them (:func:`~django_fencedjobs.instances.instance_job`); or why there are none, in the
+    system check's words. Bad arguments alone (``fencedjobs.E012``) do not hide the times:
+    the form says what is wrong with them."""
     if not instance.job:
         return Preview(hint=str(_("Choose a job to see the next fire times.")))
     if not instance.cron and instance.every is None:
@@ -148,7 +127,8 @@ def preview(instance: JobInstance, now: datetime, count: int = PREVIEW_TIMES) ->
         return Preview(error=str(exc), field="job")
     hint = ""
     if not instance.key:
-        instance = _with_key(instance, _KEY_PLACEHOLDER)
+        instance = copy.copy(instance)
+        instance.key = _KEY_PLACEHOLDER
         if instance.jitter:
             hint = str(_("The jitter's offset comes from the key: give one for exact times."))
     found = _schedule_problem(instance)
@@ -166,26 +146,9 @@ def preview(instance: JobInstance, now: datetime, count: int = PREVIEW_TIMES) ->
     )
 
 
-def _with_key(instance: JobInstance, key: str) -> JobInstance:
-    copy = JobInstance(
-        job=instance.job,
-        key=key,
-        cron=instance.cron,
-        every=instance.every,
-        timezone=instance.timezone,
-        jitter=instance.jitter,
-        enabled=instance.enabled,
-        kwargs=instance.kwargs,
-        timeout=instance.timeout,
-        grace=instance.grace,
-    )
-    return copy
-
-
 def _schedule_problem(instance: JobInstance) -> tuple[str, str] | None:
-    """``(field, message)`` of what the checks find wrong with ``instance``, the message as
-    the form shows it (``... (fencedjobs.E001)``); None when the schedule is fine (its
-    arguments may still be wrong)."""
+    """``(field, message)`` of what the checks find wrong with ``instance``'s schedule, as the
+    form shows it (``... (fencedjobs.E001)``); None when it is fine."""
     try:
         validate(instance)
     except ValidationError as exc:
@@ -199,19 +162,14 @@ def _schedule_problem(instance: JobInstance) -> tuple[str, str] | None:
 
 
 def fire_times(schedule: Schedule, after: datetime, count: int = PREVIEW_TIMES) -> list[FireTime]:
-    """The next ``count`` fire times of ``schedule`` after ``after``, each with what a
-    daylight-saving transition of its zone does to it (:class:`FireTime`): a wall time the
-    clocks skip, a wall time that happens twice (which occurrence this is, and whether the
-    other runs), or the clocks changing since the previous fire time.
-
-    The rules are the schedule's own (ISC cron's, see :mod:`django_fencedjobs.schedule`):
-    they apply to a fire time before its jitter, so that is what is examined."""
+    """The next ``count`` fire times of ``schedule`` after ``after``, each with what a DST
+    transition does to it (:class:`FireTime`). The schedule's rules (ISC cron's) apply to a
+    fire time before its jitter, so that is what is examined."""
     result = []
     previous = after - schedule.offset
     for at in itertools.islice(schedule.iter_after(after), count):
         base = at - schedule.offset
-        kind, note = _dst_note(schedule, base, previous)
-        result.append(FireTime(at, kind, note))
+        result.append(FireTime(at, *_dst_note(schedule, base, previous)))
         previous = base
     return result
 
@@ -235,9 +193,8 @@ class _Change:
         """``clocks go forward at 02:00 to 03:00 (CET to CEST)``; with the date when it is
         not ``on_day``'s."""
         direction = "forward" if self.forward else "back"
-        date = ""
-        if on_day is not None and on_day.date() != self.before.date():
-            date = f" on {self.before:%Y-%m-%d}"
+        other_day = on_day is not None and on_day.date() != self.before.date()
+        date = f" on {self.before:%Y-%m-%d}" if other_day else ""
         return (
             f"clocks go {direction}{date} at {_hm(self.before)} to {_hm(self.after)} "
             f"({self.old} to {self.new})"
@@ -245,17 +202,18 @@ class _Change:
 
 
 def _dst_note(schedule: Schedule, base: datetime, previous: datetime) -> tuple[str, str]:
-    tz = schedule.tz
-    local = base.astimezone(tz)
+    local = base.astimezone(schedule.tz)
     other = local.replace(fold=1 - local.fold)
     if other.utcoffset() != local.utcoffset():
         return "repeated", _repeated(schedule, local, other)
-    change = _transition(tz, previous, base)
+    change = _transition(schedule.tz, previous, base)
     if change is None:
         return "", ""
-    if change.forward:
-        return _forward(schedule, change, base, local)
-    return "change", change.words(local)
+    return (
+        _forward(schedule, change, base, local)
+        if change.forward
+        else ("change", change.words(local))
+    )
 
 
 def _repeated(schedule: Schedule, local: datetime, other: datetime) -> str:
@@ -279,9 +237,9 @@ def _repeated(schedule: Schedule, local: datetime, other: datetime) -> str:
 def _forward(
     schedule: Schedule, change: _Change, base: datetime, local: datetime
 ) -> tuple[str, str]:
-    """Clocks went forward since the previous fire time: the wall times of the expression
-    that did not exist, and where their run went (a fixed-time expression runs at the first
-    instant after the gap; any other runs at the real instants only)."""
+    """Clocks went forward since the previous fire time: the expression's wall times that did
+    not exist, and where their run went (a fixed-time expression, minute and hour not ``*``,
+    runs at the first instant after the gap; any other at the real instants only)."""
     words = change.words(local)
     skipped = _walls_between(schedule, change.before, change.after)
     if not skipped:
@@ -292,29 +250,21 @@ def _forward(
         names = [_hm(wall) for wall in skipped]
         named = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
         missing = f"{named} {'does' if len(names) == 1 else 'do'} not exist"
-    if _fixed_time(schedule) and base == change.at:
+    crontab = schedule.crontab
+    fixed = crontab is not None and not any(f.startswith("*") for f in crontab.split()[:2])
+    if fixed and base == change.at:
         jitter = " plus its jitter" if schedule.offset else ""
         return "gap", f"{words}: {missing}, runs at {_hm(change.after)}{jitter}"
     return "gap", f"{words}: {missing}, no run then"
 
 
 def _walls_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
-    """The wall times in ``[start, end)`` (naive) that the cron expression names, at most
-    one more than :data:`_NAMED_WALLS`: its fire times on a UTC clock, where wall time and
-    instant are one."""
-    crontab = schedule.crontab
-    if crontab is None:
+    """The wall times in ``[start, end)`` (naive) the cron expression names, at most one more
+    than :data:`_NAMED_WALLS`: its fire times on a UTC clock, where wall time is instant."""
+    if schedule.crontab is None:
         return []
-    on_a_utc_clock = Schedule(crontab)
     first, last = start.replace(tzinfo=UTC) - _ONE_US, end.replace(tzinfo=UTC) - _ONE_US
-    return on_a_utc_clock.fire_times(first, last, limit=_NAMED_WALLS + 1)
-
-
-def _fixed_time(schedule: Schedule) -> bool:
-    """A fixed-time expression (its minute and hour fields do not start with ``*``): the
-    kind whose skipped wall times run at the first instant after the gap."""
-    crontab = schedule.crontab
-    return crontab is not None and not any(f.startswith("*") for f in crontab.split()[:2])
+    return Schedule(schedule.crontab).fire_times(first, last, limit=_NAMED_WALLS + 1)
 
 
 def _transition(tz: tzinfo, start: datetime, end: datetime) -> _Change | None:
@@ -336,10 +286,9 @@ def _transition(tz: tzinfo, start: datetime, end: datetime) -> _Change | None:
             lo = mid
     at = datetime.fromtimestamp(hi, UTC)
     before, after = at.astimezone(tz) - _ONE_US, at.astimezone(tz)
-    old_offset = datetime.fromtimestamp(lo, UTC).astimezone(tz).utcoffset() or timedelta(0)
     return _Change(
         at=at,
-        before=(at + old_offset).replace(tzinfo=None),
+        before=(at + (offset(lo) or timedelta(0))).replace(tzinfo=None),
         after=after.replace(tzinfo=None),
         old=before.tzname() or "",
         new=after.tzname() or "",
@@ -352,9 +301,8 @@ def _hm(wall: datetime) -> str:
 
 
 def render_preview(found: Preview) -> SafeString:
-    """The preview's markup (inside its box): the schedule in words, then the fire times in
-    the instance's zone (in UTC after each), each transition's note below its time; or the
-    check's message."""
+    """The preview's markup: the schedule in words, the fire times (each transition's note
+    below its time); or the check's message."""
     if found.error:
         return format_html('<p class="fj-preview-error errornote">{}</p>', found.error)
     hint = format_html('<p class="fj-preview-hint">{}</p>', found.hint) if found.hint else ""
@@ -392,15 +340,13 @@ def _instanced_jobs() -> list[tuple[str, str]]:
 
 @functools.cache
 def _zone_names() -> tuple[str, ...]:
-    """The IANA zones a schedule accepts (fixed offsets are refused), for the zone field's
-    suggestions."""
+    """The IANA zones a schedule accepts (not fixed offsets), for the zone field."""
     names = zoneinfo.available_timezones()
     return tuple(sorted(name for name in names if not is_fixed_offset(name)))
 
 
 class ZoneInput(forms.TextInput):
-    """A text input for a zone's name, with every accepted zone as a suggestion (a
-    ``<datalist>``: typing filters it, and any name may still be typed)."""
+    """A zone's name, every accepted zone suggested (a ``<datalist>``: typing filters it)."""
 
     list_id = "fj-zone-names"
 
@@ -424,21 +370,9 @@ class InstanceForm(_ModelForm):
 
     class Meta:
         model = JobInstance
-        fields = (
-            "job",
-            "key",
-            "enabled",
-            "cron",
-            "every",
-            "timezone",
-            "jitter",
-            "timeout",
-            "grace",
-            "kwargs",
-        )
+        exclude = ("paused",)  # jobctl's; the admin's fieldsets choose and order the rest
         widgets = {"timezone": ZoneInput(), "kwargs": forms.Textarea(attrs={"rows": 3})}
         help_texts = {
-            "job": _("A job declared in code with instances=True."),
             "key": _(
                 "Unique within its job, and fixed once saved: its runs are recorded as job[key]."
             ),
@@ -459,31 +393,23 @@ class InstanceForm(_ModelForm):
 
 
 class InstancePaginator(_Paginator):
-    """Pages of instances that never count the whole table, whatever its size.
-
-    Django's paginator counts every matching row on every page (``COUNT(*)``, a scan of the
-    table at 100,000 instances). This one counts at most up to a bound: the unfiltered list
-    on PostgreSQL takes the planner's estimate first (``pg_class.reltuples``, as
-    :class:`~django_fencedjobs.admin.paginator.EstimatedCountPaginator` does); otherwise,
-    or below :attr:`exact_below`, a ``COUNT`` over a ``LIMIT``ed subquery, bounded by
-    :attr:`exact_below` or by :attr:`pages_ahead` pages past the page asked for, whichever
-    is further. Past the bound the count is a lower bound (:attr:`more`): the pager reaches
-    :attr:`pages_ahead` pages further, and moves on as the reader does. So a filtered list
-    (one job's 100,000 instances) costs no more than the unfiltered one, and nothing grows
-    with the table but the offset of a deep page, which search and filters avoid.
-    """
+    """Pages of instances that never count the whole table. The unfiltered list on
+    PostgreSQL takes the planner's estimate; otherwise a ``COUNT`` over a ``LIMIT``ed
+    subquery, bounded by :attr:`exact_below` or :attr:`pages_ahead` pages past the page
+    asked for: past it the count is a lower bound (:attr:`more`), and a filtered list costs
+    no more than the unfiltered one."""
 
     exact_below = 10_000
     pages_ahead = 10
+    #: The count is the planner's estimate.
+    estimated = False
+    #: More rows match than the count says: more than ``bound``.
+    more = False
+    bound = 0
 
     def __init__(self, *args: Any, page: int = 1, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.requested = page
-        #: The count is the planner's estimate.
-        self.estimated = False
-        #: More rows match than the count says: more than ``bound``.
-        self.more = False
-        self.bound = 0
 
     @cached_property
     def count(self) -> int:
@@ -518,15 +444,17 @@ class JobFilter(admin.SimpleListFilter):
         return queryset.filter(job=self.value()) if self.value() else queryset
 
 
-#: An instance's state from its row and its lease row's: invalid is enabled, not paused by
-#: an operator, but its lease row paused (the lease row is paused while the instance is
-#: disabled, paused or invalid).
+#: An instance's state by its row and its lease row (paused while the instance is disabled,
+#: paused or invalid): invalid is enabled and not paused, but its lease row paused.
 STATES: dict[str, Q] = {
     "enabled": Q(enabled=True, paused=False, lease__paused=False),
     "disabled": Q(enabled=False),
     "paused": Q(enabled=True, paused=True),
     "invalid": Q(enabled=True, paused=False, lease__paused=True),
 }
+#: The health states to look at, found by the lease row alone (:func:`_troubled`): its
+#: stored deadline passed (by the index), failures in a row, or no live runner.
+TROUBLE = ("late", "failing", "no runner")
 
 
 def state_of(instance: JobInstance) -> str:
@@ -540,46 +468,34 @@ def state_of(instance: JobInstance) -> str:
 
 def _lease(instance: JobInstance) -> JobLease | None:
     try:
-        found: JobLease = instance.lease
+        return instance.lease
     except JobLease.DoesNotExist:
         return None
-    return found
-
-
-#: The states an instance's health can be in that someone should look at, each found by
-#: its lease row alone (:func:`_troubled`): its stored deadline passed (late, by the index
-#: on ``late_after``), failures in a row (failing), or no live runner serving its job.
-TROUBLE = ("late", "failing", "no runner")
 
 
 def _troubled(state: str, now: datetime) -> Q:
-    """The enabled instances that may be in ``state`` (one of :data:`TROUBLE`); the list
-    shows each one's health, as decided."""
-    running = Q(enabled=True, paused=False, lease__paused=False)
+    """The enabled instances that may be in ``state`` (of :data:`TROUBLE`)."""
+    running = STATES["enabled"]
     if state == "late":
         return running & Q(lease__late_after__lt=now)
     if state == "failing":
         return running & Q(lease__consecutive_failures__gt=0)
-    coverage = runners.read(now)
-    unserved = [
-        name
-        for name, first_seen in _first_seen().items()
-        if coverage.problem(name, first_seen, lambda at: format_instant(at, UTC)) is not None
-    ]
-    return running & Q(job__in=unserved)
-
-
-def _first_seen() -> dict[str, datetime]:
-    """Each job with instances, declared in code: when its first instance's row was made."""
-    parents = [job.name for job in registry.all() if job.instances]
-    rows = (
+    # Each job with instances declared in code, and when its first instance's row was made.
+    first_seen = (
         JobLease.objects.using(db.lease_db())
-        .filter(instance__isnull=False, parent__in=parents)
+        .filter(instance__isnull=False, parent__in=[j.name for j in registry.all() if j.instances])
         .order_by()
         .values("parent")
         .annotate(first=Min("created_at"))
     )
-    return {row["parent"]: row["first"] for row in rows}
+    coverage = runners.read(now)
+    unserved = [
+        row["parent"]
+        for row in first_seen
+        if coverage.problem(row["parent"], row["first"], lambda at: format_instant(at, UTC))
+        is not None
+    ]
+    return running & Q(job__in=unserved)
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -598,9 +514,6 @@ class StateFilter(admin.SimpleListFilter):
         if value in TROUBLE:
             return queryset.filter(_troubled(value, clock.now()))
         return queryset
-
-
-# -- the admin -------------------------------------------------------------------------------
 
 
 @admin.register(JobInstance)
@@ -641,11 +554,11 @@ class JobInstanceAdmin(_ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        """Saving waits for the instance's lease row a bounded time (a run of it inside a
-        fenced transaction holds it): past that, nothing is saved, and the form says so
-        and comes back, instead of an error page."""
+        """Saving waits a bounded time for the lease row (a run of the instance inside a
+        fenced transaction holds it): past that, nothing is saved and the form says so."""
+        context = {**(extra_context or {}), "can_operate": self.has_operate_permission(request)}
         try:
-            return super().changeform_view(request, object_id, form_url, extra_context)
+            return super().changeform_view(request, object_id, form_url, context)
         except DatabaseError as exc:
             if not db.is_lock_timeout(exc):
                 raise
@@ -678,9 +591,8 @@ class JobInstanceAdmin(_ModelAdmin):
         return deleted, counts, perms_needed, protected
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
-        """The page's instances, each with its health: one reading of the health of the
-        page's instances by name (a constant number of queries for the page, whatever the
-        number of instances)."""
+        """The page's instances, each with its health (:func:`health_of`): a constant number of
+        queries, whatever the number of instances."""
         changelist = super().get_changelist_instance(request)
         rows = list(changelist.result_list)
         names = [row.name for row in rows if _lease(row) is not None]
@@ -690,22 +602,16 @@ class JobInstanceAdmin(_ModelAdmin):
         changelist.result_list = rows
         return changelist
 
-    # -- columns -----------------------------------------------------------------------------
-
     @admin.display(description=_("health"))
     def health(self, instance: JobInstance) -> SafeString | str:
-        """Its state as ``checkjobs`` reads it (late, failing, no runner, ok...), the reason
-        on hover."""
-        h: health.JobHealth | None = getattr(instance, "fencedjobs_health", None)
-        if h is None:
-            return "-"
-        return health_badge(h.state.value, h.severity.value, h.reason)
+        """Its state as ``checkjobs`` reads it (late, failing, no runner, ok...)."""
+        h = health_of(instance)
+        return health_badge(h) if h else "-"
 
     @admin.display(description=_("last run"))
     def last_run(self, instance: JobInstance) -> SafeString | str:
-        """The last run's outcome and when it ended; the last success and the failures in
-        a row below."""
-        h: health.JobHealth | None = getattr(instance, "fencedjobs_health", None)
+        """The last run; the last success and the failures in a row below."""
+        h = health_of(instance)
         if h is None:
             return "-"
         notes: list[tuple[Any, Any]] = [
@@ -717,13 +623,7 @@ class JobInstanceAdmin(_ModelAdmin):
         run = h.last_run
         if run is None:
             return format_html("-{}", sub)
-        when = run.started_at if run.outcome == Outcome.RUNNING else run.finished_at
-        return format_html(
-            "{}<br>{}{}",
-            badge(run.outcome, str(Outcome(run.outcome).label), run.error_excerpt),
-            instant(when, h.tz),
-            sub,
-        )
+        return last_run_cell(run, h.tz, str(Outcome(run.outcome).label), sub)
 
     @admin.display(description=_("job"))
     def job_name(self, instance: JobInstance) -> SafeString:
@@ -747,25 +647,18 @@ class JobInstanceAdmin(_ModelAdmin):
 
     @admin.display(description=_("state"))
     def state(self, instance: JobInstance) -> SafeString:
-        """Enabled, disabled, or invalid (enabled, but its lease row is paused: what is
-        wrong on hover, in the system check's words)."""
+        """Invalid: enabled, but its lease row is paused (the check's message on hover)."""
         found = state_of(instance)
-        css = {"enabled": "ok", "disabled": "paused", "paused": "paused", "invalid": "invalid"}[
-            found
-        ]
-        title = ""
-        if found == "invalid":
-            problem = _schedule_problem(instance) or ("", "")
-            title = problem[1]
-        return badge(css, found, title)
+        problem = _schedule_problem(instance) if found == "invalid" else None
+        css = {"enabled": "ok", "invalid": "invalid"}.get(found, "paused")
+        return badge(css, found, problem[1] if problem else "")
 
     # -- an instance's page ------------------------------------------------------------------
 
     @admin.display(description=_("next fire times"))
     def fire_preview(self, instance: JobInstance) -> SafeString:
-        """The preview box: filled now, and refilled by the script while the form is edited
-        (the job and key, read-only on a change page, ride along as data)."""
-        found = preview(instance, clock.now())
+        """Refilled by the script while the form is edited (the job and key, read-only on a
+        change page, ride along as data)."""
         url = reverse(f"{self.admin_site.name}:fencedjobs_jobinstance_preview")
         attrs = {"data-url": url}
         if instance.pk is not None:
@@ -773,7 +666,7 @@ class JobInstanceAdmin(_ModelAdmin):
         return format_html(
             '<div class="fj-preview" aria-live="polite" {}>{}</div>',
             format_html_join(" ", '{}="{}"', attrs.items()),
-            render_preview(found),
+            render_preview(preview(instance, clock.now())),
         )
 
     @admin.display(description=_("runs as"))
@@ -782,8 +675,7 @@ class JobInstanceAdmin(_ModelAdmin):
 
     @admin.display(description=_("lease"))
     def lease_state(self, instance: JobInstance) -> SafeString | str:
-        """Its health when :mod:`django_fencedjobs.health` knows the instance; always its
-        lease row's facts: next run, last success, failures in a row, paused."""
+        """Its health when :mod:`django_fencedjobs.health` knows it, and its lease row's facts."""
         lease = _lease(instance)
         if lease is None:
             return "-"
@@ -794,20 +686,22 @@ class JobInstanceAdmin(_ModelAdmin):
             (_("failures in a row"), lease.consecutive_failures),
             (_("paused"), _("yes") if lease.paused else _("no")),
         ]
-        known = _health(instance.name)
-        if known is not None:
-            facts.insert(0, (_("health"), known))
+        try:
+            known = health.job_health(instance.name)
+        except UnknownJob:
+            known = None
+        if known is not None and known.job is not None:  # else read as a job removed from code
+            badged = state_badge(known.state.value, known.reason)
+            facts.insert(0, (_("health"), format_html("{} {}", badged, known.reason)))
         return format_html(
-            '<dl class="fj-facts">{}</dl>',
-            format_html_join("", "<dt>{}</dt><dd>{}</dd>", facts),
+            '<dl class="fj-facts">{}</dl>', format_html_join("", "<dt>{}</dt><dd>{}</dd>", facts)
         )
 
     @admin.display(description=_("recent runs"))
     def recent_runs(self, instance: JobInstance) -> SafeString:
-        """Its latest runs (one lookup of the runs' ``(job, -scheduled_for)`` index), and
-        the run history filtered to it."""
+        """Its latest runs (by the runs' ``(job, -scheduled_for)`` index), and a link to all."""
         site = self.admin_site.name
-        runs = list(
+        runs = (
             JobRun.objects.using(db.lease_db())
             .filter(job=instance.name)
             .order_by("-scheduled_for")[:RECENT_RUNS]
@@ -818,25 +712,23 @@ class JobInstanceAdmin(_ModelAdmin):
             '<li><a href="{}">{}</a> {}</li>',
             (
                 (
-                    reverse(f"{site}:fencedjobs_jobrun_change", args=[run.pk]),
+                    run_url(site, run.pk),
                     instant(run.scheduled_for, tz),
                     badge(run.outcome, str(Outcome(run.outcome).label)),
                 )
                 for run in runs
             ),
         )
-        url = (
-            reverse(f"{site}:fencedjobs_jobrun_changelist")
-            + "?"
-            + urlencode({"job": instance.name})
-        )
         listed = (
             format_html('<ul class="fj-recent-runs">{}</ul>', items)
-            if runs
+            if items
             else format_html('<p class="fj-recent-runs">{}</p>', _("None yet."))
         )
         return format_html(
-            '{}<a class="fj-all-runs" href="{}">{}</a>', listed, url, _("All runs of this instance")
+            '{}<a class="fj-all-runs" href="{}">{}</a>',
+            listed,
+            runs_url(site, job=instance.name),
+            _("All runs of this instance"),
         )
 
     # -- the list ----------------------------------------------------------------------------
@@ -866,9 +758,8 @@ class JobInstanceAdmin(_ModelAdmin):
     def _set_enabled(
         self, request: HttpRequest, queryset: QuerySet[JobInstance], *, enabled: bool
     ) -> None:
-        """Save each selected instance that is not already so: its lease row follows (paused
-        or not), in the save's transaction. One whose lease row a run keeps locked is left
-        as it was, and named."""
+        """Save each selected instance not already so: its lease row follows in the save's
+        transaction. One whose lease row a run keeps locked is left as it was, and named."""
         done, busy = [], []
         for instance in _to_change(queryset, enabled):
             instance.enabled = enabled
@@ -894,42 +785,24 @@ class JobInstanceAdmin(_ModelAdmin):
         if not done and not busy:
             self.message_user(request, f"Nothing to do: already {verb}.", messages.WARNING)
 
-    # -- the preview, while editing ----------------------------------------------------------
+    # -- run now, and the preview while editing ----------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        opts = self.opts
         return [
-            path(
-                "preview/",
-                self.admin_site.admin_view(self.preview_view),
-                name=f"{opts.app_label}_{opts.model_name}_preview",
-            ),
-            path(
-                "<path:object_id>/run-now/",
-                self.admin_site.admin_view(self.run_now_view),
-                name=f"{opts.app_label}_{opts.model_name}_run_now",
+            *admin_urls(
+                self,
+                ("preview/", self.preview_view, "preview"),
+                ("<path:object_id>/run-now/", self.run_now_view, "run_now"),
             ),
             *super().get_urls(),
         ]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        """Run now: as on a job's page, the Django change permission on jobs."""
-        return request.user.has_perm(f"{JobLease._meta.app_label}.change_joblease")
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        context = {**(extra_context or {}), "can_operate": self.has_operate_permission(request)}
-        return super().change_view(request, object_id, form_url, context)
+        return may_operate(request)  # run now, as on a job's page
 
     def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """Run now (POST): the instance's lease row is made due; it still goes through an
-        acquisition, at the next tick of a runner. A disabled, paused or invalid instance
-        does not run: the page says so."""
+        """Run now (POST): the lease row is made due; a runner still acquires it at its next
+        tick. A disabled, paused or invalid instance does not run: the page says so."""
         if request.method != "POST" or not self.has_operate_permission(request):
             raise PermissionDenied
         instance = self.get_object(request, object_id)
@@ -961,10 +834,8 @@ class JobInstanceAdmin(_ModelAdmin):
         return back
 
     def preview_view(self, request: HttpRequest) -> JsonResponse:
-        """The preview of the schedule in the query string (``job``, ``key``, ``cron``,
-        ``every``, ``timezone``, ``jitter``, ``kwargs``: the form's fields as typed), as
-        JSON: the fire times, the check's message, and the markup the page shows. For users
-        who may add or view instances."""
+        """The preview of the form's fields as typed (the query string), as JSON with the
+        markup the page shows; for users who may add or view instances."""
         if not (self.has_add_permission(request) or self.has_view_or_change_permission(request)):
             raise PermissionDenied
         instance, wrong = _instance_from(request.GET)
@@ -975,19 +846,15 @@ class JobInstanceAdmin(_ModelAdmin):
 def _instance_from(values: Any) -> tuple[JobInstance, tuple[str, str] | None]:
     """An unsaved instance from the form's values as typed; ``(field, message)`` for a
     duration that does not parse. Arguments that are not JSON are left out (the form says
-    so): the preview is about the schedule."""
+    so)."""
     instance = JobInstance(
         job=values.get("job", ""),
         key=values.get("key", ""),
         cron=values.get("cron", "").strip(),
         timezone=values.get("timezone", "").strip() or "UTC",
     )
-    for field, blank in (
-        ("every", None),
-        ("jitter", timedelta(0)),
-        ("timeout", None),
-        ("grace", None),
-    ):
+    blanks = {"every": None, "jitter": timedelta(0), "timeout": None, "grace": None}
+    for field, blank in blanks.items():
         text = values.get(field, "").strip()
         try:
             parsed = forms.DurationField().to_python(text) if text else blank
@@ -1005,8 +872,8 @@ def _instance_from(values: Any) -> tuple[JobInstance, tuple[str, str] | None]:
 def _to_change(
     queryset: QuerySet[JobInstance], enabled: bool, chunk: int = 500
 ) -> Iterable[JobInstance]:
-    """The selected instances not already ``enabled``, a chunk at a time (their keys read
-    first: saving them changes what the selection matches)."""
+    """The selected instances not already ``enabled``, a chunk at a time (keys read first:
+    saving them changes what the selection matches)."""
     pks = list(queryset.exclude(enabled=enabled).order_by().values_list("pk", flat=True))
     for start in range(0, len(pks), chunk):
         yield from JobInstance.objects.using(queryset.db).filter(pk__in=pks[start : start + chunk])
@@ -1019,8 +886,8 @@ def _listed(names: list[str], shown: int = 10) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _words(cron: str, every: timedelta | None, timezone: str, jitter: timedelta) -> str:
-    """A schedule in words with its zone (its zone alone when it does not parse): cached,
-    since a page of instances shares a few schedules."""
+    """A schedule in words (its zone alone when it does not parse), cached: a page of
+    instances shares a few schedules."""
     try:
         schedule = Schedule(cron=cron or None, every=every, timezone=timezone, jitter=jitter)
     except (ScheduleError, TypeError):
@@ -1033,16 +900,3 @@ def _zone(name: str) -> tzinfo:
         return resolve_zone(name)
     except ScheduleError:
         return UTC
-
-
-def _health(name: str) -> SafeString | None:
-    """The badge and reason :mod:`django_fencedjobs.health` gives ``name``; None when it
-    does not know instances (it reads the name as a job removed from code)."""
-    try:
-        found = health.job_health(name)
-    except UnknownJob:
-        return None
-    if found.job is None:
-        return None
-    state = found.state.value
-    return format_html("{} {}", badge(state, state.replace("_", " "), found.reason), found.reason)

@@ -1,25 +1,21 @@
-"""The jobs pages: every job with its health and its recent slots; a job's page with its slot
-timeline, next fire times, lease and watermarks (and, for a job whose runs enqueued
-``django.tasks`` tasks, its oldest unfinished ones and its latest task outcome, as health
-read them); run now, pause, resume.
-
-Each row's health is decided once per request, in :meth:`JobLeaseAdmin.get_queryset` (one
-clock reading, one :func:`~django_fencedjobs.health.all_health`), and comes with the row:
-the state filter and the worst-first ordering are SQL over it, the columns read it from
-the row, whenever the response is rendered. The list's compact timelines are read in
-:meth:`JobLeaseAdmin.get_changelist_instance`, for the page's rows in one query.
+"""The jobs pages (docs/alerting.md, "The admin"): every job with its health and recent
+slots; a job's page with its slot timeline, lease, watermarks and tasks; run now, pause,
+resume, skip. Each row's health is decided once per request (one clock reading, one
+:func:`~django_fencedjobs.health.all_health`, :meth:`JobLeaseAdmin.get_queryset`) and comes
+with the row: the state filter and the worst-first ordering are SQL over it.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
-from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db.models import Case, CharField, IntegerField, QuerySet, Value, When
 from django.db.models.expressions import Combinable
@@ -31,7 +27,7 @@ from django.http import (
     HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
@@ -39,14 +35,21 @@ from django.utils.translation import gettext_lazy as _
 from django_fencedjobs import baseline, clock, db, health, manual, operations
 from django_fencedjobs.admin import timeline
 from django_fencedjobs.admin.display import (
-    badge,
+    ReadOnly,
+    admin_urls,
     breakable,
     health_badge,
+    health_of,
     instant,
     job_zone,
+    last_run_cell,
+    run_instant,
+    run_url,
+    runs_url,
     shortened,
+    state_badge,
 )
-from django_fencedjobs.health import JobHealth, State
+from django_fencedjobs.health import JobHealth, State, TaskSlot
 from django_fencedjobs.instants import format_instant
 from django_fencedjobs.models import JobLease, Outcome, RunKind, Watermark
 from django_fencedjobs.registry import registry
@@ -56,14 +59,6 @@ NEXT_FIRE_TIMES = 10
 #: The annotations a row carries: its state, and its severity's rank (0: critical first).
 STATE, RANK = "fencedjobs_state", "fencedjobs_rank"
 
-
-def health_of(row: JobLease) -> JobHealth | None:
-    """The health decided for ``row`` in this request (see :func:`_with_health`); None for
-    a row recorded after it was decided."""
-    found: JobHealth | None = getattr(row, "fencedjobs_health", None)
-    return found
-
-
 if TYPE_CHECKING:
     _ModelIterable = ModelIterable[JobLease]
     _ModelAdmin = admin.ModelAdmin[JobLease]
@@ -72,10 +67,15 @@ else:  # not subscriptable at run time
     _ModelAdmin = admin.ModelAdmin
 
 
+def may_operate(request: HttpRequest) -> bool:
+    """Run now, pause, resume, skip (a job's or an instance's): the change permission on jobs."""
+    return request.user.has_perm(f"{JobLease._meta.app_label}.change_joblease")
+
+
 def _with_health(rows: QuerySet[JobLease], healths: Mapping[str, JobHealth]) -> QuerySet[JobLease]:
-    """``rows``, each fetched with its health attached. The rows a changelist pages, filters
-    and sorts and the one ``get_object`` fetches all derive from this queryset, and a
-    queryset keeps its iterable class through every ``filter()``, ``order_by()`` and slice."""
+    """``rows``, each fetched with its health attached (:func:`health_of`): the changelist's
+    rows and ``get_object``'s all derive from this queryset, which keeps its iterable class
+    through every ``filter()``, ``order_by()`` and slice."""
 
     class RowsWithHealth(_ModelIterable):
         def __iter__(self) -> Iterator[JobLease]:
@@ -88,8 +88,7 @@ def _with_health(rows: QuerySet[JobLease], healths: Mapping[str, JobHealth]) -> 
 
 
 def _all_health(request: HttpRequest, now: datetime) -> list[JobHealth]:
-    """Every job's health, decided once per request (the changelist asks for its queryset
-    more than once)."""
+    """Every job's health, once per request (the changelist asks for its queryset twice)."""
     found: list[JobHealth] | None = getattr(request, "fencedjobs_healths", None)
     if found is None:
         found = health.all_health(now=now)
@@ -97,37 +96,23 @@ def _all_health(request: HttpRequest, now: datetime) -> list[JobHealth]:
     return found
 
 
-#: The state filter of the Instances list that finds the instances in a health state (by
-#: their lease rows; the other states link to all the job's instances).
+#: The Instances list's state filters: the instances in a state, by their lease rows.
 _INSTANCE_FILTER = {
-    State.NO_RUNNER.value: "no runner",
-    State.FAILING.value: "failing",
-    State.LATE.value: "late",
-    State.INVALID.value: "invalid",
-    State.PAUSED.value: "paused",
+    state: state.replace("_", " ")
+    for state in ("no_runner", "failing", "late", "invalid", "paused", "disabled")
 }
 
 
 def _instance_jobs(healths: list[JobHealth]) -> list[dict[str, Any]]:
-    """Per job with instances: its name, its worst state's badge and its instances counted
-    by state, the worst first, each count with the link to those instances (from the health
-    of the instances that may not be ok, which every job's health lists, or their count by
-    their lease rows: no read of the rest)."""
-    url = reverse("admin:fencedjobs_jobinstance_changelist")
+    """Per job with instances: its worst state's badge and its instances counted by state, the
+    worst first, each count linked to those instances (no read of the instances that are ok)."""
     jobs = []
     for summary in health.instance_summaries(healths):
         if not summary.total:
             continue
         states = summary.states
-        counts: list[tuple[str, int, str]] = [
-            (state, states[state], _INSTANCE_FILTER.get(state, ""))
-            for state in health.STATES_WORST_FIRST
-            if state in states
-        ]
-        counts.append((State.OK.value, summary.ok, ""))
-        if summary.disabled:
-            counts.append(("disabled", summary.disabled, "disabled"))
-        worst = summary.worst
+        counts = [(state, states[state]) for state in health.STATES_WORST_FIRST if state in states]
+        counts += [(State.OK.value, summary.ok), ("disabled", summary.disabled)]
         reason = summary.no_runner or (
             "counted by their lease rows: more may not be ok than are judged one by one"
             if summary.counted is not None
@@ -137,14 +122,14 @@ def _instance_jobs(healths: list[JobHealth]) -> list[dict[str, Any]]:
             {
                 "name": summary.job,
                 "total": summary.total,
-                "badge": badge(worst, worst.replace("_", " "), reason),
+                "badge": state_badge(summary.worst, reason),
                 "counts": [
                     {
                         "state": state.replace("_", " "),
                         "count": count,
-                        "url": f"{url}?{urlencode(_filtered(summary.job, found))}",
+                        "url": _instances_url(summary.job, state),
                     }
-                    for state, count, found in counts
+                    for state, count in counts
                     if count
                 ],
             }
@@ -152,9 +137,12 @@ def _instance_jobs(healths: list[JobHealth]) -> list[dict[str, Any]]:
     return jobs
 
 
-def _filtered(job: str, state: str) -> dict[str, str]:
-    """The Instances list's filters for ``job``'s instances in ``state`` (all: "")."""
-    return {"job": job, "state": state} if state else {"job": job}
+def _instances_url(job: str, state: str) -> str:
+    """The Instances list of ``job``'s instances in ``state`` (all, for a state it lacks)."""
+    query = {"job": job}
+    if state in _INSTANCE_FILTER:
+        query["state"] = _INSTANCE_FILTER[state]
+    return f"{reverse('admin:fencedjobs_jobinstance_changelist')}?{urlencode(query)}"
 
 
 def _per_job(values: Mapping[str, Any], default: Any, output_field: Any) -> Case:
@@ -181,18 +169,13 @@ class StateFilter(admin.SimpleListFilter):
 
 
 @admin.register(JobLease)
-class JobLeaseAdmin(_ModelAdmin):
-    # Fits a 1366-px laptop with Django's navigation sidebar open: the reason under the
-    # state (shortened, the whole of it a click away), the schedule under the name, the
-    # failures in a row and the lease of a run in progress with the last run.
-    list_display = (
-        "job",
-        "job_state",
-        "recent_slots",
-        "next_run",
-        "last_success",
-        "last_outcome",
-    )
+class JobLeaseAdmin(ReadOnly, _ModelAdmin):
+    # A job's row is created when its code is first seen live; deleting it would restart the
+    # job's fence at zero (a stale holder's old fence could become current again). The change
+    # permission on jobs allows the operations instead (has_operate_permission).
+    # Fits a 1366-px laptop with Django's navigation sidebar open: the reason under the state,
+    # the schedule under the name, the lease of a run in progress with the last run.
+    list_display = ("job", "job_state", "recent_slots", "next_run", "last_success", "last_outcome")
     list_display_links = ("job",)
     list_filter = (StateFilter, "paused")
     show_full_result_count = False  # one row per job: the filtered count is all it needs
@@ -201,101 +184,50 @@ class JobLeaseAdmin(_ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "state", "reason", "schedule")}),
         (_("Slots"), {"fields": ("slot_timeline",)}),
-        (
-            _("Timing"),
-            {"fields": ("next_run", "expected_by", "last_success", "next_fire_times")},
-        ),
+        (_("Timing"), {"fields": ("next_run", "expected_by", "last_success", "next_fire_times")}),
         (_("Last run"), {"fields": ("last_outcome", "consecutive_failures")}),
-        (
-            _("Lease"),
-            {"fields": ("paused_text", "holder", "fence", "lease_expiry", "first_seen")},
-        ),
+        (_("Lease"), {"fields": ("paused_text", "holder", "fence", "lease_expiry", "first_seen")}),
         (_("Progress"), {"fields": ("watermarks",)}),
-    )
-    readonly_fields = (
-        "paused_text",
-        "state",
-        "reason",
-        "schedule",
-        "slot_timeline",
-        "next_run",
-        "expected_by",
-        "last_success",
-        "next_fire_times",
-        "last_outcome",
-        "holder",
-        "lease_expiry",
-        "first_seen",
-        "watermarks",
-        "tasks_unfinished",
-        "tasks_last_outcome",
     )
     #: Shown on the page of a job whose runs enqueued ``django.tasks`` tasks.
     tasks_fieldset = (_("Tasks"), {"fields": ("tasks_unfinished", "tasks_last_outcome")})
+    # Nothing is edited through a form: every field is read-only.
+    readonly_fields = (*flatten_fieldsets(fieldsets), "tasks_unfinished", "tasks_last_outcome")
 
     class Media:
         css = {"all": ("fencedjobs/admin.css",)}
 
-    # -- permissions: read-only rows; the change permission allows the operations ------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        # A job's row is created when its code is first seen live: by `migrate`, a runner,
-        # `checkjobs`, or these pages (_record_first_sightings).
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # never edited through a form; see has_operate_permission
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Deleting the row would restart the job's fence at zero: a stale holder's old fence
-        # could become current again.
-        return False
-
     def has_operate_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        """Run now, pause, resume: the Django change permission on jobs."""
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.{get_permission_codename('change', opts)}")
+        return may_operate(request)
 
     # -- the rows, with their health ---------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobLease]:
-        """Every job's row, each with its health (decided here, once per request, against
-        one clock reading), and its state and severity as SQL values for the state filter
-        and the ordering."""
+        """Every job's row with its health, and its state and severity as SQL values for the
+        state filter and the ordering."""
         now = self._record_first_sightings(request)
         healths = {h.name: h for h in _all_health(request, now)}
+        states = _per_job({n: h.state.value for n, h in healths.items()}, "", CharField())
+        ranks = _per_job({n: h.severity.rank for n, h in healths.items()}, 2, IntegerField())
         # The jobs declared with a schedule; instances have a page of their own, and
         # backfill slots and one-offs are shown with their backfills and their job's runs.
         rows = (
             self.model._default_manager.get_queryset()
             .filter(instance__isnull=True, kind=RunKind.SCHEDULED)
-            .annotate(
-                **{
-                    STATE: _per_job(
-                        {n: h.state.value for n, h in healths.items()}, "", CharField()
-                    ),
-                    RANK: _per_job(
-                        {n: h.severity.rank for n, h in healths.items()}, 2, IntegerField()
-                    ),
-                }
-            )
+            .annotate(**{STATE: states, RANK: ranks})
+            .order_by(*self.get_ordering(request))
         )
-        ordering = self.get_ordering(request)
-        if ordering:
-            rows = rows.order_by(*ordering)
         return _with_health(rows, healths)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        """The jobs; above them, each job declared with ``instances=True``: its instances
-        counted by state, each count a link to those instances."""
+        """The jobs; above them, each job with instances: its instances counted by state."""
         response = super().changelist_view(request, extra_context)
         context = getattr(response, "context_data", None)
-        if context is not None and "cl" in context:
-            healths = getattr(request, "fencedjobs_healths", None)
-            if healths is not None:
-                context["instance_jobs"] = _instance_jobs(healths)
+        healths = getattr(request, "fencedjobs_healths", None)
+        if context is not None and "cl" in context and healths is not None:
+            context["instance_jobs"] = _instance_jobs(healths)
         return response
 
     def get_ordering(self, request: HttpRequest) -> list[str | Combinable]:
@@ -303,8 +235,7 @@ class JobLeaseAdmin(_ModelAdmin):
         return [RANK, "name"]
 
     def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
-        """The page's rows, each with its compact timeline's window and runs (one query for
-        the page)."""
+        """The page's rows, each with its compact timeline's window and runs (one query)."""
         changelist = super().get_changelist_instance(request)
         rows = list(changelist.result_list)
         windows = {}
@@ -323,9 +254,7 @@ class JobLeaseAdmin(_ModelAdmin):
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
         h = health_of(obj) if obj is not None else None
-        if h is not None and h.tasks is not None:
-            return [*fieldsets, self.tasks_fieldset]
-        return fieldsets
+        return [*fieldsets, self.tasks_fieldset] if h and h.tasks is not None else fieldsets
 
     def change_view(
         self,
@@ -339,11 +268,9 @@ class JobLeaseAdmin(_ModelAdmin):
         return super().change_view(request, object_id, form_url, context)
 
     def _record_first_sightings(self, request: HttpRequest) -> datetime:
-        """A declared job these pages see for the first time gets its lease row now: the
-        baseline from which, never having run, it becomes late. Returns the clock reading.
-
-        A database user that may not write still sees what is there, and is told which
-        jobs are missing from the list."""
+        """A declared job seen for the first time gets its lease row now: the baseline from
+        which, never having run, it becomes late. Returns the clock reading. A database user
+        that may not write is told which jobs are missing from the list."""
         now = clock.now()
         sightings = baseline.record_first_sightings(now)
         if sightings.refused:
@@ -355,8 +282,6 @@ class JobLeaseAdmin(_ModelAdmin):
                 messages.WARNING,
             )
         return now
-
-    # -- columns -----------------------------------------------------------------------------
 
     @admin.display(description=_("job"), ordering="name")
     def job(self, row: JobLease) -> SafeString:
@@ -375,18 +300,12 @@ class JobLeaseAdmin(_ModelAdmin):
         h = health_of(row)
         if h is None:
             return "-"
-        return format_html(
-            "{}{}",
-            health_badge(h.state.value, h.severity.value, h.reason),
-            shortened(h.reason, css="fj-reason"),
-        )
+        return format_html("{}{}", health_badge(h), shortened(h.reason, css="fj-reason"))
 
     @admin.display(description=_("state"), ordering=RANK)
     def state(self, row: JobLease) -> SafeString | str:
         h = health_of(row)
-        if h is None:
-            return "-"
-        return health_badge(h.state.value, h.severity.value, h.reason)
+        return health_badge(h) if h else "-"
 
     @admin.display(description=_("paused"))
     def paused_text(self, row: JobLease) -> str:
@@ -440,74 +359,51 @@ class JobLeaseAdmin(_ModelAdmin):
 
     @admin.display(description=_("last run"))
     def last_outcome(self, row: JobLease) -> SafeString | str:
-        """The last run's outcome and when it ended (or started, while it runs); the
-        failures in a row; while a run holds the lease, its owner, fence and lease expiry."""
+        """The last run; the failures in a row; while a run holds the lease, its owner, fence
+        and lease expiry."""
         h = health_of(row)
         if h is None or h.last_run is None:
             return "-"
         run = h.last_run
-        # A run in progress: when it started; any other: when it ended.
-        when = run.started_at if run.outcome == Outcome.RUNNING else run.finished_at
-        label = Outcome(run.outcome).label + (" (capped)" if run.capped else "")
         notes = []
         failures = row.consecutive_failures
         if failures > 1 and run.outcome != Outcome.RUNNING:
             notes.append((f"{failures} failures in a row",))
         if h.running and h.lease_until is not None:
-            until = format_instant(h.lease_until, h.tz, ref=when)
+            until = format_instant(h.lease_until, h.tz, ref=run_instant(run))
             notes.append((f"{h.owner} (fence {h.fence}), lease until {until}",))
-        return format_html(
-            "{}<br>{}{}",
-            badge(run.outcome, label, run.error_excerpt),
-            instant(when, h.tz),
-            format_html_join("", '<span class="fj-sub">{}</span>', notes),
-        )
+        label = Outcome(run.outcome).label + (" (capped)" if run.capped else "")
+        below = format_html_join("", '<span class="fj-sub">{}</span>', notes)
+        return last_run_cell(run, h.tz, label, below)
 
     @admin.display(description=_("oldest unfinished"))
     def tasks_unfinished(self, row: JobLease) -> SafeString | str:
         """The oldest slot whose tasks have not all finished, counted by status."""
         h = health_of(row)
-        slot = h.tasks.unfinished if h is not None and h.tasks is not None else None
-        if h is None or slot is None:
+        if h is None or h.tasks is None or (slot := h.tasks.unfinished) is None:
             return "-"
-        counts = ", ".join(
-            f"{n} {status}"
-            for status, n in (
-                ("pending", slot.pending),
-                ("ready", slot.ready),
-                ("running", slot.running),
-            )
-            if n
-        )
-        return format_html(
-            "{}: {}", _run_link(slot.run_pk, instant(slot.scheduled_for, h.tz)), counts
-        )
+        counts = {"pending": slot.pending, "ready": slot.ready, "running": slot.running}
+        text = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+        return format_html("{}: {}", _slot_link(slot, h.tz), text)
 
     @admin.display(description=_("latest outcome"))
     def tasks_last_outcome(self, row: JobLease) -> SafeString | str:
         """The latest slot with finished tasks: how many failed, and one failure's error."""
         h = health_of(row)
-        slot = h.tasks.last_outcome if h is not None and h.tasks is not None else None
-        if h is None or slot is None:
+        if h is None or h.tasks is None or (slot := h.tasks.last_outcome) is None:
             return "-"
+        link = _slot_link(slot, h.tz)
         counts = f"{slot.successful} successful, {slot.failed} failed"
-        link = _run_link(slot.run_pk, instant(slot.scheduled_for, h.tz))
         if not slot.failed:
             return format_html("{}: {}", link, counts)
         return format_html(
-            "{}: {}<br>{}: {}",
-            link,
-            counts,
-            slot.failed_task,
-            slot.error_excerpt or "-",
+            "{}: {}<br>{}: {}", link, counts, slot.failed_task, slot.error_excerpt or "-"
         )
 
     @admin.display(description=_("held by"))
     def holder(self, row: JobLease) -> str:
         h = health_of(row)
-        if h is None or not h.running:
-            return "-"
-        return f"{h.owner} (fence {h.fence})"
+        return f"{h.owner} (fence {h.fence})" if h and h.running else "-"
 
     @admin.display(description=_("lease expires"))
     def lease_expiry(self, row: JobLease) -> SafeString | str:
@@ -534,23 +430,17 @@ class JobLeaseAdmin(_ModelAdmin):
             window,
             runs[row.name],
             timeline.PAGE,
-            run_url=lambda pk: reverse(f"{site}:fencedjobs_jobrun_change", args=[pk]),
-            runs_url=reverse(f"{site}:fencedjobs_jobrun_changelist")
-            + "?"
-            + urlencode({"job": row.name}),
+            run_url=lambda pk: run_url(site, pk),
+            runs_url=runs_url(site, job=row.name),
         )
 
     @admin.display(description=_("next fire times"))
     def next_fire_times(self, row: JobLease) -> SafeString | str:
         h = health_of(row)
-        job = h.job if h else None
-        if h is None or job is None or job.schedule is None:
+        schedule = h.job.schedule if h and h.job else None
+        if h is None or schedule is None:
             return "-"
-        times: list[datetime] = []
-        when = h.checked_at
-        for _i in range(NEXT_FIRE_TIMES):
-            when = job.schedule.next_after(when)
-            times.append(when)
+        times = itertools.islice(schedule.iter_after(h.checked_at), NEXT_FIRE_TIMES)
         items = format_html_join("", "<li>{}</li>", ((instant(t, h.tz),) for t in times))
         return format_html('<ol class="fj-fire-times">{}</ol>', items)
 
@@ -582,15 +472,8 @@ class JobLeaseAdmin(_ModelAdmin):
     # -- operations --------------------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        opts = self.opts
-        return [
-            path(
-                "<path:object_id>/operate/<str:operation>/",
-                self.admin_site.admin_view(self.operate_view),
-                name=f"{opts.app_label}_{opts.model_name}_operate",
-            ),
-            *super().get_urls(),
-        ]
+        route = "<path:object_id>/operate/<str:operation>/"
+        return [*admin_urls(self, (route, self.operate_view, "operate")), *super().get_urls()]
 
     def operate_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         """The buttons on a job's page: POST only, change permission required."""
@@ -684,8 +567,8 @@ class JobLeaseAdmin(_ModelAdmin):
 
 
 class _Outcome:
-    """What an action did to each selected job: done, busy (the row stayed locked, try
-    again), or nothing to do (and why)."""
+    """What an action did to each selected job: done, busy (its row stayed locked), or
+    nothing to do (and why)."""
 
     def __init__(self) -> None:
         self.done: list[str] = []
@@ -709,7 +592,8 @@ _OPERATIONS = {
 }
 
 
-def _run_link(pk: int, label: SafeString | str) -> SafeString:
+def _slot_link(slot: TaskSlot, tz: tzinfo) -> SafeString:
+    """A slot's instant, linked to its run."""
     return format_html(
-        '<a href="{}">{}</a>', reverse("admin:fencedjobs_jobrun_change", args=[pk]), label
+        '<a href="{}">{}</a>', run_url("admin", slot.run_pk), instant(slot.scheduled_for, tz)
     )

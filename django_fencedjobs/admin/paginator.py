@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
+from django.db import connections, models
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
-from django_fencedjobs.db import estimated_rows
-
-__all__ = ["EstimatedCountPaginator"]
+__all__ = ["EstimatedCountPaginator", "estimated_rows"]
 
 
 if TYPE_CHECKING:
@@ -52,3 +51,23 @@ class EstimatedCountPaginator(_Paginator):
         if estimate is not None:  # a stale estimate (not analysed since a bulk load)
             return max(estimate, bounded)
         return rows.count()
+
+
+def estimated_rows(model: type[models.Model], using: str) -> int | None:
+    """The planner's estimate of the rows of ``model``'s table (PostgreSQL's
+    ``pg_class.reltuples``, kept current by autovacuum); None where there is none, or the
+    table was never analysed. The one difference between databases asked outside
+    :mod:`django_fencedjobs.db` and :mod:`django_fencedjobs.lease`: this module is generic,
+    and imports nothing of the app."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+            [model._meta.db_table],
+        )
+        found = cursor.fetchone()
+    if found is None or found[0] is None or found[0] < 0:  # -1: never analysed
+        return None
+    return int(found[0])

@@ -1,14 +1,12 @@
 """The runners page: every ``runjobs`` process (a loop) and every host's ``--once`` passes,
-with when each was last seen and whether it is live (:mod:`django_fencedjobs.runners`).
-
-Read-only, like the jobs: rows are written by the runners themselves, and a runner gone for
-``RUNNER_RETENTION`` is deleted by the next one that registers.
-"""
+when each was last seen and whether it is live (:mod:`django_fencedjobs.runners`). Read-only:
+the runners write their rows, and one gone for ``RUNNER_RETENTION`` is deleted by the next
+that registers."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.contrib import admin
 from django.db.models import DateTimeField, QuerySet, Value
@@ -18,7 +16,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from django_fencedjobs import clock, runners
-from django_fencedjobs.admin.display import badge, instant
+from django_fencedjobs.admin.display import ReadOnly, badge, instant
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.models import Runner, RunnerMode
 
@@ -45,7 +43,7 @@ def status(row: Runner, now: datetime) -> tuple[str, str]:
 
 
 @admin.register(Runner)
-class RunnerAdmin(_ModelAdmin):
+class RunnerAdmin(ReadOnly, _ModelAdmin):
     list_display = (
         "owner",
         "state",
@@ -76,15 +74,6 @@ class RunnerAdmin(_ModelAdmin):
 
     class Media:
         css = {"all": ("fencedjobs/admin.css",)}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # a gone runner's row is deleted after RUNNER_RETENTION, by a runner
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Runner]:
         """Every row, each with the page's one clock reading (``fencedjobs_now``)."""

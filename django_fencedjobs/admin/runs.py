@@ -1,12 +1,9 @@
-"""The run history: every run, read-only, filterable, fast over millions of rows.
-
-Sorting is offered only where an index serves it, nothing counts the whole table (see
-:class:`~django_fencedjobs.admin.paginator.EstimatedCountPaginator`), and the job filter's
-choices come from the jobs table. Times are written in each run's job's zone, to the second.
-
-The ``django.tasks`` tasks a run enqueued (:class:`~django_fencedjobs.models.RunTask`) are
-shown with it: counted by status in the list (one query per page, for the page's runs),
-one by one on the run's page.
+"""The run history: every run, read-only, filterable, fast over millions of rows: sorting only
+where an index serves it, no count of the whole table
+(:class:`~django_fencedjobs.admin.paginator.EstimatedCountPaginator`), the job filter's
+choices from the jobs table. Times are written in each run's job's zone, to the second. The
+``django.tasks`` tasks a run enqueued are counted by status in the list (one query per
+page), listed one by one on the run's page.
 """
 
 from __future__ import annotations
@@ -15,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.filters import DateFieldListFilter
+from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
@@ -24,11 +22,13 @@ from django.utils.translation import gettext_lazy as _
 
 from django_fencedjobs import db, text
 from django_fencedjobs.admin.display import (
+    ReadOnly,
     badge,
     breakable,
     instant,
     job_zone,
     owner_label,
+    plural,
     shortened,
 )
 from django_fencedjobs.admin.paginator import EstimatedCountPaginator
@@ -56,10 +56,8 @@ TASK_SUMMARY = (
 
 
 class JobNameFilter(admin.SimpleListFilter):
-    """Job names from the lease rows (one per job) and the registry, never a
-    ``SELECT DISTINCT`` over the runs. Instances are not listed (there may be 100,000 of
-    them): an instance's runs are reached from its page (``?job=job[key]``), and the
-    instance chosen so is listed."""
+    """Job names from the lease rows and the registry, never a ``SELECT DISTINCT`` over the
+    runs. Instances (maybe 100,000) are not listed but the one chosen from its page."""
 
     title = _("job")
     parameter_name = "job"
@@ -80,8 +78,7 @@ class JobNameFilter(admin.SimpleListFilter):
 
 
 class RunChangeList(ChangeList):
-    """The run list, with the tasks of the page's runs counted by status in one query
-    (none for a page without runs): ``run.task_counts``, ``{status: count}``."""
+    """The list, the tasks of its runs counted by status in one query: ``run.task_counts``."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
@@ -108,10 +105,8 @@ else:  # not subscriptable at run time
 
 
 @admin.register(JobRun)
-class JobRunAdmin(_ModelAdmin):
-    # Fits a 1366-px laptop with Django's navigation sidebar open: the slots a run caught
-    # up under its slot, its items and batches under its outcome, its start as a time of its
-    # slot's day, its fence under its owner, its error shortened (the whole a click away).
+class JobRunAdmin(ReadOnly, _ModelAdmin):  # history; retention deletes old runs
+    # Fits a 1366-px laptop with Django's navigation sidebar open: two facts to a column.
     list_display = (
         "slot",
         "job_name",
@@ -148,15 +143,7 @@ class JobRunAdmin(_ModelAdmin):
         "error_text",
         "tasks_table",
     )
-    readonly_fields = (
-        "slot",
-        "capped_text",
-        "started_at_text",
-        "finished",
-        "duration_text",
-        "error_text",
-        "tasks_table",
-    )
+    readonly_fields = flatten_fieldsets([(None, {"fields": fields})])
 
     class Media:
         css = {"all": ("fencedjobs/admin.css",)}
@@ -164,33 +151,18 @@ class JobRunAdmin(_ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RunChangeList
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # history; retention deletes old runs (django_fencedjobs.retention)
-
     @admin.display(description=_("scheduled for"), ordering="scheduled_for")
     def slot(self, run: JobRun) -> SafeString | str:
         """The run's slot; in the list, with the earlier slots it caught up on below it."""
         when = instant(run.scheduled_for, job_zone(run.job))
         if not run.missed_slots:
             return when
-        n = run.missed_slots
-        return format_html(
-            '{}<span class="fj-sub">caught up {} earlier slot{}</span>',
-            when,
-            n,
-            "" if n == 1 else "s",
-        )
+        caught_up = plural(run.missed_slots, "earlier slot")
+        return format_html('{}<span class="fj-sub">caught up {}</span>', when, caught_up)
 
     @admin.display(description=_("kind"))
     def kind_attempt(self, run: JobRun) -> SafeString:
-        """Why the run exists (scheduled, backfill, one-off), and its attempt at the slot
-        below: one narrow column."""
+        """Why the run exists (scheduled, backfill, one-off), and its attempt below."""
         return format_html(
             '{}<span class="fj-sub">attempt {}</span>', RunKind(run.kind).label, run.attempt
         )
@@ -212,9 +184,8 @@ class JobRunAdmin(_ModelAdmin):
     def outcome_badge(self, run: JobRun) -> SafeString:
         """The outcome, and below it the run's work (``40 items, 1 batch``)."""
         label = Outcome(run.outcome).label + (" (capped)" if run.capped else "")
-        return format_html(
-            '{}<span class="fj-sub">{}</span>', badge(run.outcome, label), self.work(run)
-        )
+        work = f"{plural(run.items, 'item')}, {plural(run.batches, 'batch', 'es')}"
+        return format_html('{}<span class="fj-sub">{}</span>', badge(run.outcome, label), work)
 
     @admin.display(description=_("capped"))
     def capped_text(self, run: JobRun) -> SafeString | str:
@@ -229,14 +200,7 @@ class JobRunAdmin(_ModelAdmin):
 
     @admin.display(description=_("duration"))
     def duration_text(self, run: JobRun) -> str:
-        seconds = run.duration
-        return "-" if seconds is None else f"{seconds:.3f}s"
-
-    @admin.display(description=_("work"))
-    def work(self, run: JobRun) -> str:
-        """``40 items, 1 batch``."""
-        items = f"{run.items} item{'' if run.items == 1 else 's'}"
-        return f"{items}, {run.batches} batch{'' if run.batches == 1 else 'es'}"
+        return "-" if run.duration is None else f"{run.duration:.3f}s"
 
     @admin.display(description=_("job"), ordering="job")
     def job_name(self, run: JobRun) -> SafeString:
@@ -253,10 +217,9 @@ class JobRunAdmin(_ModelAdmin):
 
     @admin.display(description=_("error"))
     def error_excerpt(self, run: JobRun) -> SafeString | str:
-        """The error's last line, shortened (the whole line a click away, the traceback on
-        the run's page)."""
+        """The error's last line, shortened (the traceback is on the run's page)."""
         excerpt = text.error_excerpt(run.error)
-        return shortened(excerpt, limit=70, css="fj-error-line") if excerpt else "-"
+        return shortened(excerpt, css="fj-error-line") if excerpt else "-"
 
     @admin.display(description=_("error"))
     def error_text(self, run: JobRun) -> SafeString | str:
@@ -270,7 +233,7 @@ class JobRunAdmin(_ModelAdmin):
         if not total:
             return "-"
         parts = [f"{counts[status]} {label}" for status, label in TASK_SUMMARY if status in counts]
-        return f"{total} task{'s' if total != 1 else ''}: {', '.join(parts)}"
+        return f"{plural(total, 'task')}: {', '.join(parts)}"
 
     @admin.display(description=_("tasks"))
     def tasks_table(self, run: JobRun) -> SafeString | str:
@@ -287,7 +250,7 @@ class JobRunAdmin(_ModelAdmin):
             "<td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
-                    breakable(task.task_path, at="._"),
+                    breakable(task.task_path),
                     task.backend,
                     task.result_id or "-",
                     badge(TASK_BADGE.get(task.status, ""), str(TaskStatus(task.status).label)),
@@ -303,22 +266,16 @@ class JobRunAdmin(_ModelAdmin):
         if len(tasks) > TASKS_SHOWN:
             hidden = RunTask.objects.using(alias).filter(run_id=run.pk).count() - TASKS_SHOWN
             more = format_html('<p class="fj-more">… and {} more</p>', hidden)
-        head = format_html_join(
-            "",
-            "<th>{}</th>",
-            (
-                (label,)
-                for label in (
-                    _("task"),
-                    _("backend"),
-                    _("result id"),
-                    _("status"),
-                    _("enqueued"),
-                    _("started"),
-                    _("finished"),
-                    _("error"),
-                )
-            ),
+        head = format_html(
+            "<th>{}</th>" * 8,
+            _("task"),
+            _("backend"),
+            _("result id"),
+            _("status"),
+            _("enqueued"),
+            _("started"),
+            _("finished"),
+            _("error"),
         )
         return format_html(
             '<table class="fj-tasks"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>{}',

@@ -1,26 +1,7 @@
-"""A job's slot timeline: the slots its schedule expected, against what happened.
-
-Drawn by ``admin/fencedjobs/joblease/timeline.html`` (an inline SVG): one mark per
-expected slot at its instant, coloured by its run's outcome. A slot with no run is drawn
-hollow, so absence is seen at a glance: *coalesced* (it did not run; a later run took its
-work over: each of the slots a run's ``missed_slots`` counts, wherever it sits), *absent*
-(nothing ran for it and no later run took it over), *missed* (recorded as not started,
-past the job's ``starting_deadline``), *skipped* (an operator skipped it: the skipped
-run's record names who, and counts the slots skipped with it), *paused*; a slot after
-the last run and still
-before its deadline (run timeout plus grace) is *due*, and the ones to come *upcoming*.
-A run that is not on a slot of the schedule (run now) is a half-height mark. Behind the
-marks: the slot the dead man's switch waits for, up to its deadline, and, when that has
-passed, the time the job has been late, as :mod:`django_fencedjobs.health` decided.
-
-How far back: the last day, when the schedule fires :attr:`Size.day_fewest` to
-:attr:`Size.most` times a day (a mark per slot stays readable); otherwise the last
-:attr:`Size.most` slots of a job that fires more often, or the last :attr:`Size.fewest` of
-one that fires less often (a daily job: its last month). A job first seen more recently
-than that is drawn from when it was first seen, through the slot it waits for: nothing is
-expected before, so nothing before is drawn. The jobs list draws a compact one
-(:data:`LIST`), a job's page the full one (:data:`PAGE`), with a time axis in the job's
-zone. Runs are read for all the timelines of a page in one query (:func:`runs_in`).
+"""A job's slot timeline (docs/alerting.md, "Slots: absence you can see"): the slots its
+schedule expected, against what happened, drawn by ``admin/fencedjobs/joblease/timeline.html``
+(an inline SVG): compact in the jobs list (:data:`LIST`), whole on a job's page
+(:data:`PAGE`). Runs are read for all the timelines of a page in one query (:func:`runs_in`).
 """
 
 from __future__ import annotations
@@ -36,6 +17,7 @@ from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
 
+from django_fencedjobs.admin.display import plural
 from django_fencedjobs.health import JobHealth
 from django_fencedjobs.instants import format_instant, iso_utc
 from django_fencedjobs.models import FAILURE_OUTCOMES, JobRun, Outcome
@@ -56,11 +38,11 @@ class Size:
     height: int
     #: The widest a mark is drawn (narrower where slots crowd).
     mark: float
-    #: The most slots drawn: a job that fires more often shows its last ``most``.
+    #: The last day is drawn when it holds ``day_fewest`` to ``most`` slots; else the last
+    #: ``most`` slots of a job that fires more often, the last ``fewest`` of one that fires
+    #: less often.
     most: int
-    #: The last day is drawn when it holds ``day_fewest`` to ``most`` slots.
     day_fewest: int
-    #: A job that fires less often shows its last ``fewest`` slots.
     fewest: int
     compact: bool
 
@@ -68,10 +50,10 @@ class Size:
 PAGE = Size(width=900, height=66, mark=7, most=96, day_fewest=24, fewest=30, compact=False)
 LIST = Size(width=144, height=18, mark=4, most=24, day_fewest=24, fewest=24, compact=True)
 
-#: The words for each kind of mark.
 #: A slot whose last attempt succeeded after an earlier one failed: not drawn as a slot that
 #: ran well the first time.
 RETRIED = "retried"
+#: The words for each kind of mark, in the legend's order.
 KIND_LABELS: dict[str, str] = {
     Outcome.SUCCEEDED.value: str(Outcome.SUCCEEDED.label),
     RETRIED: "succeeded after failing",
@@ -82,24 +64,10 @@ KIND_LABELS: dict[str, str] = {
     "due": "due, not late yet",
     "upcoming": "upcoming",
 }
-#: Kinds drawn hollow: the slot has no run that did its work.
-HOLLOW = frozenset(
-    {"absent", "coalesced", "paused", "due", "upcoming", Outcome.MISSED.value, Outcome.SKIPPED}
-)
-
 #: Fields of a run a timeline reads (the error only on a job's page).
 _RUN_FIELDS = (
-    "pk",
-    "job",
-    "scheduled_for",
-    "started_at",
-    "finished_at",
-    "outcome",
-    "capped",
-    "items",
-    "missed_slots",
-    "owner",
-    "attempt",
+    *("pk", "job", "scheduled_for", "started_at", "finished_at", "outcome", "capped"),
+    *("items", "missed_slots", "owner", "attempt"),
 )
 
 
@@ -107,22 +75,21 @@ _RUN_FIELDS = (
 class Window:
     """The stretch of time a timeline covers, and the slots expected in it."""
 
-    #: Exclusive.
+    #: ``(start, end]``: ``end`` is ``now``, or a little after it (the next slot and the
+    #: deadline the job waits for).
     start: datetime
-    #: ``now``, or a little after it: the next slot and the deadline the job waits for.
     end: datetime
     now: datetime
-    #: Expected slots in ``(start, end]`` after the job was first seen, ascending, UTC.
+    #: Expected slots in the window after the job was first seen, ascending, UTC.
     slots: tuple[datetime, ...]
-    #: When the job was first seen (its lease row was created): nothing is expected before.
+    #: When the job's lease row was created: nothing is expected before.
     first_seen: datetime
     #: The last day (else the last N slots, or since the job was first seen).
     day: bool
-    #: When a slot counts as missing if no run has succeeded for it: the job's
-    #: :meth:`~django_fencedjobs.registry.Job.late_after`, as for the dead man's switch.
+    #: The job's :meth:`~django_fencedjobs.registry.Job.late_after`, as for the dead man's
+    #: switch: when a slot with no successful run counts as missing.
     late_after: Callable[[datetime], datetime]
-    #: The job was first seen after the day or the slots its schedule would show: the
-    #: window starts when it was first seen.
+    #: The window starts when the job was first seen (after the day or slots it would show).
     since_first_seen: bool = False
 
     @property
@@ -132,8 +99,7 @@ class Window:
 
 
 def window_of(h: JobHealth, first_seen: datetime, size: Size) -> Window | None:
-    """The window of ``h``'s job at ``h.checked_at``; None for a job without a valid
-    schedule (removed, invalid)."""
+    """The window of ``h``'s job at ``h.checked_at``; None without a valid schedule."""
     job = h.job
     if job is None or job.schedule is None:
         return None
@@ -157,7 +123,7 @@ def expected_slots(
     size: Size,
 ) -> Window:
     """The window a timeline of ``size`` draws for ``schedule`` at ``now``: the last day or
-    the last slots, or, for a job first seen since, from when it was first seen."""
+    slots, or since the job was first seen."""
     day = schedule.fire_times(now - DAY, now, limit=size.most + 1)
     past = day
     start, whole_day = now - DAY, True
@@ -170,13 +136,11 @@ def expected_slots(
     span = now - start
     young = first_seen > start
     if young:
-        # Nothing is expected before the job was first seen: the window starts there and
-        # reaches as far as the slot it waits for and its deadline (never further than
-        # an older job's window is long).
+        # Nothing is expected before the job was first seen: the window starts there, and
+        # reaches the slot it waits for and its deadline within an older job's window span.
         start, whole_day = min(first_seen, now), False
         ahead = start + span
-    else:
-        # Show what the job waits for next, when it is near enough to read on this scale.
+    else:  # what the job waits for next, when near enough to read on this scale
         ahead = now + span / 5
     end = now
     for instant in (schedule.next_after(now), expected_by):
@@ -188,11 +152,9 @@ def expected_slots(
 
 
 def _last_slots(schedule: Schedule, now: datetime, count: int) -> list[datetime]:
-    """The last ``count`` fire times up to ``now`` (fewer if the schedule fired fewer times in
-    the last 16 years). ``min_interval() * count`` holds at most ``count`` of them, so each
-    widening reads few slots."""
+    """The last ``count`` fire times up to ``now`` (fewer if it fired fewer in 16 years):
+    ``min_interval() * count`` holds at most ``count``, so each widening reads few slots."""
     span = schedule.min_interval() * count
-    slots: list[datetime] = []
     while True:
         slots = schedule.fire_times(now - span, now)
         if len(slots) >= count or span > 16 * 366 * DAY:
@@ -203,8 +165,7 @@ def _last_slots(schedule: Schedule, now: datetime, count: int) -> list[datetime]
 def runs_in(
     windows: Mapping[str, Window], *, using: str, with_errors: bool = False
 ) -> dict[str, list[JobRun]]:
-    """Each job's runs in its window, for every timeline of a page in one query (one index
-    range scan per job on ``(job, -scheduled_for)``)."""
+    """Each job's runs in its window, in one query (an index range scan per job)."""
     found: dict[str, list[JobRun]] = {name: [] for name in windows}
     if not windows:
         return found
@@ -224,27 +185,22 @@ class _Event:
     run: JobRun | None = None
     #: A run at an instant that is not a slot of the schedule (run now).
     offslot: bool = False
-    #: For a coalesced slot: the run that caught up on it; for a skipped slot without a
-    #: record of its own: the skipped run that counts it.
+    #: The run that caught up on a coalesced slot, or the skipped run that counts it.
     caught_up_by: JobRun | None = None
     #: For an upcoming slot: the first of them, the one the job runs next.
     next: bool = False
-    #: For a run: the earlier slots it caught up on (its slot's first attempt counts
-    #: them, and a retry redoes that attempt's interval).
+    #: For a run: the earlier slots it caught up on (:func:`_last_attempts`).
     covers: int = 0
 
 
 def events(w: Window, runs: Iterable[JobRun], *, paused: bool) -> list[_Event]:
     """Every expected slot and every run in ``w``, in order, each with its kind.
 
-    A run that coalesced ``n`` earlier slots (its ``missed_slots``) caught up on the ``n``
-    slots of the schedule before its own: each of them is *coalesced*, however recent; the
-    ``n`` slots an operator's skipped run counts are *skipped*, as it is. A slot with
-    several attempts is drawn as its last; a retry of a run that coalesced slots redoes
-    its interval, so the slots read caught up by the retry (counted once, by the first
-    attempt). A slot with no run before a later run is never *due*: nothing will run for
-    it any more.
-    A paused job's slots after its last run are *paused*, none *due* or *absent*."""
+    The ``n`` slots of the schedule before a run that coalesced ``n`` (its ``missed_slots``)
+    are *coalesced*, however recent (*skipped* for an operator's skipped run). A slot is
+    drawn as its last attempt; a retry redoes the first attempt's interval, so the slots
+    read caught up by the retry. A slot with no run before a later run is never *due*, and
+    a paused job's slots after its last run are *paused*, none *due* or *absent*."""
     expected = sorted(w.slots)
     on_schedule = set(expected)
     by_instant, covers = _last_attempts(w, runs)
@@ -284,8 +240,7 @@ def _last_attempts(
     w: Window, runs: Iterable[JobRun]
 ) -> tuple[dict[datetime, JobRun], dict[datetime, int]]:
     """The last attempt at each slot in ``w`` (a slot is judged by it), and the earlier
-    slots each slot's runs caught up on: its first attempt counts them, and a retry redoes
-    that attempt's interval."""
+    slots its runs caught up on (counted by its first attempt; a retry redoes its interval)."""
     last: dict[datetime, JobRun] = {}
     covers: dict[datetime, int] = {}
     for run in sorted(runs, key=lambda run: run.attempt):
@@ -304,31 +259,13 @@ def render(
     run_url: Callable[[int], str] | None = None,
     runs_url: str = "",
 ) -> SafeString:
-    """The timeline of ``h``'s job over ``w`` as HTML (an inline SVG, and on a job's page a
-    caption and a legend)."""
+    """The timeline of ``h``'s job over ``w``: an inline SVG, with a caption and a legend
+    unless compact."""
     drawn = events(w, runs, paused=h.paused)
-    context = _geometry(h, w, drawn, size, run_url=run_url)
-    context["runs_url"] = runs_url
-    return SafeString(render_to_string(TEMPLATE, context))
-
-
-def _geometry(
-    h: JobHealth,
-    w: Window,
-    drawn: list[_Event],
-    size: Size,
-    *,
-    run_url: Callable[[int], str] | None,
-) -> dict[str, Any]:
-    """The template's context: the marks, the bands, the axis and the words around them."""
     frame = _Frame.of(w, size)
     bands = _bands(h, w, frame)
     kinds = sorted({event.kind for event in drawn}, key=list(KIND_LABELS).index)
-
-    def at(instant: datetime) -> str:
-        return format_instant(instant, h.tz)
-
-    return {
+    context = {
         "compact": size.compact,
         "width": _n(size.width),
         "height": _n(size.height),
@@ -336,7 +273,7 @@ def _geometry(
         "bands": bands,
         "band_kinds": {b["kind"] for b in bands},
         "now_x": _n(frame.x(w.now)),
-        "now_title": f"now: {at(w.now)}",
+        "now_title": f"now: {format_instant(w.now, h.tz)}",
         "ticks": [] if size.compact else _ticks(w.start, w.end, h.tz, frame.x, size.width),
         "axis_y": _n(frame.band_top + frame.band_height),
         "tick_y": _n(frame.band_top + frame.band_height + 4),
@@ -345,11 +282,13 @@ def _geometry(
         "slot_count": w.past_slots,
         "day": w.day,
         "since_first_seen": w.since_first_seen,
-        "first_seen": at(w.first_seen),
-        "since": at(w.start),
+        "first_seen": format_instant(w.first_seen, h.tz),
+        "since": format_instant(w.start, h.tz),
         "aria_label": _aria_label(w, drawn),
         "late": any(b["kind"] == "late" for b in bands),
+        "runs_url": runs_url,
     }
+    return SafeString(render_to_string(TEMPLATE, context))
 
 
 #: The margin left and right of the plot, in pixels.
@@ -358,8 +297,7 @@ _MARGIN = 4.0
 
 @dataclass(frozen=True)
 class _Frame:
-    """Where a timeline of one size draws over one window: an instant's x, and the rows
-    of the marks and of the bands behind them."""
+    """Where a timeline draws: an instant's x, and the rows of the marks and bands."""
 
     start: datetime
     seconds: float
@@ -391,9 +329,9 @@ def _marks(
     size: Size,
     run_url: Callable[[int], str] | None,
 ) -> SafeString:
-    """One mark per event, narrower where events crowd; a run's links to its page. The
-    markup is written here, in one string: a list page draws a thousand of them, and a
-    template node per attribute costs more than the rest of the page."""
+    """One mark per event, narrower where events crowd; a run's links to its page. Written
+    here in one string: a list page draws a thousand, and a template node per attribute
+    would cost more than the rest of the page."""
     xs = [frame.x(event.at) for event in drawn]
     marks = []
     for i, event in enumerate(drawn):
@@ -403,7 +341,11 @@ def _marks(
         if event.offslot:
             top, height = top + height / 4, height / 2
         kind = escape(event.kind)
-        title = _title(event, tz, late_after, compact=size.compact)
+        if event.run is None:
+            what = _no_run(event, tz, late_after)
+        else:
+            what = _ran(event, event.run, tz, compact=size.compact)
+        title = f"{format_instant(event.at, tz)}: {what}"
         mark = (
             f'<rect class="fj-slot fj-slot-{kind}{" fj-offslot" if event.offslot else ""}" '
             f'data-at="{iso_utc(event.at)}" data-kind="{kind}" x="{_n(xs[i] - width / 2)}" '
@@ -417,8 +359,8 @@ def _marks(
 
 
 def _bands(h: JobHealth, w: Window, frame: _Frame) -> list[dict[str, Any]]:
-    """Behind the marks: the slot the dead man's switch waits for, up to its deadline, and
-    the time since, when the job is late (as health decided)."""
+    """Behind the marks, cut to the window: the slot the dead man's switch waits for, up to
+    its deadline, and the time since, when the job is late (as health decided)."""
     slot, deadline = h.awaited_slot, h.expected_by
     if slot is None or deadline is None:
         return []
@@ -426,56 +368,35 @@ def _bands(h: JobHealth, w: Window, frame: _Frame) -> list[dict[str, Any]]:
     def at(instant: datetime, ref: datetime | None = None) -> str:
         return format_instant(instant, h.tz, ref=ref)
 
-    bands = [
-        _band(
-            "awaited",
-            slot,
-            deadline,
-            f"waiting for the run of {at(slot)}: late if no run has succeeded "
-            f"by {at(deadline, ref=slot)}",
-            w,
-            frame,
-        )
-    ]
+    waiting = f"waiting for the run of {at(slot)}: late if no run has succeeded by "
+    spans = [("awaited", slot, deadline, waiting + at(deadline, ref=slot))]
     if w.now > deadline:
         success = at(h.last_success_at) if h.last_success_at else "it was first seen"
-        title = f"late since {at(deadline)}: no success since {success}"
-        bands.append(_band("late", deadline, w.now, title, w, frame))
-    return [band for band in bands if band is not None]
-
-
-def _band(
-    kind: str, start: datetime, end: datetime, title: str, w: Window, frame: _Frame
-) -> dict[str, Any] | None:
-    """A band from ``start`` to ``end``, cut to the window; None when nothing of it is in."""
-    left, right = frame.x(max(start, w.start)), frame.x(min(end, w.end))
-    if right - left <= 0:
-        return None
-    return {
-        "kind": kind,
-        "start": iso_utc(start),
-        "end": iso_utc(end),
-        "x": _n(left),
-        "y": _n(frame.band_top),
-        "width": _n(right - left),
-        "height": _n(frame.band_height),
-        "title": title,
-    }
+        late = f"late since {at(deadline)}: no success since {success}"
+        spans.append(("late", deadline, w.now, late))
+    bands = []
+    for kind, start, end, title in spans:
+        left, right = frame.x(max(start, w.start)), frame.x(min(end, w.end))
+        if right - left > 0:
+            bands.append(
+                {
+                    "kind": kind,
+                    "start": iso_utc(start),
+                    "end": iso_utc(end),
+                    "x": _n(left),
+                    "y": _n(frame.band_top),
+                    "width": _n(right - left),
+                    "height": _n(frame.band_height),
+                    "title": title,
+                }
+            )
+    return bands
 
 
 def _n(value: float) -> str:
     """A number for an SVG attribute, as text: the template must not localise it (a decimal
     comma would break the drawing)."""
     return f"{value:.2f}".rstrip("0").rstrip(".")
-
-
-def _title(
-    event: _Event, tz: tzinfo, late_after: Callable[[datetime], datetime], *, compact: bool
-) -> str:
-    """A mark's tooltip: the slot, and what happened to it."""
-    if event.run is None:
-        return f"{format_instant(event.at, tz)}: {_no_run(event, tz, late_after)}"
-    return f"{format_instant(event.at, tz)}: {_ran(event, event.run, tz, compact=compact)}"
 
 
 def _no_run(event: _Event, tz: tzinfo, late_after: Callable[[datetime], datetime]) -> str:
@@ -501,20 +422,19 @@ def _no_run(event: _Event, tz: tzinfo, late_after: Callable[[datetime], datetime
 
 
 def _ran(event: _Event, run: JobRun, tz: tzinfo, *, compact: bool) -> str:
-    """How the slot's run went: outcome or since when it runs, duration, items, cap, off
-    the schedule, the slots it caught up, and on a job's page a failure's error."""
+    """How the slot's run went, and on a job's page a failure's error."""
     if run.outcome == Outcome.RUNNING and run.started_at is not None:
         parts = [f"running since {format_instant(run.started_at, tz, ref=event.at)}"]
     elif run.outcome == Outcome.SKIPPED:
         n = run.missed_slots
-        with_others = f" with {n} earlier slot{'s' if n != 1 else ''}" if n else ""
+        with_others = f" with {plural(n, 'earlier slot')}" if n else ""
         return f"did not run; skipped by {run.owner or 'an operator'}{with_others}"
     else:
         parts = [str(Outcome(run.outcome).label)]
         if run.duration is not None:
             parts.append(f"in {run.duration:.1f}s")
     if run.items:
-        parts.append(f"{run.items} item{'s' if run.items != 1 else ''}")
+        parts.append(plural(run.items, "item"))
     if run.capped:
         parts.append("capped at max_batches")
     if event.offslot:
@@ -522,8 +442,7 @@ def _ran(event: _Event, run: JobRun, tz: tzinfo, *, compact: bool) -> str:
     if run.attempt > 1:
         parts.append(f"attempt {run.attempt}")
     if event.covers:
-        n = event.covers
-        parts.append(f"caught up {n} earlier slot{'s' if n != 1 else ''}")
+        parts.append(f"caught up {plural(event.covers, 'earlier slot')}")
     text = ", ".join(parts)
     if not compact and run.outcome in FAILURE_OUTCOMES and (excerpt := error_excerpt(run.error)):
         text += f": {excerpt}"
@@ -552,14 +471,12 @@ _MIN_LABEL_GAP = 56.0
 def _ticks(
     start: datetime, end: datetime, tz: tzinfo, x: Callable[[datetime], float], width: int
 ) -> list[dict[str, Any]]:
-    """Ticks of the time axis at round wall-clock times of the job's zone; a midnight is
-    labelled with its date (``Tue 1 Dec``), another tick with its time."""
+    """Ticks at round wall-clock times of the job's zone, a midnight labelled with its date
+    (``Tue 1 Dec``), another tick with its time."""
     minutes = (end - start).total_seconds() / 60
     step = next((s for s in _STEPS if minutes / s <= _MAX_TICKS), None)
     instants: list[datetime] = []
-    first_day = start.astimezone(tz).date()
-    last_day = end.astimezone(tz).date()
-    day = first_day
+    day, last_day = start.astimezone(tz).date(), end.astimezone(tz).date()
     while day <= last_day:
         midnight = datetime.combine(day, time(), tzinfo=tz)
         if step is None:  # months: the 1st of every month
@@ -570,9 +487,7 @@ def _ticks(
             candidates = [midnight] if keep else []
         else:
             candidates = [
-                (datetime.combine(day, time(), tzinfo=None) + timedelta(minutes=m)).replace(
-                    tzinfo=tz
-                )
+                (datetime.combine(day, time()) + timedelta(minutes=m)).replace(tzinfo=tz)
                 for m in range(0, 1440, step)
             ]
         instants += [c for c in candidates if start < c.astimezone(UTC) <= end]

@@ -1,48 +1,13 @@
 """Prometheus metrics: every job's state, read from the database at each scrape.
 
-Install the extra (``pip install "django-fencedjobs[prometheus]"``) and mount the view::
-
-    # urls.py
-    from django_fencedjobs.integrations.prometheus import metrics_view
-
-    urlpatterns = [..., path("metrics/fencedjobs", metrics_view)]
-
-Or add the collector to a registry you already expose (django-prometheus, your own)::
-
-    from prometheus_client import REGISTRY
-    from django_fencedjobs.integrations.prometheus import FencedJobsCollector
-
-    REGISTRY.register(FencedJobsCollector())
-
-The figures come from :func:`django_fencedjobs.health.all_health` (the admin and
-``checkjobs`` ask the same function) and one ``GROUP BY`` over the runs, so every process
-serving them reports the same values, whichever process ran the jobs, and a scrape costs a
-constant number of queries whatever the number of jobs. One figure is the process's own:
-in a process that runs jobs, how many of its handlers it gave up on are still running
-(``fencedjobs_runner_abandoned_handlers``). To see it, serve the metrics from the runner
-itself, ``manage.py runjobs --metrics [HOST:]PORT`` (:func:`serve`).
-
-Every series carries the job in a ``job_name`` label, not ``job``: Prometheus gives every
-scraped series a ``job`` label of its own (the scrape job), and would rename ours to
-``exported_job``.
-
-**Instances** (a job declared with ``instances=True``) have no series of their own by
-default: a series per instance would be 100,000 series for 100,000 tenants, which a
-Prometheus server holds in memory for every scrape. Such a job gets
-``fencedjobs_instances`` (its instances counted per state, the seven states always
-present), ``fencedjobs_instances_critical`` and ``fencedjobs_runs`` summed over its
-instances: a constant number of series however many instances it has, read in the same
-queries as the rest. A job declared with ``instance_series="each"`` asks for more: each
-of its instances has every per-job series, labelled with its name (``job[key]``), like a
-job declared in code. That costs a series per instance and metric, and, per scrape, one
-more reading of the health of all its instances (:func:`health.all_health` by name, in
-chunks of :data:`EACH_CHUNK`: a constant number of queries per chunk, each reading a row
-per instance).
-
-The view answers anyone, like any ``/metrics`` endpoint: keep it off the public internet
-(a separate port or path your proxy does not route, a network policy), or set
-``FENCEDJOBS["METRICS_TOKEN"]`` and give Prometheus the same token
-(``authorization: {credentials: ...}`` in the scrape config). See docs/metrics.md.
+Mount :func:`metrics_view`, register :class:`FencedJobsCollector` with your own registry,
+or serve them from the runner (``runjobs --metrics``, :func:`serve`), which alone knows
+``fencedjobs_runner_abandoned_handlers``. The figures come from
+:func:`~django_fencedjobs.health.all_health` and one ``GROUP BY`` over the runs: the same in
+every process, at a constant number of queries. The job is in a ``job_name`` label
+(Prometheus renames a scraped ``job``). A job's instances are counted per job (a series
+each only with ``instance_series="each"``). The view answers anyone unless
+``METRICS_TOKEN`` is set. See docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -50,6 +15,7 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -80,8 +46,6 @@ logger = logging.getLogger("django_fencedjobs")
 
 #: The label that names the job on every series.
 JOB_LABEL = "job_name"
-#: The label that names a runner process (its owner label, as on its leases and runs).
-OWNER_LABEL = "owner"
 
 #: Every metric the collector exposes, with its help text.
 METRICS: dict[str, str] = {
@@ -102,9 +66,7 @@ METRICS: dict[str, str] = {
         "Duration of the job's latest finished run, whatever its outcome (abandoned "
         "runs, whose process died, have none)."
     ),
-    "fencedjobs_consecutive_failures": (
-        "Runs that failed or timed out in a row; 0 after a success."
-    ),
+    "fencedjobs_consecutive_failures": "Runs that failed or timed out in a row; 0 after a success.",
     "fencedjobs_failure_threshold": "Consecutive failures at which the job is failing.",
     "fencedjobs_failure_rate": (
         "Failed (or timed out) runs among the job's latest FAILURE_RATE_RUNS runs that ran "
@@ -149,18 +111,13 @@ _LABELS = {
     "fencedjobs_state": [JOB_LABEL, "state"],
     "fencedjobs_runs": [JOB_LABEL, "outcome"],
     "fencedjobs_instances": [JOB_LABEL, "state"],
-    "fencedjobs_runner_abandoned_handlers": [OWNER_LABEL],
+    "fencedjobs_runner_abandoned_handlers": ["owner"],  # the runner's, as on its runs
     "fencedjobs_runners_live": [],
 }
 
 
-#: ``fencedjobs_severity``: higher is worse.
-SEVERITY_VALUE = {
-    health.Severity.HEALTHY: 0.0,
-    health.Severity.WARNING: 1.0,
-    health.Severity.CRITICAL: 2.0,
-}
-
+#: ``fencedjobs_severity``: 0 healthy, 1 warning, 2 critical.
+SEVERITY_VALUE = {severity: 2.0 - severity.rank for severity in health.Severity}
 
 #: The states ``fencedjobs_instances`` counts, every one present (0 when none is in it),
 #: so that the series of a job with instances are the same set at every scrape.
@@ -177,8 +134,7 @@ INSTANCE_STATES = (
 )
 
 #: How many instances one health read judges by name (``instance_series="each"``): their
-#: names, and the ids of their latest runs, are parameters of one statement, and SQLite
-#: takes at most 32,766.
+#: names and runs' ids are parameters of one statement (SQLite takes at most 32,766).
 EACH_CHUNK = 5_000
 
 _Add = Callable[[str, Iterable[str], "float | None"], None]
@@ -213,18 +169,17 @@ class FencedJobsCollector:
         each = sorted(parent for parent, series in parents.items() if series == "each")
         # A series per job: the jobs declared in code, and every instance of a job that
         # asked for a series each (judged by name: the listing holds only some of them).
-        jobs = [h for h in listed if _parent_of(h, parents) is None] + _health_of_instances(
-            each, now, seen
-        )
-        jobs.sort(key=lambda h: h.name)
+        own = [h for h in listed if _parent_of(h, parents) is None]
+        jobs = sorted(own + _health_of_instances(each, now, seen), key=lambda h: h.name)
         for job_health in jobs:
             _job_series(add, job_health)
         _instance_counts(add, summaries, listed, parents)
 
-        counts = _run_counts(parent for parent in parents if parent not in each)
+        aggregated = [parent for parent in parents if parent not in each]
+        counts = _run_counts(aggregated)
         # Every outcome of every job, zeros included, so that a rule can compare them
         # before the first failure; then runs of jobs no longer known at all.
-        named = [h.name for h in jobs] + [parent for parent in parents if parent not in each]
+        named = [h.name for h in jobs] + aggregated
         keys = {(name, outcome.value) for name in named for outcome in Outcome} | set(counts)
         for job_name, outcome in sorted(keys):
             add("fencedjobs_runs", [job_name, outcome], counts.get((job_name, outcome), 0))
@@ -239,31 +194,21 @@ class FencedJobsCollector:
         yield from families.values()
 
 
-def _job_series(add: _Add, job_health: health.JobHealth) -> None:
+def _job_series(add: _Add, h: health.JobHealth) -> None:
     """The series of one job (declared in code, or an instance with a series each)."""
-    name = job_health.name
-    add(
-        "fencedjobs_last_success_timestamp_seconds",
-        [name],
-        _timestamp(job_health.last_success_at),
-    )
-    add("fencedjobs_deadline_timestamp_seconds", [name], _timestamp(job_health.expected_by))
-    add("fencedjobs_consecutive_failures", [name], job_health.consecutive_failures)
-    add("fencedjobs_failure_rate", [name], job_health.failure_rate)
-    add("fencedjobs_severity", [name], SEVERITY_VALUE[job_health.severity])
+    name = h.name
+    add("fencedjobs_last_success_timestamp_seconds", [name], _timestamp(h.last_success_at))
+    add("fencedjobs_deadline_timestamp_seconds", [name], _timestamp(h.expected_by))
+    add("fencedjobs_consecutive_failures", [name], h.consecutive_failures)
+    add("fencedjobs_failure_rate", [name], h.failure_rate)
+    add("fencedjobs_severity", [name], SEVERITY_VALUE[h.severity])
     for state in health.State:
-        add("fencedjobs_state", [name, state.value], float(state is job_health.state))
-    finished = job_health.last_finished_run
-    if finished is not None:
-        # JobRun.duration: none for a run that never started or was abandoned.
-        add("fencedjobs_last_run_duration_seconds", [name], finished.duration)
-    job = job_health.job
-    if job is not None and job.schedule is not None:
-        add(
-            "fencedjobs_expected_interval_seconds",
-            [name],
-            job.schedule.min_interval().total_seconds(),
-        )
+        add("fencedjobs_state", [name, state.value], float(state is h.state))
+    if h.last_finished_run is not None:  # no duration: never started, or abandoned
+        add("fencedjobs_last_run_duration_seconds", [name], h.last_finished_run.duration)
+    job = h.job
+    if job is not None and (schedule := job.schedule) is not None:
+        add("fencedjobs_expected_interval_seconds", [name], schedule.min_interval().total_seconds())
         add("fencedjobs_timeout_seconds", [name], job.run_timeout.total_seconds())
         add("fencedjobs_grace_seconds", [name], job.grace.total_seconds())
         add("fencedjobs_failure_threshold", [name], job.failure_threshold)
@@ -272,9 +217,8 @@ def _job_series(add: _Add, job_health: health.JobHealth) -> None:
 def _instance_series(parent: str) -> str:
     """What the job ``parent`` asked its instances to get (``aggregated`` for a job no
     longer declared: its instances are counted, never listed)."""
-    if parent in registry and registry.get(parent).instances:
-        return registry.get(parent).instance_series
-    return "aggregated"
+    job = registry.get(parent) if parent in registry else None
+    return job.instance_series if job is not None and job.instances else "aggregated"
 
 
 def _parent_of(job_health: health.JobHealth, parents: dict[str, str]) -> str | None:
@@ -311,14 +255,10 @@ def _instance_counts(
     parents: dict[str, str],
 ) -> None:
     """``fencedjobs_instances`` and ``fencedjobs_instances_critical`` per job with
-    instances, from the counts and the instances listed (every instance not listed is
-    ok or running, so none of them is critical; when more may not be ok than were listed,
-    the summary has counted the critical ones by their lease rows)."""
-    critical: dict[str, int] = {}
-    for h in listed:
-        parent = _parent_of(h, parents)
-        if parent is not None and h.severity is health.Severity.CRITICAL:
-            critical[parent] = critical.get(parent, 0) + 1
+    instances: the critical ones are among those listed, unless the summary counted them."""
+    critical = Counter(
+        _parent_of(h, parents) for h in listed if h.severity is health.Severity.CRITICAL
+    )
     for summary in summaries:
         counts = {"ok": summary.ok, "disabled": summary.disabled, **summary.states}
         if summary.no_runner is not None:
@@ -362,10 +302,7 @@ def _exposition(authorization: str, accept: str) -> tuple[int, dict[str, str], b
     if token and not hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode()):
         return (
             401,
-            {
-                "Content-Type": "text/plain",
-                "WWW-Authenticate": 'Bearer realm="fencedjobs metrics"',
-            },
+            {"Content-Type": "text/plain", "WWW-Authenticate": 'Bearer realm="fencedjobs metrics"'},
             b"401 Unauthorized: send FENCEDJOBS['METRICS_TOKEN'] as a bearer token\n",
         )
     encoder, content_type = choose_encoder(accept)
@@ -374,18 +311,12 @@ def _exposition(authorization: str, accept: str) -> tuple[int, dict[str, str], b
 
 @require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """The metrics in Prometheus' text format (or OpenMetrics, if the scraper asks).
-
-    With ``FENCEDJOBS["METRICS_TOKEN"]`` set, only a request with
-    ``Authorization: Bearer <token>`` gets them; any other gets 401.
-    """
+    """The metrics in Prometheus' text format (or OpenMetrics, if the scraper asks); with
+    ``FENCEDJOBS["METRICS_TOKEN"]`` set, only to ``Authorization: Bearer <token>`` (else 401)."""
     status, headers, body = _exposition(
         request.headers.get("Authorization", ""), request.headers.get("Accept", "")
     )
-    response = HttpResponse(body, status=status, content_type=headers.pop("Content-Type"))
-    for name, value in headers.items():
-        response[name] = value
-    return response
+    return HttpResponse(body, status=status, headers=headers)
 
 
 class _ScrapeHandler(BaseHTTPRequestHandler):
@@ -417,6 +348,5 @@ def serve(host: str, port: int) -> ThreadingHTTPServer:
     view) from a daemon thread, for as long as this process lives: ``runjobs --metrics``.
     Raises ``OSError`` when the address cannot be bound."""
     server = ThreadingHTTPServer((host, port), _ScrapeHandler)
-    thread = threading.Thread(target=server.serve_forever, name="fencedjobs-metrics", daemon=True)
-    thread.start()
+    threading.Thread(target=server.serve_forever, name="fencedjobs-metrics", daemon=True).start()
     return server

@@ -1,29 +1,13 @@
-"""The outbox of tasks handed over after the commit: which hand-over of which record is
-whose, and what became of it.
+"""The outbox of tasks handed over after the commit (docs/tasks.md: delivery guarantees).
 
-A task for a backend that does not write to the lease database (RQ, Celery, Redis, or
-django-tasks-db on another database) is recorded ``pending`` in the run's fenced
-transaction, with its call (:attr:`RunTask.call <django_fencedjobs.models.RunTask.call>`):
-the records are an outbox. Right after that transaction commits, the run's process hands
-them over, all of them together (``integrations.tasks.hand_over``). If that fails (the
-backend is down) or the process dies before it, the records stay ``pending``, and any
-runner's relay hands them over later (``integrations.tasks.relay_pending``, a runner's
-chore, at most once per :data:`RELAY_EVERY`, for the tasks pending
-``FENCEDJOBS["TASK_HANDOVER_GRACE"]`` after their commit, :data:`RELAY_BATCH` at a time),
-with backoff, up to :data:`MAX_HANDOVERS` times; then the task is recorded failed with the
-reason, and the job reads failing. Never silently pending.
-
-Each hand-over is claimed first (:func:`claim`), by a compare-and-set on the record's count
-of hand-overs, for a whole batch in one statement: two processes (two runners' relays, or
-a relay and the run's own process) never hand the same record over at once. A hand-over
-that reached the backend but died before it was recorded is handed over again when the
-relay finds it (``TASK_HANDOVER_GRACE`` after it began): the backend then holds two
-deliveries of one task. That is what makes delivery *at least once*; the worker side makes
-the writes *at most once*: the first execution of the task whose fenced block commits
-claims the record (:attr:`RunTask.executor <django_fencedjobs.models.RunTask.executor>`, in
-that block's transaction), and every other delivery's ``fenced_atomic()`` raises
-:class:`~django_fencedjobs.exceptions.DuplicateDelivery` before writing
-(:mod:`django_fencedjobs.integrations.tasks`). Together: effectively once.
+A task for a backend that does not write to the lease database is recorded ``pending`` in
+the run's fenced transaction, with its call. Right after the commit the run's process
+hands the records over (``integrations.tasks.hand_over``); those still pending
+``TASK_HANDOVER_GRACE`` later (the backend was down, the process died) are handed over by a
+runner's relay (``integrations.tasks.relay_pending``), with backoff, up to
+:data:`MAX_HANDOVERS` times, then recorded failed: never silently pending. Each hand-over
+is claimed first (:func:`claim`), so two processes never hand one record over at once;
+delivery is at least once, and the worker side makes the writes at most once.
 """
 
 from __future__ import annotations
@@ -32,6 +16,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connections
 from django.db.models import Case, CharField, F, Q, TextField, Value, When
@@ -59,21 +44,19 @@ CLAIM_CHUNK = 5000
 
 def backoff(handovers: int) -> timedelta:
     """The wait before hand-over ``handovers + 1``."""
-    doublings = min(max(handovers - 1, 0), 16)
-    return BACKOFF * (1 << doublings)
+    return BACKOFF * (1 << min(max(handovers - 1, 0), 16))
 
 
 def claim(records: Sequence[RunTask]) -> list[RunTask]:
     """Claim the next hand-over of each of ``records`` that no other process has claimed:
     the records claimed, their ``handovers`` counted up. One ``UPDATE ... RETURNING`` per
-    chunk of records with the same count (one, for a run's own tasks).
+    chunk of records with the same count.
 
-    This compare-and-set is what keeps two hand-overs of one task apart: a record moves from
-    ``handovers = n`` to ``n + 1`` in exactly one statement, whichever process's it is (on
-    PostgreSQL the second statement waits for the first's row lock, then re-reads
-    ``handovers`` and skips the row; SQLite has one writer at a time). The claim also moves
-    the record's next hand-over ``TASK_HANDOVER_GRACE`` ahead, so no relay tries it while
-    this hand-over is under way."""
+    This compare-and-set keeps two hand-overs of one task apart: a record moves from
+    ``handovers = n`` to ``n + 1`` in exactly one statement (on PostgreSQL a second one
+    waits for the row lock, re-reads ``handovers`` and skips the row; SQLite has one writer
+    at a time). It also moves the next hand-over ``TASK_HANDOVER_GRACE`` ahead, so no relay
+    tries the record while this hand-over is under way."""
     if not records:
         return []
     connection = connections[db.lease_db()]
@@ -81,11 +64,8 @@ def claim(records: Sequence[RunTask]) -> list[RunTask]:
     after = connection.ops.adapt_datetimefield_value(
         clock.now() + get_settings().TASK_HANDOVER_GRACE
     )
-    by_count: dict[int, list[RunTask]] = defaultdict(list)
-    for record in records:
-        by_count[record.handovers].append(record)
     won: set[int] = set()
-    for count, group in by_count.items():
+    for count, group in _by_count(records).items():
         for chunk in _chunks(group, CLAIM_CHUNK):
             ids = ", ".join(["%s"] * len(chunk))
             with connection.cursor() as cursor:
@@ -101,16 +81,22 @@ def claim(records: Sequence[RunTask]) -> list[RunTask]:
     return claimed
 
 
-def _chunks(items: list[RunTask], size: int) -> Iterator[list[RunTask]]:
+def _by_count(records: Sequence[RunTask]) -> dict[int, list[RunTask]]:
+    by_count: dict[int, list[RunTask]] = defaultdict(list)
+    for record in records:
+        by_count[record.handovers].append(record)
+    return by_count
+
+
+def _chunks(items: Sequence[RunTask], size: int) -> Iterator[Sequence[RunTask]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
 
 def will_deliver(records: Sequence[RunTask], prefix: str) -> None:
     """Record, before handing them over, the ids the backend will know ``records``' tasks
-    by (``prefix`` and each record's id): a worker that starts one before
-    :func:`delivered` finds its record by that id at once. An id whose hand-over then
-    fails is never started by anyone; it stays, harmless, until retention."""
+    by (``prefix`` and each record's id), so that a worker starting one at once finds its
+    record. An id whose hand-over then fails stays, harmless, until retention."""
     now = clock.now()
     TaskDelivery.objects.using(db.lease_db()).bulk_create(
         TaskDelivery(
@@ -129,7 +115,7 @@ def delivered(records: Sequence[RunTask], prefix: str) -> None:
     report that landed meanwhile is kept)."""
     not_started = Q(status=TaskStatus.PENDING)
     rows, now = RunTask.objects.using(db.lease_db()), clock.now()
-    for chunk in _chunks(list(records), CLAIM_CHUNK):  # (SQLite's bound on parameters)
+    for chunk in _chunks(records, CLAIM_CHUNK):
         rows.filter(pk__in=[record.pk for record in chunk]).update(
             result_id=Concat(Value(prefix), Cast("pk", output_field=CharField())),
             enqueued_at=now,
@@ -146,45 +132,38 @@ def refused(records: Sequence[RunTask], exc: BaseException) -> None:
     each is tried again after its backoff, or recorded failed after :data:`MAX_HANDOVERS`.
     One log line per count of hand-overs, however many tasks."""
     rows = RunTask.objects.using(db.lease_db()).filter(status=TaskStatus.PENDING)
-    by_count: dict[int, list[RunTask]] = defaultdict(list)
-    for record in records:
-        by_count[record.handovers].append(record)
     now = clock.now()
-    for count, group in by_count.items():
-        first = group[0]
-        backend = first.backend
-        why = f"the backend {backend!r} did not take the task: {type(exc).__name__}: "
+    for count, group in _by_count(records).items():
+        first, failed, after = group[0], count >= MAX_HANDOVERS, now + backoff(count)
+        why = f"the backend {first.backend!r} did not take the task: {type(exc).__name__}: "
         why += one_line(exc)
-        chunks = [[record.pk for record in chunk] for chunk in _chunks(group, CLAIM_CHUNK)]
-        which = _which(group)
-        if count >= MAX_HANDOVERS:
-            for ids in chunks:
-                rows.filter(pk__in=ids).update(
-                    status=TaskStatus.FAILED,
-                    finished_at=now,
-                    error=bounded(f"Not enqueued after {count} hand-overs: {why}", 2000),
-                )
+        if failed:
+            error = f"Not enqueued after {count} hand-overs: {why}"
+            changes: dict[str, Any] = {"status": TaskStatus.FAILED, "finished_at": now}
+        else:
+            error, changes = f"Hand-over {count}: {why}", {"handover_after": after}
+        for chunk in _chunks(group, CLAIM_CHUNK):
+            rows.filter(pk__in=[record.pk for record in chunk]).update(
+                error=bounded(error, 2000), **changes
+            )
+        extra = {"job": first.job, "tasks": len(group)}
+        if failed:
             logger.error(
                 "%s not enqueued after %d hand-overs, recorded failed: %s",
-                which,
+                _which(group),
                 count,
                 why,
-                extra={"event": "task_not_enqueued", "job": first.job, "tasks": len(group)},
+                extra={"event": "task_not_enqueued", **extra},
             )
-            continue
-        after = now + backoff(count)
-        for ids in chunks:
-            rows.filter(pk__in=ids).update(
-                handover_after=after, error=bounded(f"Hand-over {count}: {why}", 2000)
+        else:
+            logger.warning(
+                "%s: hand-over %d failed, next at %s: %s",
+                _which(group),
+                count,
+                after.isoformat(timespec="seconds"),
+                why,
+                extra={"event": "task_handover_failed", **extra},
             )
-        logger.warning(
-            "%s: hand-over %d failed, next at %s: %s",
-            which,
-            count,
-            after.isoformat(timespec="seconds"),
-            why,
-            extra={"event": "task_handover_failed", "job": first.job, "tasks": len(group)},
-        )
 
 
 def _which(records: Sequence[RunTask]) -> str:
@@ -194,10 +173,10 @@ def _which(records: Sequence[RunTask]) -> str:
     return f"{len(records)} tasks ({first.task_path} of {first.job} first)"
 
 
-def pending(now: datetime, limit: int = RELAY_BATCH) -> list[RunTask]:
+def pending(now: datetime) -> list[RunTask]:
     """The tasks due for a hand-over: pending, their next hand-over time passed."""
     return list(
         RunTask.objects.using(db.lease_db())
         .filter(status=TaskStatus.PENDING, handover_after__lte=now)
-        .order_by("handover_after")[:limit]
+        .order_by("handover_after")[:RELAY_BATCH]
     )

@@ -1,17 +1,11 @@
 """Tasks for RQ handed over in one round trip: the batch form of a hand-over.
 
-django-tasks-rq's ``RQBackend.enqueue`` takes one task per call, one round trip to Redis
-each. A run that fans out to thousands of tasks hands them over here instead: the same RQ
-jobs its ``enqueue`` would make (django-tasks-rq's job class, callbacks and meta, the
-task's queue, ``at_front`` for the highest priority), built by RQ's ``enqueue_many`` into
-one pipeline per queue, sent in one ``MULTI``/``EXEC`` each. Each job's id is chosen here
-(:func:`hand_over`'s ``prefix`` and the record's id), so the deliveries are recorded before
-the jobs exist (a worker that starts one at once finds its record), and the records are
-marked handed over in one statement after (:mod:`~django_fencedjobs.integrations.relay`).
-
-Only tasks a worker may start at once go this way: a task deferred with ``run_after``, or a
-queue that runs its jobs in the calling process (``ASYNC: False``), is handed over by the
-backend's own ``enqueue``, one by one (``integrations.tasks.hand_over``).
+django-tasks-rq's ``RQBackend.enqueue`` takes one task per round trip to Redis. A run that
+fans out to thousands hands them over here: the same RQ jobs (django-tasks-rq's job class,
+callbacks and meta, ``at_front`` for the highest priority), built by RQ's ``enqueue_many``
+into one ``MULTI``/``EXEC`` pipeline per queue. Each job's id is chosen here (``prefix`` and
+the record's id), so its delivery is recorded before the job exists. A task deferred with
+``run_after``, or a synchronous queue, goes through the backend's own ``enqueue``.
 """
 
 from __future__ import annotations
@@ -41,19 +35,13 @@ def takes(task: Any) -> bool:
     return bool(QUEUES[task.queue_name].get("ASYNC", True))
 
 
-def _queue(name: str) -> Any:
-    import django_rq
-    from django_tasks_rq.backend import Job
-
-    return django_rq.get_queue(name, job_class=Job)
-
-
 def hand_over(tasks: Sequence[tuple[RunTask, Any]], prefix: str) -> None:
     """Enqueue ``tasks`` (each with its record) on RQ, the job of each with the id
     ``prefix`` + its record's id: one pipeline, one round trip, per queue. Raises what
     Redis raises; a queue whose pipeline failed enqueued nothing (``MULTI``/``EXEC``)."""
+    import django_rq
     from django_tasks.base import TASK_MAX_PRIORITY
-    from django_tasks_rq.backend import failed_callback, success_callback
+    from django_tasks_rq.backend import Job, failed_callback, success_callback
     from rq import Callback, Queue
 
     on_failure, on_success = Callback(failed_callback), Callback(success_callback)
@@ -77,7 +65,7 @@ def hand_over(tasks: Sequence[tuple[RunTask, Any]], prefix: str) -> None:
             )
         )
     for name, jobs in by_queue.items():
-        queue = _queue(name)
+        queue = django_rq.get_queue(name, job_class=Job)
         with queue.connection.pipeline() as pipe:
             queue.enqueue_many(jobs, pipeline=pipe)
             pipe.execute()
@@ -85,8 +73,8 @@ def hand_over(tasks: Sequence[tuple[RunTask, Any]], prefix: str) -> None:
 
 
 def _tell_enqueued(tasks: Sequence[tuple[RunTask, Any]], prefix: str) -> None:
-    """Send ``task_enqueued`` for each task, as the backend's ``enqueue`` does, when
-    anyone listens (django-tasks itself does, to log it)."""
+    """Send ``task_enqueued`` for each task, as the backend's ``enqueue`` does, when anyone
+    listens (django-tasks itself does, to log it)."""
     from django_tasks.base import TaskResult, TaskResultStatus
     from django_tasks.signals import task_enqueued
 

@@ -1,12 +1,7 @@
-"""``manage.py checkjobs``: every job's health, and an exit status to alert on.
+"""``manage.py checkjobs``: every job's health, and an exit status to alert on (``help``).
 
-Exit status: 0 all healthy; 2 any job late, failing, invalid or served by no live runner
-(``no_runner``); 1 with ``--strict`` when
-any is paused, capped or not yet picked up by a runner (and none is critical); 3 the
-database could not be read (unreachable, or ``migrate`` has not run on it); 4
-``FENCEDJOBS`` is invalid, so no job can be judged. Codes 1, 3 and 4 come with one line on
-stderr. The deciding is :mod:`django_fencedjobs.health`'s; the exit status, the table
-and the JSON are this command's.
+The deciding is :mod:`django_fencedjobs.health`'s; the exit status, the table and the JSON
+are this command's. Codes 1, 3 and 4 come with one line on stderr.
 """
 
 from __future__ import annotations
@@ -30,8 +25,7 @@ from django_fencedjobs.text import one_line
 
 #: The exit status when the job state cannot be read at all: every command's.
 UNREACHABLE = preflight.DATABASE_UNAVAILABLE
-#: The exit status when ``FENCEDJOBS`` is invalid. Not 2: nothing was judged late or
-#: failing; the configuration of every job is broken, and the fix is in the settings.
+#: The exit status when ``FENCEDJOBS`` is invalid: not 2, nothing was judged; fix the settings.
 BAD_SETTINGS = 4
 
 COLUMNS = ("JOB", "STATE", "LAST SUCCESS", "NEXT RUN", "FAILURES", "REASON")
@@ -100,35 +94,26 @@ class Command(BaseCommand):
         if as_json:
             self.stdout.write(_json(healths, status, seen, summaries, now))
         else:
-            self._write_table(healths, summaries, seen)
+            if healths or not summaries:  # jobs with instances only: their counts say it all
+                self.stdout.write(_table(healths))
+            for summary in summaries:
+                self.stdout.write(_summary_line(summary))
+            if any(h.state is health.State.NO_RUNNER for h in healths):
+                self.stdout.write(_runners_line(seen))
         if status:
             bad = [h for h in healths if h.severity is health.Severity.CRITICAL] or [
                 h for h in healths if h.severity is health.Severity.WARNING
             ]
-            listed = ", ".join(f"{h.name} ({h.state})" for h in bad)
-            without = [s for s in summaries if s.severity is health.Severity.CRITICAL]
-            if without:
-                listed = ", ".join(
-                    [*([listed] if listed else []), *(f"{s.job}[*] ({s.worst})" for s in without)]
-                )
-            count = len(bad) + len(without)
+            named = [f"{h.name} ({h.state})" for h in bad] + [
+                f"{s.job}[*] ({s.worst})"
+                for s in summaries
+                if s.severity is health.Severity.CRITICAL
+            ]
             raise CommandError(
-                f"{count} of {len(healths) + len(summaries)} job(s) need attention: {listed}",
+                f"{len(named)} of {len(healths) + len(summaries)} job(s) need attention: "
+                f"{', '.join(named)}",
                 returncode=status,
             )
-
-    def _write_table(
-        self,
-        healths: list[health.JobHealth],
-        summaries: list[health.InstanceSummary],
-        seen: runners.Coverage,
-    ) -> None:
-        if healths or not summaries:  # jobs with instances only: their counts say it all
-            self.stdout.write(_table(healths))
-        for summary in summaries:
-            self.stdout.write(_summary_line(summary))
-        if any(h.state is health.State.NO_RUNNER for h in healths):
-            self.stdout.write(_runners_line(seen))
 
 
 def _judged(
@@ -141,7 +126,8 @@ def _judged(
     if not jobs:
         healths = health.all_health(None, now=now, coverage=seen)
         return healths, health.instance_summaries(healths, coverage=seen, now=now)
-    parents = [name for name in jobs if name in registry and _runs_as_instances(name)]
+    declared = [registry.get(name) for name in jobs if name in registry]
+    parents = [job.name for job in declared if job.instances and job.valid]
     others = [name for name in jobs if name not in parents]
     healths = health.all_health(others, now=now, coverage=seen) if others else []
     if not parents:
@@ -154,11 +140,6 @@ def _judged(
     ]
     summaries = health.instance_summaries(listed, coverage=seen, now=now)
     return [*healths, *listed], [s for s in summaries if s.job in parents]
-
-
-def _runs_as_instances(name: str) -> bool:
-    job = registry.get(name)
-    return job.instances and job.valid
 
 
 def _summary_line(summary: health.InstanceSummary) -> str:
@@ -221,7 +202,7 @@ def _json(
                     "live": r.live(seen.now),
                     "started_at": iso_utc(r.started_at),
                     "last_seen_at": iso_utc(r.last_beat_at),
-                    "stopped_at": None if r.stopped_at is None else iso_utc(r.stopped_at),
+                    "stopped_at": _iso(r.stopped_at),
                     "jobs": sorted(r.jobs),
                 }
                 for r in sorted(seen.runners, key=lambda r: r.last_beat_at, reverse=True)
@@ -253,7 +234,7 @@ def _table(healths: list[health.JobHealth]) -> str:
         (
             h.name,
             h.state.value.upper() if not h.healthy else h.state.value,
-            _at(h, h.last_success_at) or "never",
+            h.at(h.last_success_at) if h.last_success_at else "never",
             _next_run(h),
             str(h.consecutive_failures),
             h.reason,
@@ -274,12 +255,8 @@ def _next_run(h: health.JobHealth) -> str:
     if h.next_run_at is None or h.state is health.State.REMOVED:
         return "-"
     if h.next_run_at <= h.checked_at:
-        return f"due since {_at(h, h.next_run_at)}"
-    return _at(h, h.next_run_at)
-
-
-def _at(h: health.JobHealth, value: datetime | None) -> str:
-    return "" if value is None else format_instant(value, h.tz)
+        return f"due since {h.at(h.next_run_at)}"
+    return h.at(h.next_run_at)
 
 
 def _exit_code(
@@ -293,6 +270,10 @@ def _exit_code(
     if strict and health.Severity.WARNING in severities:
         return 1
     return 0
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else iso_utc(value)
 
 
 def _watermarks(names: list[str]) -> dict[str, dict[str, str | int | None]]:
@@ -309,16 +290,13 @@ def _watermarks(names: list[str]) -> dict[str, dict[str, str | int | None]]:
 def _as_dict(h: health.JobHealth) -> dict[str, Any]:
     """One job in ``--json``: times in ISO 8601, UTC."""
 
-    def iso(value: datetime | None) -> str | None:
-        return None if value is None else iso_utc(value)
-
     def run(summary: health.RunSummary | None) -> dict[str, Any] | None:
         if summary is None:
             return None
         return {
-            "scheduled_for": iso(summary.scheduled_for),
-            "started_at": iso(summary.started_at),
-            "finished_at": iso(summary.finished_at),
+            "scheduled_for": _iso(summary.scheduled_for),
+            "started_at": _iso(summary.started_at),
+            "finished_at": _iso(summary.finished_at),
             "outcome": summary.outcome,
             "capped": summary.capped,
             "items": summary.items,
@@ -329,13 +307,13 @@ def _as_dict(h: health.JobHealth) -> dict[str, Any]:
         if summary is None:
             return None
         return {
-            "scheduled_for": iso(summary.scheduled_for),
+            "scheduled_for": _iso(summary.scheduled_for),
             "pending": summary.pending,
             "ready": summary.ready,
             "running": summary.running,
             "successful": summary.successful,
             "failed": summary.failed,
-            "running_since": iso(summary.running_since),
+            "running_since": _iso(summary.running_since),
             "failed_task": summary.failed_task,
             "error": summary.error_excerpt,
         }
@@ -346,17 +324,15 @@ def _as_dict(h: health.JobHealth) -> dict[str, Any]:
         "state": h.state.value,
         "severity": h.severity.value,
         "reason": h.reason,
-        "checked_at": iso(h.checked_at),
+        "checked_at": _iso(h.checked_at),
         "timezone": h.timezone,
         "schedule": h.schedule,
-        "last_success_at": iso(h.last_success_at),
-        "next_run_at": iso(h.next_run_at),
-        "expected_by": iso(h.expected_by),
+        "last_success_at": _iso(h.last_success_at),
+        "next_run_at": _iso(h.next_run_at),
+        "expected_by": _iso(h.expected_by),
         "consecutive_failures": h.consecutive_failures,
         "failure_threshold": h.failure_threshold,
-        # The live runners that run it (their owner labels); see "runners" for every one.
         "runners": list(h.runners),
-        # The failure rate's window: its latest runs that ran to an end, and how many failed.
         "failure_rate": {
             "runs": h.recent_runs,
             "failures": h.recent_failures,
@@ -366,10 +342,9 @@ def _as_dict(h: health.JobHealth) -> dict[str, Any]:
         "running": h.running,
         "owner": h.owner,
         "fence": h.fence,
-        "lease_until": iso(h.lease_until),
+        "lease_until": _iso(h.lease_until),
         "last_run": run(h.last_run),
         "last_finished_run": run(h.last_finished_run),
-        # The tasks of its runs: the oldest slot with unfinished ones, the latest outcome.
         "tasks": None
         if tasks is None
         else {"unfinished": slot(tasks.unfinished), "last_outcome": slot(tasks.last_outcome)},
