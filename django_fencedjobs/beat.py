@@ -1,24 +1,18 @@
-"""Moving from django-celery-beat: its ``PeriodicTask`` rows as instances.
-
-``manage.py importbeat`` reads every ``PeriodicTask`` row, with its ``CrontabSchedule`` or
-``IntervalSchedule``, and maps it to an instance of a job declared with
-``@job(instances=True)`` (:func:`import_rows`): the celery task to a job (by ``--map``, or a
-job of the task's name), the row's name to a key (:func:`assign_keys`), the crontab to a
-cron expression in its zone (:func:`cron_of`), the interval to ``every``, ``kwargs`` to the
-handler's keyword arguments, ``enabled`` as it is. A row that cannot be mapped (solar,
-clocked, one-off, an end or a start date, positional arguments, an unknown task, a crontab
-cron reads differently) or that the system checks refuse is one line saying why. Writing
-goes through :meth:`Instances.upsert <django_fencedjobs.instances.Instances.upsert>`, one
-transaction per row: the same validation and lease rows as every other way in.
-
-django-celery-beat is read through the app registry and its crontab fields through celery's
-own parser, both imported only when the command runs: the package does not depend on them.
-docs/celery-beat.md is the users' page.
+"""Moving from django-celery-beat: ``manage.py importbeat`` maps each ``PeriodicTask`` row
+(:func:`import_rows`) to an instance of a job declared with ``@job(instances=True)``: its task
+to a job, its name to a key (:func:`assign_keys`), its crontab to a cron expression in its zone
+(:func:`cron_of`) or its interval to ``every``, its ``kwargs`` to the handler's. A row that
+cannot be mapped, or that the system checks refuse, is one line saying why. Rows are written
+through :meth:`Instances.upsert <django_fencedjobs.instances.Instances.upsert>`, one
+transaction each. django-celery-beat and celery are imported only when the command runs: the
+package does not depend on them. docs/celery-beat.md is the users' page.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import itertools
 import json
 import re
 import unicodedata
@@ -30,9 +24,9 @@ from typing import Any
 
 from django.apps import apps
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, connections, router, transaction
+from django.db import DatabaseError, router, transaction
 
-from django_fencedjobs import clock, db
+from django_fencedjobs import clock, db, preflight
 from django_fencedjobs.exceptions import FencedJobsError, UnknownJob
 from django_fencedjobs.instances import Instances, declared
 from django_fencedjobs.instants import format_instant
@@ -93,8 +87,7 @@ class Unmappable(Exception):
 
 @dataclass(frozen=True)
 class Row:
-    """What one ``PeriodicTask`` row becomes: ``action`` (one of :data:`ACTIONS`), and the
-    line that says so."""
+    """What one ``PeriodicTask`` row becomes (one of :data:`ACTIONS`), and the line saying so."""
 
     action: str
     name: str
@@ -113,21 +106,6 @@ class Target:
     enabled: bool
     kwargs: dict[str, Any]
 
-    @property
-    def name(self) -> str:
-        return f"{self.job}[{self.key}]"
-
-    def same_as(self, instance: JobInstance) -> bool:
-        return (instance.cron, instance.every, instance.timezone, instance.enabled) == (
-            self.cron,
-            self.every,
-            self.timezone,
-            self.enabled,
-        ) and instance.kwargs == self.kwargs
-
-
-# -- the source ------------------------------------------------------------------------------
-
 
 def periodic_tasks() -> Any:
     """django-celery-beat's ``PeriodicTask`` model; :class:`BeatUnavailable` when the app is
@@ -140,12 +118,7 @@ def periodic_tasks() -> Any:
     config = apps.get_app_config(APP)
     model = config.get_model("PeriodicTask")
     alias = router.db_for_read(model)
-    connection = connections[alias]
-    with connection.cursor() as cursor:
-        present = set(connection.introspection.table_names(cursor))
-    missing = sorted(
-        m._meta.db_table for m in config.get_models() if m._meta.db_table not in present
-    )
+    missing = sorted(preflight.missing_tables(alias, config.get_models()))
     if missing:
         raise BeatUnavailable(
             f"django-celery-beat's tables are missing from the database {alias!r} "
@@ -154,12 +127,8 @@ def periodic_tasks() -> Any:
     return model
 
 
-# -- tasks to jobs, names to keys ------------------------------------------------------------
-
-
 def parse_maps(entries: Iterable[str]) -> dict[str, str]:
-    """``{task: job}`` from ``--map TASK=JOB`` entries; :class:`BadMap` for an entry without
-    ``=``, a task mapped twice, or a job not declared with ``instances=True``."""
+    """``{task: job}`` from ``--map TASK=JOB`` entries, or :class:`BadMap`."""
     maps: dict[str, str] = {}
     for entry in entries:
         task, sep, job = (part.strip() for part in entry.partition("="))
@@ -202,10 +171,9 @@ def slug(name: str, limit: int = KEY_MAX) -> str:
 
 
 def assign_keys(rows: Iterable[tuple[int, str, str]]) -> dict[int, str]:
-    """A key for each ``(pk, name, job)`` row, unique within its job: the name slugged
-    (:func:`slug`). Two names with one slug: the row whose name is already a valid key keeps
-    it, else the row with the smaller pk; the other gets ``-<its pk>`` added. The same rows
-    give the same keys on every run."""
+    """A key for each ``(pk, name, job)`` row, unique within its job, the same on every run:
+    the name slugged. Of two names with one slug, the one already a valid key, else the
+    smaller pk, keeps it; the other gets ``-<its pk>`` added."""
     taken: dict[str, set[str]] = {}
     keys: dict[int, str] = {}
     for pk, name, job in sorted(rows, key=lambda row: (slug(row[1]) != row[1], row[0])):
@@ -220,18 +188,14 @@ def assign_keys(rows: Iterable[tuple[int, str, str]]) -> dict[int, str]:
     return keys
 
 
-# -- schedules -------------------------------------------------------------------------------
-
-
 def cron_of(minute: str, hour: str, day_of_month: str, month_of_year: str, day_of_week: str) -> str:
     """The cron expression that fires when celery's crontab with these fields does.
 
-    Each field is read by celery's own parser: a field it covers whole is ``*``; one cron
-    reads alike is kept as written; any other (names, wrapping ranges) is written as the
-    numbers celery reads. Celery numbers weekdays as cron does (0 = Sunday ... 6), but
-    refuses 7. :class:`Unmappable` for a field celery cannot read, and when both day fields
-    are restricted: celery then fires on the days that match both, cron on those that match
-    either.
+    Each field is read by celery's own parser: ``*`` when it covers the whole range, as
+    written when cron reads it alike, else the numbers celery reads (names, wrapping ranges;
+    weekdays 0-6 from Sunday, as cron, but 7 refused). :class:`Unmappable` for a field celery
+    cannot read, and when both day fields are restricted: celery then fires on the days that
+    match both, cron on those that match either.
     """
     texts = (minute, hour, day_of_month, month_of_year, day_of_week)
     fields = [
@@ -274,12 +238,9 @@ def _reads_alike(spec: str) -> bool:
 
 
 def _compact(values: list[int]) -> str:
-    runs: list[list[int]] = []
-    for value in values:
-        if runs and value == runs[-1][-1] + 1:
-            runs[-1].append(value)
-        else:
-            runs.append([value])
+    """Ascending numbers as cron writes them: ``1-5,7,9``."""
+    consecutive = itertools.groupby(enumerate(values), lambda pair: pair[1] - pair[0])
+    runs = [[value for _, value in run] for _, run in consecutive]
     return ",".join(
         f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs
     )
@@ -312,9 +273,6 @@ def _schedule(row: Any) -> tuple[str, timedelta | None, str]:
             "its schedule: run it once by other means"
         )
     raise Unmappable("no schedule: none of crontab, interval, solar or clocked is set")
-
-
-# -- the rest of a row -----------------------------------------------------------------------
 
 
 def _loaded(row: Any, field: str, default: str) -> Any:
@@ -398,18 +356,16 @@ def _target(row: Any, job: Job, key: str, now: datetime) -> Target:
     return Target(job.name, key, cron, every, zone, bool(row.enabled), kwargs)
 
 
-# -- one row, and all of them ----------------------------------------------------------------
-
-
-def describe(cron: str, every: timedelta | None, zone: str, kwargs: Any, enabled: bool) -> str:
+def describe(instance: Target | JobInstance) -> str:
     """An instance's schedule and arguments on one line:
     ``cron "0 8 * * 1-5" Europe/Paris kwargs {"tenant_id": 42}``."""
+    every = instance.every
     if every is not None:
         when = f"every {format_duration(every) if every.microseconds == 0 else every}"
     else:
-        when = f'cron "{cron}" {zone}'
-    text = f"{when} kwargs {json.dumps(kwargs, sort_keys=True, ensure_ascii=False)}"
-    return text if enabled else f"{text} disabled"
+        when = f'cron "{instance.cron}" {instance.timezone}'
+    text = f"{when} kwargs {json.dumps(instance.kwargs, sort_keys=True, ensure_ascii=False)}"
+    return text if instance.enabled else f"{text} disabled"
 
 
 def _settle(target: Target, *, commit: bool) -> tuple[str, JobInstance | None]:
@@ -417,38 +373,25 @@ def _settle(target: Target, *, commit: bool) -> tuple[str, JobInstance | None]:
     ``commit``; ``ValidationError`` with the system checks' message when refused."""
     instances = Instances(target.job)
     existing = instances.all().filter(key=target.key).first()
-    # celery has no jitter, timeout or grace: an instance's own, set since an earlier
-    # import (in the admin), are kept.
-    jitter = existing.jitter if existing is not None else timedelta(0)
-    timeout = existing.timeout if existing is not None else None
-    grace = existing.grace if existing is not None else None
-    candidate = JobInstance(
-        job=target.job,
-        key=target.key,
-        cron=target.cron,
-        every=target.every,
-        timezone=target.timezone,
-        jitter=jitter,
-        enabled=target.enabled,
-        kwargs=target.kwargs,
-        timeout=timeout,
-        grace=grace,
-    )
+    values: dict[str, Any] = {
+        "cron": target.cron,
+        "every": target.every,
+        "timezone": target.timezone,
+        "enabled": target.enabled,
+        "kwargs": target.kwargs,
+        # celery has no jitter, timeout or grace: an instance's own (set in the admin since
+        # an earlier import) are kept.
+        "jitter": existing.jitter if existing is not None else timedelta(0),
+        "timeout": existing.timeout if existing is not None else None,
+        "grace": existing.grace if existing is not None else None,
+    }
+    candidate = JobInstance(job=target.job, key=target.key, **values)
     candidate.full_clean(validate_unique=False, validate_constraints=False)
-    if existing is not None and target.same_as(existing):
+    compared = ("cron", "every", "timezone", "enabled", "kwargs")
+    if existing is not None and all(getattr(existing, f) == values[f] for f in compared):
         return "unchanged", existing
     if commit:
-        instances.upsert(
-            target.key,
-            cron=target.cron,
-            every=target.every,
-            timezone=target.timezone,
-            jitter=jitter,
-            enabled=target.enabled,
-            kwargs=target.kwargs,
-            timeout=timeout,
-            grace=grace,
-        )
+        instances.upsert(target.key, **values)
     return ("change" if existing is not None else "create"), existing
 
 
@@ -460,11 +403,9 @@ def import_row(row: Any, job: Job | str, key: str, *, commit: bool, now: datetim
         if isinstance(job, str):
             raise Unmappable(job)
         target = _target(row, job, key, now)
-        if commit:
-            with transaction.atomic(using=db.lease_db()):
-                action, was = _settle(target, commit=True)
-        else:
-            action, was = _settle(target, commit=False)
+        atomic = transaction.atomic(using=db.lease_db()) if commit else contextlib.nullcontext()
+        with atomic:
+            action, was = _settle(target, commit=commit)
     except Unmappable as exc:
         return _skip(name, str(exc))
     except ValidationError as exc:
@@ -479,14 +420,11 @@ def _skip(name: str, why: str) -> Row:
 
 
 def _line(action: str, target: Target, was: JobInstance | None, row: Any) -> str:
-    line = f"{action} {target.name}"
+    line = f"{action} {target.job}[{target.key}]"
     if action != "unchanged":
-        line += ": " + describe(
-            target.cron, target.every, target.timezone, target.kwargs, target.enabled
-        )
+        line += f": {describe(target)}"
     if action == "change" and was is not None:
-        line += " (was: " + describe(was.cron, was.every, was.timezone, was.kwargs, was.enabled)
-        line += ")"
+        line += f" (was: {describe(was)})"
     if target.key != row.name:
         line += f" from {json.dumps(row.name, ensure_ascii=False)}"
     ignored = _ignored(row)

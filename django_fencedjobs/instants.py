@@ -1,16 +1,6 @@
-"""How an instant is written for a reader: one presentation for the admin, ``checkjobs`` and
-the reasons :mod:`django_fencedjobs.health` gives.
-
-To the second, in the zone of the job it belongs to, and named by that zone:
-``2026-11-29 10:00:00 Europe/Berlin``, ``2026-11-29 09:00:00 UTC``. Seconds are always
-written, so two runs 30 seconds apart never read the same. Inside one sentence, an instant
-on the same local day as one already written there drops the date and the zone
-(``no successful run since 2026-11-29 09:15:00 UTC; expected by 09:42:30``).
-
-The zone is the job's schedule's (resolved once, by
-:func:`django_fencedjobs.schedule.resolve_zone`); a job without a valid schedule is written
-in UTC. The admin adds the instant in UTC below a non-UTC one; a line of a terminal adds it
-after (:func:`format_with_utc`); a UTC instant is written once. Django-free.
+"""How an instant is written for a reader (the admin, ``checkjobs``, health reasons): to the
+second, so two runs 30 seconds apart never read the same, in the zone of its job's schedule
+(UTC without a valid one) and named by it: ``2026-11-29 10:00:00 Europe/Berlin``. Django-free.
 """
 
 from __future__ import annotations
@@ -52,10 +42,8 @@ def format_instant(value: datetime, tz: tzinfo, *, ref: datetime | None = None) 
 
 
 def format_with_utc(value: datetime, tz: tzinfo) -> str:
-    """``value`` in ``tz``, with the zone's abbreviation, then in UTC, for a line of a
-    terminal that has no second line (a first run, the next fire times, an operator's
-    change): ``2026-11-29 10:00:00 CET (Europe/Berlin) = 2026-11-29 09:00:00 UTC``. In a UTC
-    zone, once: ``2026-11-29 09:00:00 UTC``."""
+    """``value`` in ``tz`` and in UTC, for a terminal's line:
+    ``2026-11-29 10:00:00 CET (Europe/Berlin) = 2026-11-29 09:00:00 UTC``; once in UTC."""
     in_utc = format_instant(value, UTC)
     if is_utc(tz):
         return in_utc
@@ -63,8 +51,7 @@ def format_with_utc(value: datetime, tz: tzinfo) -> str:
 
 
 def format_wait(delta: timedelta) -> str:
-    """A wait until an instant, to the second: ``0:04:31``, ``36 days, 1:02:03``; none
-    (``0:00:00``) once the instant has passed."""
+    """A wait, to the second: ``0:04:31``, ``36 days, 1:02:03``; ``0:00:00`` once past."""
     return str(timedelta(seconds=max(int(delta.total_seconds()), 0)))
 
 
@@ -74,10 +61,9 @@ def iso_utc(value: datetime) -> str:
 
 
 def parse_instant(text: str) -> datetime:
-    """An instant an operator typed (``manage.py backfill``, ``runonce``, the admin's forms):
-    ISO 8601 with its offset, ``2026-11-29T10:00:00+01:00`` or ``2026-11-29 09:00Z``. A time
-    without an offset names no instant (which zone?), so it is refused like any other text:
-    :class:`ValueError`, with a message that says what to write."""
+    """An instant an operator typed: ISO 8601 with its offset, ``2026-11-29T10:00:00+01:00``
+    or ``2026-11-29 09:00Z``. Without an offset it names no instant (which zone?):
+    :class:`ValueError`, with a message that says what to write, as for any other text."""
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:

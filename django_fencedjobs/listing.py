@@ -1,11 +1,6 @@
-"""Schedules and jobs described in words: :func:`describe_schedule` (the admin,
-``checkjobs``) and :func:`describe_jobs` (``runjobs --list``).
-
-Only the public surface of a :class:`~django_fencedjobs.schedule.Schedule` is read (its
-expression, interval, zone and jitter), and nothing here imports Django at module level, so
-:func:`describe_schedule` works without settings. The schedule module does not import this
-one: words are for the callers that show a schedule.
-"""
+"""Schedules and jobs in words: :func:`describe_schedule` (the admin, ``checkjobs``) and
+:func:`describe_jobs` (``runjobs --list``). Only a schedule's public surface is read, and
+Django is not imported at module level: :func:`describe_schedule` works without settings."""
 
 from __future__ import annotations
 
@@ -31,13 +26,10 @@ def describe_schedule(schedule: Schedule) -> str:
     ``"at 09:00 on Mon-Fri (Europe/Berlin), jitter 3m"``,
     ``"at 17:00 on the last Friday of the month (UTC)"``. An expression with no
     simpler reading is quoted: ``"cron '0 9 * 1 *' (UTC)"``."""
-    every, crontab = schedule.every, schedule.crontab
-    if every is not None:
-        words = _interval_words(every)
-    elif crontab is not None:
-        words = _cron_words(crontab) or f"cron {schedule.cron!r}"
-    else:  # never: a Schedule has one or the other
-        raise TypeError(f"{schedule!r} has neither a cron expression nor an interval")
+    if schedule.every is not None:
+        words = _interval_words(schedule.every)
+    else:  # a Schedule has one or the other
+        words = _cron_words(str(schedule.crontab)) or f"cron {schedule.cron!r}"
     words += f" ({schedule.timezone})"
     if schedule.jitter > timedelta(0):
         words += f", jitter {format_duration(schedule.jitter)}"
@@ -87,8 +79,8 @@ def _cron_words(crontab: str) -> str | None:
 
 
 def _within_a_day(minute: str, hour: str) -> str | None:
-    """Every minute, every n minutes, every hour or every n hours (``*`` or ``*/n`` hours,
-    every day), when they divide the hour or the day; else None."""
+    """Every (n) minute(s) or hour(s) (``*`` or ``*/n`` hours, every day) when n divides the
+    hour or the day; else None."""
     if hour != "*":
         hours = int(hour[2:])
         if minute.isdigit() and 24 % hours == 0:
@@ -115,20 +107,14 @@ def _times(minute: str, hour: str) -> str | None:
 def _days(dom: str, month: str, dow: str) -> str | None:
     """The days of an expression restricted by day of month or of week (in every month):
     ``Mon-Fri``, ``the second Monday of the month``, ``day 1 of the month``; else None."""
-    if month != "*":
+    if month != "*" or (dom != "*" and dow != "*"):
         return None
-    if dom == "*":
-        days = _weekdays_of_the_month(dow)
-        if days is not None:
-            return f"{days} of the month"
-        if re.fullmatch(r"[\w-]+(,[\w-]+)*", dow) and not re.search("L", dow, re.IGNORECASE):
-            names = re.sub(r"\d", lambda match: _DOW_SHORT[int(match.group(0))], dow)
-            return re.sub(r"[A-Za-z]{3}", lambda match: match.group(0).title(), names)
-        return None
-    if dow == "*":
-        days = _days_of_the_month(dom)
-        if days is not None:
-            return f"{days} of the month"
+    days = _weekdays_of_the_month(dow) if dom == "*" else _days_of_the_month(dom)
+    if days is not None:
+        return f"{days} of the month"
+    if dom == "*" and re.fullmatch(r"[\w-]+(,[\w-]+)*", dow) and "L" not in dow.upper():
+        names = re.sub(r"\d", lambda match: _DOW_SHORT[int(match.group(0))], dow)
+        return re.sub(r"[A-Za-z]{3}", lambda match: match.group(0).title(), names)
     return None
 
 
@@ -181,13 +167,11 @@ def _weekdays_of_the_month(dow: str) -> str | None:
 
 
 def _weekday(text: str) -> str:
-    number = int(text) % 7 if text.isdigit() else _WEEKDAY_NUMBERS[text]
-    return _WEEKDAYS[number]
+    return _WEEKDAYS[int(text) % 7 if text.isdigit() else _WEEKDAY_NUMBERS[text]]
 
 
 def describe_jobs(jobs: Sequence[Job], *, count: int = 3) -> str:
-    """Each job, its schedule and zone, and its next ``count`` fire times in its own zone
-    and in UTC."""
+    """Each job, its schedule, and its next ``count`` fire times in its zone and in UTC."""
     from django_fencedjobs import clock  # Django: only when jobs are listed
 
     if not jobs:

@@ -1,62 +1,14 @@
-"""When a job fires: a cron expression in a named zone, or a fixed interval.
+"""When a job fires: a 5-field cron expression on the wall clock of a named zone
+(:class:`_CronRule`), or an interval aligned to the Unix epoch so that every host computes the
+same instants (:class:`_IntervalRule`); :class:`Schedule` turns either into aware UTC instants.
 
-A :class:`Schedule` turns a description such as ``"30 2 * * *"`` in
-``"America/New_York"`` into the exact instants (aware datetimes in UTC) at which
-a job is due. Everything that stores or compares times in this package works
-with those UTC instants; the zone only matters here, when wall-clock fields are
-turned into instants.
-
-Two kinds of schedule exist, one internal class each behind ``Schedule``:
-
-``cron`` (:class:`_CronRule`)
-    A standard 5-field expression (minute, hour, day of month, month, day of
-    week), evaluated on the wall clock of ``timezone``. The aliases
-    ``@hourly``, ``@daily``/``@midnight``, ``@weekly``, ``@monthly`` and
-    ``@yearly``/``@annually`` are accepted, and so are the calendar terms of
-    Quartz and cronsim: ``L`` (the last day of the month), ``LW`` (its last
-    weekday) and ``15W`` (the weekday nearest the 15th) in the day-of-month
-    field; ``5L`` (the last Friday) and ``1#2`` (the second Monday) in the
-    day-of-week field.
-
-``every`` (:class:`_IntervalRule`)
-    A fixed interval: the job fires at whole multiples of the interval since
-    the Unix epoch (1970-01-01 00:00 UTC). Because the grid is anchored to the
-    epoch and not to "when the process started", every host computes the same
-    instants.
-
-Daylight saving time
---------------------
-Wall clocks jump. When the clock springs forward some wall times never happen;
-when it falls back some happen twice. This module follows the rule of
-ISC/Vixie cron as Debian ships it (the same rule the ``cronsim`` library
-implements), decided per expression:
-
-* A **fixed-time** expression is one whose minute field *and* hour field do
-  not start with ``*`` (``30 2 * * *``, ``0 9 * * 1-5``, ``15 1-23/2 * * *``).
-  It is evaluated on the wall clock alone. A wall time that falls in the
-  spring-forward gap fires once, at the first instant after the gap; a wall
-  time that happens twice fires once, at its first occurrence.
-* Any other expression (``*/15 * * * *``, ``0 * * * *``, ``0 */2 * * *``)
-  fires at every real instant whose wall time matches: nothing is invented in
-  the gap, and both occurrences of a repeated wall time fire, because they are
-  different instants.
-
-The day fields (``L``, ``W`` and ``#`` included) only choose dates, so the rule
-is the same whatever they say.
-
-The matching is this module's own. croniter is not used: croniter 7 fires
-fixed-time schedules twice in the repeated hour, computes on the wrong wall
-clock when started from a naive or UTC datetime, reads some fields unlike
-Debian cron (see :func:`_parse_term` and :class:`_CronFields`) and refuses
-``LW`` and ``5L``. The tests compare every fire time with cronsim's.
-
-Jitter
-------
-``jitter`` spreads jobs that share a schedule. Each schedule gets one stable
-offset in ``[0, jitter)``, in whole seconds, derived from a BLAKE2b hash of
-``key`` (the job's name when ``@job`` builds the schedule). Every fire time is
-the unjittered time plus that offset, on every host and in every Python run
-(Python's own ``hash()`` is salted per process and is never used).
+DST follows ISC/Vixie cron as Debian ships it, and cronsim, which the tests compare every fire
+time with (croniter reads several fields and the transitions differently). A *fixed-time*
+expression (neither the minute nor the hour field starts with ``*``) is read on the wall clock
+alone: a wall time in the spring-forward gap fires once, at the end of the gap, a repeated one
+once, at its first occurrence. Any other fires at every real instant whose wall time matches:
+none in the gap, both of a repeated one. ``jitter`` adds one stable offset per schedule, from
+a BLAKE2b hash of ``key`` (never Python's salted ``hash()``). docs/schedules.md has it all.
 """
 
 from __future__ import annotations
@@ -80,25 +32,20 @@ __all__ = ["SEARCH_HORIZON_YEARS", "Schedule"]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-#: How far ahead a search for the next matching date goes before it gives up.
-#: Forty years is the longest gap any expression can have: the fifth Monday of
-#: February (``0 0 * 2 1#5``) is 29 February on a Monday, which happens in 2072
-#: and then not until 2112, 2100 not being a leap year. An expression that
-#: matches no date in that span (``0 0 30 2 *``) is refused when the Schedule
-#: is created, so no search can loop forever.
+#: How far ahead a search for the next matching date goes. The longest gap any expression
+#: can have: the fifth Monday of February (``0 0 * 2 1#5``) is in 2072, then in 2112 (2100 is
+#: not a leap year). An expression that matches no date in it is refused when created.
 SEARCH_HORIZON_YEARS = 40
 _SEARCH_HORIZON = timedelta(days=366 * SEARCH_HORIZON_YEARS)
 
-#: min_interval() samples fire times from here (in the schedule's zone).
+#: min_interval() samples a year of fire times from here (in the schedule's zone), at most
+#: this many, plus a window around each UTC-offset change in that year.
 _REFERENCE_DATE = date(2025, 1, 1)
-#: ... for one year, or this many fire times, whichever comes first; plus a
-#: window around each UTC-offset change in that year.
 _MIN_INTERVAL_MAX_FIRES = 3000
 
 _ONE_US = timedelta(microseconds=1)
 _ONE_MINUTE = timedelta(minutes=1)
 _ONE_DAY = timedelta(days=1)
-_US_PER_SECOND = 1_000_000
 
 _ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -111,15 +58,9 @@ _ALIASES = {
 }
 
 _MONTH_NAMES = {
-    name: number
-    for number, name in enumerate(
-        "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split(), start=1
-    )
+    m: n for n, m in enumerate("JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split(), 1)
 }
 _DOW_NAMES = {name: number for number, name in enumerate("SUN MON TUE WED THU FRI SAT".split())}
-
-# Weekdays are numbered as cron numbers them: 0 = Sunday ... 6 = Saturday.
-_SUNDAY, _SATURDAY = 0, 6
 
 
 @dataclass(frozen=True)
@@ -161,10 +102,8 @@ _ONLY_IN = {
 # Extensions of other crons that no field takes.
 _UNSUPPORTED = (("?", "?"), ("H", "H (hashed)"))
 
-# Zone names that are fixed UTC offsets. They resolve (some of them even in
-# zoneinfo: "Etc/GMT+5", "EST") but never follow daylight saving time, so a job
-# declared in one drifts by an hour against local time twice a year. Note the
-# POSIX sign: "Etc/GMT+5" is UTC-5.
+# Zone names that are fixed UTC offsets: some resolve ("Etc/GMT+5", which is UTC-5, "EST"),
+# but none follows daylight saving time, so a job declared in one drifts an hour twice a year.
 _FIXED_OFFSET_RE = re.compile(
     r"""^\s*(?:
         [+-]\s*\d                                   # +02:00, -0500, +2
@@ -177,37 +116,87 @@ _FIXED_OFFSET_RE = re.compile(
 _FIXED_OFFSET_NAMES = frozenset({"EST", "MST", "HST"})
 
 
-# --------------------------------------------------------------------------- parsing
+@dataclass(frozen=True)
+class _Field:
+    """One field of an expression as written, parsed and named in its error messages."""
 
+    expr: str
+    spec: _FieldSpec
+    text: str
 
-def _cron_error(expr: str, spec: _FieldSpec, field_text: str, problem: str) -> ScheduleError:
-    return ScheduleError(
-        f"cron {expr!r}: {spec.name} field {field_text!r}: {problem}", argument="cron"
-    )
-
-
-def _which(term: str, field_text: str) -> str:
-    """The term a message is about, when the field has several."""
-    return "" if term == field_text else f"{term!r}: "
-
-
-def _parse_value(text: str, spec: _FieldSpec, expr: str, field_text: str) -> int:
-    upper = text.upper()
-    if upper in spec.names:
-        return spec.names[upper]
-    if not text.isdigit() or not text.isascii():
-        raise _cron_error(
-            expr,
-            spec,
-            field_text,
-            f"{text!r} is not a number between {spec.low} and {spec.high}"
-            + (f" or a name such as {next(iter(spec.names)).title()!r}" if spec.names else "")
-            + f"; {_FIELD_HELP}.",
+    def error(self, problem: str, sep: str = ": ") -> ScheduleError:
+        return ScheduleError(
+            f"cron {self.expr!r}: {self.spec.name} field {self.text!r}{sep}{problem}",
+            argument="cron",
         )
-    value = int(text)
-    if not spec.low <= value <= spec.high:
-        raise _cron_error(expr, spec, field_text, f"{value} is outside {spec.low}-{spec.high}.")
-    return value
+
+    def which(self, term: str) -> str:
+        """The term a message is about, when the field has several."""
+        return "" if term == self.text else f"{term!r}: "
+
+    def value(self, text: str) -> int:
+        spec = self.spec
+        if text.upper() in spec.names:
+            return spec.names[text.upper()]
+        if not text.isdigit() or not text.isascii():
+            name = f" or a name such as {next(iter(spec.names)).title()!r}" if spec.names else ""
+            raise self.error(
+                f"{text!r} is not a number between {spec.low} and {spec.high}{name}; {_FIELD_HELP}."
+            )
+        value = int(text)
+        if not spec.low <= value <= spec.high:
+            raise self.error(f"{value} is outside {spec.low}-{spec.high}.")
+        return value
+
+    def terms(self, allowed: str = "") -> list[str]:
+        """The comma-separated terms, after refusing the characters the field cannot hold
+        (``allowed``: the calendar characters, of L, W and #, it takes)."""
+        bare = _without_names(self.text, self.spec.names)
+        for char, what in _UNSUPPORTED:
+            if char in bare:
+                raise self.error(
+                    f"uses {what}, a non-standard extension that is not supported; {_FIELD_HELP}.",
+                    sep=" ",
+                )
+        # A name in the wrong field ("jul" as a minute) is reported as not a number, later.
+        bare = _without_names(self.text)
+        for char, where in _ONLY_IN.items():
+            if char in bare and char not in allowed:
+                raise self.error(f"{where}; {_FIELD_HELP}.")
+        terms = self.text.split(",")
+        if "" in terms:
+            raise self.error(f"has an empty list item; {_FIELD_HELP}.", sep=" ")
+        return terms
+
+    def term(self, term: str) -> range:
+        """The values one term matches, as Debian cron reads it: ``*`` is the whole range;
+        ``a-b`` is inclusive, never reversed; ``*/n`` and ``a-b/n`` take every n-th value of
+        the range; ``a/n`` means ``a-<max>/n``. Unlike croniter 7, as Debian and cronsim:
+        ``5-5/2`` is just 5, and ``7-7`` in the day-of-week field is Sunday."""
+        base, slash, step_text = term.partition("/")
+        step = 1
+        if slash:
+            if not step_text.isdigit() or not step_text.isascii() or int(step_text) == 0:
+                raise self.error(f"the step {step_text!r} must be a positive whole number.")
+            step = int(step_text)
+        if base == "*":
+            first, last = self.spec.low, self.spec.high
+        elif "-" in base:
+            first_text, _, last_text = base.partition("-")
+            first, last = self.value(first_text), self.value(last_text)
+            if last < first:
+                raise self.error(
+                    f"the range {base!r} is reversed; write it low-high, or as a list "
+                    f"(e.g. 22-23,0-2)."
+                )
+        else:
+            first = self.value(base)
+            last = self.spec.high if slash else first
+        return range(first, last + 1, step)
+
+    def values(self) -> frozenset[int]:
+        """The values a minute, hour or month field matches."""
+        return frozenset(value for term in self.terms() for value in self.term(term))
 
 
 def _without_names(text: str, names: Iterable[str] = (*_MONTH_NAMES, *_DOW_NAMES)) -> str:
@@ -219,97 +208,15 @@ def _without_names(text: str, names: Iterable[str] = (*_MONTH_NAMES, *_DOW_NAMES
     return bare
 
 
-def _terms(field_text: str, spec: _FieldSpec, expr: str, allowed: str = "") -> list[str]:
-    """The comma-separated terms of a field, after refusing the characters it cannot hold.
-
-    ``allowed`` is the calendar characters (of L, W and #) this field takes.
-    """
-    bare = _without_names(field_text, spec.names)
-    for char, what in _UNSUPPORTED:
-        if char in bare:
-            raise ScheduleError(
-                f"cron {expr!r}: {spec.name} field {field_text!r} uses {what}, a non-standard "
-                f"extension that is not supported; {_FIELD_HELP}.",
-                argument="cron",
-            )
-    # A name in the wrong field ("jul" as a minute) is reported as not a number, below.
-    bare = _without_names(field_text)
-    for char, where in _ONLY_IN.items():
-        if char in bare and char not in allowed:
-            raise _cron_error(expr, spec, field_text, f"{where}; {_FIELD_HELP}.")
-    terms = field_text.split(",")
-    if "" in terms:
-        raise ScheduleError(
-            f"cron {expr!r}: {spec.name} field {field_text!r} has an empty list item; "
-            f"{_FIELD_HELP}.",
-            argument="cron",
-        )
-    return terms
-
-
-def _parse_term(term: str, spec: _FieldSpec, expr: str, field_text: str) -> range:
-    """The values one term of a field matches, as Debian cron reads it.
-
-    ``*`` is the whole range; ``a-b`` is inclusive and must not be reversed;
-    ``*/n`` and ``a-b/n`` take every n-th value of the range; ``a/n`` means
-    ``a-<max>/n`` (a Debian extension, e.g. ``5/20`` is 5, 25, 45 minutes).
-
-    Two places where croniter 7 reads a field differently, and this module
-    follows Debian (and cronsim) instead: an equal range with a step, such as
-    ``5-5/2``, is just 5 (croniter: every even minute); ``7-7`` in the
-    day-of-week field is Sunday (croniter: every day).
-    """
-    base, slash, step_text = term.partition("/")
-    step = 1
-    if slash:
-        if not step_text.isdigit() or not step_text.isascii() or int(step_text) == 0:
-            raise _cron_error(
-                expr,
-                spec,
-                field_text,
-                f"the step {step_text!r} must be a positive whole number.",
-            )
-        step = int(step_text)
-    if base == "*":
-        first, last = spec.low, spec.high
-    elif "-" in base:
-        first_text, _, last_text = base.partition("-")
-        first = _parse_value(first_text, spec, expr, field_text)
-        last = _parse_value(last_text, spec, expr, field_text)
-        if last < first:
-            raise _cron_error(
-                expr,
-                spec,
-                field_text,
-                f"the range {base!r} is reversed; write it low-high, or as a list "
-                f"(e.g. 22-23,0-2).",
-            )
-    else:
-        first = _parse_value(base, spec, expr, field_text)
-        last = spec.high if slash else first
-    return range(first, last + 1, step)
-
-
-def _parse_field(field_text: str, spec: _FieldSpec, expr: str) -> frozenset[int]:
-    """The set of values a minute, hour or month field matches (lists of terms)."""
-    values: set[int] = set()
-    for term in _terms(field_text, spec, expr):
-        values.update(_parse_term(term, spec, expr, field_text))
-    return frozenset(values)
-
-
 def _nearest_weekday(day: int, length: int, first_weekday: int) -> int:
-    """The Monday-to-Friday day of the month nearest ``day``, never in another month.
-
-    ``length`` is the month's number of days, ``first_weekday`` the weekday of
-    its 1st (0 = Sunday). A Saturday moves to the Friday before, except the 1st,
-    which moves to Monday the 3rd; a Sunday moves to the Monday after, except
-    the last day, which moves to the Friday before.
-    """
+    """The Monday-to-Friday day nearest ``day`` in a month of ``length`` days whose 1st is
+    ``first_weekday`` (0 = Sunday), never in another month: a Saturday moves to the Friday
+    before (the 1st to Monday the 3rd), a Sunday to the Monday after (the last day to the
+    Friday before)."""
     weekday = (first_weekday + day - 1) % 7
-    if weekday == _SATURDAY:
+    if weekday == 6:  # Saturday
         return 3 if day == 1 else day - 1
-    if weekday == _SUNDAY:
+    if weekday == 0:  # Sunday
         return day - 2 if day == length else day + 1
     return day
 
@@ -327,22 +234,18 @@ class _DaysOfMonth:
         found = {day for day in self.days if day <= length}
         if self.last:
             found.add(length)
-        if self.last_weekday:
-            found.add(_nearest_weekday(length, length, first_weekday))
         # A month without day n has no weekday nearest it, as plain "31" skips April.
-        found.update(
-            _nearest_weekday(day, length, first_weekday)
-            for day in self.nearest_weekday
-            if day <= length
-        )
-        return found
+        nearest = {day for day in self.nearest_weekday if day <= length}
+        if self.last_weekday:
+            nearest.add(length)
+        return found | {_nearest_weekday(day, length, first_weekday) for day in nearest}
 
 
-def _parse_days_of_month(field_text: str, expr: str) -> _DaysOfMonth:
+def _parse_days_of_month(field: _Field) -> _DaysOfMonth:
     days: set[int] = set()
     last = last_weekday = False
     nearest: set[int] = set()
-    for term in _terms(field_text, _DOM, expr, allowed="LW"):
+    for term in field.terms(allowed="LW"):
         upper = term.upper()
         if upper == "L":
             last = True
@@ -351,16 +254,13 @@ def _parse_days_of_month(field_text: str, expr: str) -> _DaysOfMonth:
         elif "L" in _without_names(upper) or "W" in _without_names(upper):
             day = upper.removesuffix("W")
             if day == upper or not day.isdigit() or not day.isascii():
-                raise _cron_error(
-                    expr,
-                    _DOM,
-                    field_text,
-                    f"{_which(term, field_text)}L and W take a single day, not a range, a step "
-                    f"or an offset; {_DOM_TERMS}. List several with commas, e.g. 1W,15W,L.",
+                raise field.error(
+                    f"{field.which(term)}L and W take a single day, not a range, a step or an "
+                    f"offset; {_DOM_TERMS}. List several with commas, e.g. 1W,15W,L."
                 )
-            nearest.add(_parse_value(day, _DOM, expr, field_text))
+            nearest.add(field.value(day))
         else:
-            days.update(_parse_term(term, _DOM, expr, field_text))
+            days.update(field.term(term))
     return _DaysOfMonth(frozenset(days), last, last_weekday, frozenset(nearest))
 
 
@@ -373,54 +273,44 @@ class _DaysOfWeek:
     nth: frozenset[tuple[int, int]]  # d#n: (weekday, n), the n-th weekday d of the month
 
     def in_month(self, length: int, first_weekday: int) -> set[int]:
-        weekdays, last, nth = self.weekdays, self.last, self.nth
-        found = set()
-        for day in range(1, length + 1):
-            weekday = (first_weekday + day - 1) % 7
-            if (
-                weekday in weekdays
-                or (weekday in last and day + 7 > length)
-                or (weekday, (day + 6) // 7) in nth
-            ):
-                found.add(day)
-        return found
+        return {
+            day
+            for day in range(1, length + 1)
+            if (weekday := (first_weekday + day - 1) % 7) in self.weekdays
+            or (weekday in self.last and day + 7 > length)
+            or (weekday, (day + 6) // 7) in self.nth
+        }
 
 
-def _parse_days_of_week(field_text: str, expr: str) -> _DaysOfWeek:
+def _parse_days_of_week(field: _Field) -> _DaysOfWeek:
     weekdays: set[int] = set()
     last: set[int] = set()
     nth: set[tuple[int, int]] = set()
 
     def single_weekday(text: str, term: str) -> int:
         if text == "" or any(char in text for char in "*-/"):
-            raise _cron_error(
-                expr,
-                _DOW,
-                field_text,
-                f"{_which(term, field_text)}# and L take a single day, not a range or a step; "
-                f"{_DOW_TERMS}.",
+            raise field.error(
+                f"{field.which(term)}# and L take a single day, not a range or a step; "
+                f"{_DOW_TERMS}."
             )
-        return _parse_value(text, _DOW, expr, field_text) % 7
+        return field.value(text) % 7
 
-    for term in _terms(field_text, _DOW, expr, allowed="L#"):
+    for term in field.terms(allowed="L#"):
         upper = term.upper()
         if "#" in upper:
             day, _, count = upper.partition("#")
             weekday = single_weekday(day, term)
             if not (count.isdigit() and count.isascii() and 1 <= int(count) <= 5):
-                raise _cron_error(
-                    expr,
-                    _DOW,
-                    field_text,
-                    f"{_which(term, field_text)}the number after # must be 1 to 5: a month has "
-                    f"at most five of each weekday (5L is the last one).",
+                raise field.error(
+                    f"{field.which(term)}the number after # must be 1 to 5: a month has at "
+                    f"most five of each weekday (5L is the last one)."
                 )
             nth.add((weekday, int(count)))
         elif "L" in _without_names(upper):
             day = upper.removesuffix("L")
             last.add(single_weekday(day if day != upper else "", term))
         else:
-            weekdays.update(value % 7 for value in _parse_term(term, _DOW, expr, field_text))
+            weekdays.update(value % 7 for value in field.term(term))
     return _DaysOfWeek(frozenset(weekdays), frozenset(last), frozenset(nth))
 
 
@@ -433,16 +323,12 @@ class _CronFields:
     days: _DaysOfMonth
     months: frozenset[int]
     weekdays: _DaysOfWeek
-    # Debian cron: if either day field starts with "*", a date must match both
-    # day-of-month AND day-of-week; otherwise it must match either (OR).
-    # croniter decides on the *expanded* fields instead (so "*/2" and "1-31"
-    # behave differently there).
+    # Debian cron: when either day field starts with "*", a date must match both day fields;
+    # else either (croniter decides on the expanded fields: "*/2" and "1-31" differ there).
     days_and: bool
-    # Debian cron's DST rule applies to "fixed-time" expressions: minute and
-    # hour fields that do not start with "*" (see the module docstring).
-    fixed_time: bool
-    # The matching days of a month depend only on its length and the weekday of
-    # its 1st: at most 4 x 7 shapes, each computed once.
+    fixed_time: bool  # neither the minute nor the hour field starts with "*"
+    # The matching days of a month depend only on its length and the weekday of its 1st: at
+    # most 4 x 7 shapes, each computed once.
     _by_shape: dict[tuple[int, int], tuple[int, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -469,9 +355,7 @@ def _normalize_cron(cron: object) -> str:
             argument="cron",
         )
     normalized = " ".join(cron.split())
-    if normalized.startswith("@"):
-        normalized = normalized.lower()
-    return normalized
+    return normalized.lower() if normalized.startswith("@") else normalized
 
 
 def _parse_cron(expr: str) -> _CronFields:
@@ -481,17 +365,13 @@ def _parse_cron(expr: str) -> _CronFields:
             "AppConfig.ready() or your process manager, or give a 5-field expression.",
             argument="cron",
         )
-    if expr.startswith("@"):
-        if expr not in _ALIASES:
-            raise ScheduleError(
-                f"cron {expr!r} is not a known alias; use one of "
-                f"{', '.join(sorted(_ALIASES))}, or a 5-field expression.",
-                argument="cron",
-            )
-        expr_fields = _ALIASES[expr]
-    else:
-        expr_fields = expr
-    parts = expr_fields.split()
+    if expr.startswith("@") and expr not in _ALIASES:
+        raise ScheduleError(
+            f"cron {expr!r} is not a known alias; use one of "
+            f"{', '.join(sorted(_ALIASES))}, or a 5-field expression.",
+            argument="cron",
+        )
+    parts = _ALIASES.get(expr, expr).split()
     if len(parts) != 5:
         hint = (
             " (6 or 7 fields look like a seconds or year field, which is not supported: "
@@ -505,12 +385,12 @@ def _parse_cron(expr: str) -> _CronFields:
             argument="cron",
         )
     minute, hour, dom, month, dow = parts
-    weekdays = _parse_days_of_week(dow, expr)  # first: its error is the one reported
+    weekdays = _parse_days_of_week(_Field(expr, _DOW, dow))  # first: its error is reported
     return _CronFields(
-        minutes=tuple(sorted(_parse_field(minute, _MINUTE, expr))),
-        hours=tuple(sorted(_parse_field(hour, _HOUR, expr))),
-        days=_parse_days_of_month(dom, expr),
-        months=_parse_field(month, _MONTH, expr),
+        minutes=tuple(sorted(_Field(expr, _MINUTE, minute).values())),
+        hours=tuple(sorted(_Field(expr, _HOUR, hour).values())),
+        days=_parse_days_of_month(_Field(expr, _DOM, dom)),
+        months=_Field(expr, _MONTH, month).values(),
         weekdays=weekdays,
         days_and=dom.startswith("*") or dow.startswith("*"),
         fixed_time=not minute.startswith("*") and not hour.startswith("*"),
@@ -555,7 +435,7 @@ def _to_us(delta: timedelta) -> int:
     return delta // _ONE_US
 
 
-def _require_aware(value: object, argument: str) -> datetime:
+def _require_aware(value: object, argument: str) -> None:
     if not isinstance(value, datetime):
         raise ScheduleError(
             f"{argument}={value!r} must be an aware datetime, e.g. datetime.now(timezone.utc).",
@@ -568,7 +448,6 @@ def _require_aware(value: object, argument: str) -> datetime:
             f"django.utils.timezone.now().",
             argument=argument,
         )
-    return value
 
 
 def _add_days(day: date, delta: timedelta) -> date:
@@ -588,35 +467,29 @@ def _wall_offset(instant: datetime, tz: tzinfo) -> timedelta:
     return _wall(instant, tz) - instant.replace(tzinfo=None)
 
 
-# --------------------------------------------------------------------------- the two kinds
+def _strictly_after(instants: Iterable[datetime], after: datetime) -> Iterator[datetime]:
+    """``instants`` (ascending, repeats allowed) later than ``after``, each once."""
+    last = after
+    for instant in instants:
+        if instant > last:
+            yield instant
+            last = instant
 
 
-#: Shortest gaps found, by rule and zone (at most this many kept).
-_MIN_INTERVALS: dict[tuple[str, str], timedelta] = {}
-_MIN_INTERVALS_KEPT = 1024
-
-
-def _min_interval_of(canonical: str, timezone: str, rule: _CronRule | _IntervalRule) -> timedelta:
-    """``rule.min_interval()``, computed once per rule (``canonical``) and zone."""
-    key = (canonical, timezone)
-    found = _MIN_INTERVALS.get(key)
-    if found is None:
-        if len(_MIN_INTERVALS) >= _MIN_INTERVALS_KEPT:
-            _MIN_INTERVALS.clear()
-        found = _MIN_INTERVALS[key] = rule.min_interval()
-    return found
+def _until(instants: Iterable[datetime], end: datetime, limit: int | None) -> list[datetime]:
+    """The first of ``instants`` (ascending) up to ``end`` included, at most ``limit``."""
+    return list(itertools.islice(itertools.takewhile(lambda at: at <= end, instants), limit))
 
 
 class _CronRule:
     """Fire instants of a 5-field expression on the wall clock of a zone."""
 
     def __init__(self, expr: str, tz: ZoneInfo) -> None:
-        self.expr = expr
+        self.expr, self.canonical = expr, f"cron={expr}"
         self.fields = _parse_cron(expr)
         self.tz = tz
         self._utc = is_utc(tz)
-        reference = datetime.combine(_REFERENCE_DATE, time())
-        if next(self.walls(reference), None) is None:
+        if next(self.walls(datetime.combine(_REFERENCE_DATE, time())), None) is None:
             raise ScheduleError(
                 f"cron {expr!r} never fires: no date matches its day-of-month, month "
                 f"and day-of-week fields within {SEARCH_HORIZON_YEARS} years (like 30 "
@@ -624,16 +497,9 @@ class _CronRule:
                 argument="cron",
             )
 
-    @property
-    def canonical(self) -> str:
-        return f"cron={self.expr}"
-
     def walls(self, start: datetime) -> Iterator[datetime]:
-        """Naive wall-clock datetimes matching the fields, ascending, from ``start`` (inclusive).
-
-        Pure calendar arithmetic: no zone is involved yet. Stops once no date
-        has matched for ``SEARCH_HORIZON_YEARS``.
-        """
+        """Naive wall-clock datetimes matching the fields, ascending, from ``start`` (inclusive),
+        no zone involved; until no date has matched for ``SEARCH_HORIZON_YEARS``."""
         fields = self.fields
         if start.second or start.microsecond:
             start = start.replace(second=0, microsecond=0) + _ONE_MINUTE
@@ -660,90 +526,57 @@ class _CronRule:
     def _walls_of_day(self, day: date, start: datetime | None) -> Iterator[datetime]:
         """The matching wall times of ``day``, from ``start`` (its start day) if given."""
         hours, minutes = self.fields.hours, self.fields.minutes
-        first_hour = 0 if start is None else bisect.bisect_left(hours, start.hour)
-        for hour in hours[first_hour:]:
-            if start is not None and hour == start.hour:
-                minute_list = minutes[bisect.bisect_left(minutes, start.minute) :]
-            else:
-                minute_list = minutes
-            for minute in minute_list:
+        start_hour, start_minute = (-1, 0) if start is None else (start.hour, start.minute)
+        for hour in hours[bisect.bisect_left(hours, start_hour) :]:
+            first_minute = bisect.bisect_left(minutes, start_minute) if hour == start_hour else 0
+            for minute in minutes[first_minute:]:
                 yield datetime(day.year, day.month, day.day, hour, minute)
 
     def _start_wall(self, after: datetime) -> datetime:
-        """The earliest wall time whose fire instant can be later than ``after`` (UTC).
-
-        Normally the wall time of ``after``. Just before a fall-back the clock
-        will show earlier wall times again, so start as far back as the offset
-        is about to drop.
-        """
+        """The earliest wall time whose fire instant can be later than ``after`` (UTC): its
+        wall time, or earlier just before a fall-back, by as much as the offset will drop."""
         offset = min(_wall_offset(after, self.tz), _wall_offset(after + 2 * _ONE_DAY, self.tz))
         return after.replace(tzinfo=None) + offset
 
     def instants_after(self, after: datetime) -> Iterator[datetime]:
         """Fire instants (aware UTC) strictly after ``after`` (aware UTC), ascending."""
-        if self._utc:
-            return self._utc_instants_after(after)
-        if self.fields.fixed_time:
-            return self._first_occurrences_after(after)
-        return self._real_instants_after(after)
-
-    def _utc_instants_after(self, after: datetime) -> Iterator[datetime]:
-        """In UTC a wall time is its instant."""
-        for wall in self.walls(after.replace(tzinfo=None)):
-            instant = wall.replace(tzinfo=UTC)
-            if instant > after:
-                yield instant
-
-    def _first_occurrences_after(self, after: datetime) -> Iterator[datetime]:
-        """Wall-clock semantics (a fixed time): each matching wall time fires once, at its
-        first occurrence; a wall time in the gap fires at the first instant after the gap.
-        Several wall times in one gap collapse into that single instant."""
-        tz, last = self.tz, after
-        for wall in self.walls(self._start_wall(after)):
-            first = wall.replace(tzinfo=tz).astimezone(UTC)
-            if _wall(first, tz) != wall:
-                first = self._after_gap(wall)
-            if first > last:
-                yield first
-                last = first
-
-    def _real_instants_after(self, after: datetime) -> Iterator[datetime]:
-        """Instant semantics: every real instant whose wall time matches. Each wall time has
-        0 (gap), 1 or 2 (repeated hour) instants. The first occurrences are ascending in
-        wall order, and so are the second occurrences; merge the two streams."""
-        tz, last = self.tz, after
+        if self._utc:  # a wall time is its instant
+            walls = self.walls(after.replace(tzinfo=None))
+            return _strictly_after((wall.replace(tzinfo=UTC) for wall in walls), after)
         walls = self.walls(self._start_wall(after))
+        if self.fields.fixed_time:
+            return _strictly_after(map(self._first_occurrence, walls), after)
+        return _strictly_after(self._real_instants(walls), after)
+
+    def _first_occurrence(self, wall: datetime) -> datetime:
+        """A fixed time's instant: its first occurrence, or if the clock skips it the first
+        instant after the gap (so several wall times in one gap collapse into one)."""
+        first = wall.replace(tzinfo=self.tz).astimezone(UTC)
+        return first if _wall(first, self.tz) == wall else self._after_gap(wall)
+
+    def _real_instants(self, walls: Iterable[datetime]) -> Iterator[datetime]:
+        """Every real instant of each wall time: none in a gap, two in a repeated hour. The
+        first occurrences ascend in wall order, and so do the second ones: merge the two."""
+        tz = self.tz
         seconds: deque[datetime] = deque()
         for wall in walls:
             first = wall.replace(tzinfo=tz).astimezone(UTC)
             second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
             if first != second:
                 if _wall(first, tz) != wall:
-                    continue  # in the gap: this wall time never happens today
+                    continue  # in the gap: this wall time never happens
                 first, second = min(first, second), max(first, second)
             while seconds and seconds[0] < first:
-                pending = seconds.popleft()
-                if pending > last:
-                    yield pending
-                    last = pending
-            if first > last:
-                yield first
-                last = first
+                yield seconds.popleft()
+            yield first
             if second != first:
                 seconds.append(second)
-        while seconds:
-            pending = seconds.popleft()
-            if pending > last:
-                yield pending
-                last = pending
+        yield from seconds
 
     def _after_gap(self, wall: datetime) -> datetime:
-        """The first real instant at or after a wall time that the clock skipped.
-
-        Steps the wall time minute by minute until it exists: that is the end
-        of the gap (03:00 for New York's 02:00-03:00 gap). A gap is at most a
-        day long (Samoa skipped 2011-12-30), so the loop is bounded.
-        """
+        """The first real instant after a wall time the clock skipped: the first wall minute
+        after it that exists (03:00 in New York's 02:00-03:00 gap). A gap is at most a day
+        long (Samoa skipped 2011-12-30), so the loop is bounded."""
         tz = self.tz
         candidate = wall
         for _ in range(2 * 1440):
@@ -755,32 +588,23 @@ class _CronRule:
             f"cron {self.expr!r}: wall time {wall} is in a gap longer than two days."
         )
 
-    def collect(self, after: datetime, end: datetime, limit: int) -> list[datetime]:
-        out: list[datetime] = []
-        for instant in self.instants_after(after):
-            if instant > end or len(out) >= limit:
-                break
-            out.append(instant)
-        return out
-
+    @functools.cached_property
     def min_interval(self) -> timedelta:
-        """The smallest gap among one year of fire times, and around that year's offset changes."""
+        """The smallest gap among one year of fire times, and around that year's offset
+        changes; computed once per rule, which every schedule of it shares."""
         tz = self.tz
         start = datetime.combine(_REFERENCE_DATE, time(), tzinfo=tz).astimezone(UTC)
         year_end = start + timedelta(days=366)
-        windows = [self.collect(start - _ONE_MINUTE, year_end, _MIN_INTERVAL_MAX_FIRES)]
-        # Where the UTC offset changes, the gaps around the change are the
-        # unusual ones: sample a window around each change in the year, so a
-        # frequent schedule (which hits the fire-time cap in January) still
-        # sees both transitions.
-        previous = _wall_offset(start, tz)
-        probe = start
-        while probe < year_end:
-            probe += _ONE_DAY
-            current = _wall_offset(probe, tz)
-            if current != previous:
-                windows.append(self.collect(probe - 3 * _ONE_DAY, probe + 2 * _ONE_DAY, 4 * 1440))
-                previous = current
+        windows = [
+            _until(self.instants_after(start - _ONE_MINUTE), year_end, _MIN_INTERVAL_MAX_FIRES)
+        ]
+        # The unusual gaps are around offset changes: sample a window around each, so a
+        # frequent schedule (which hits the cap in January) still sees both transitions.
+        days = (start + n * _ONE_DAY for n in range(367))
+        for day, next_day in itertools.pairwise(days):
+            if _wall_offset(day, tz) != _wall_offset(next_day, tz):
+                window = self.instants_after(next_day - 3 * _ONE_DAY)
+                windows.append(_until(window, next_day + 2 * _ONE_DAY, 4 * 1440))
         gaps = [
             later - earlier for window in windows for earlier, later in itertools.pairwise(window)
         ]
@@ -794,9 +618,8 @@ class _CronRule:
 
 @functools.lru_cache(maxsize=1024)
 def _cron_rule(expr: str, tz: ZoneInfo) -> _CronRule:
-    """The rule of ``expr`` in ``tz``, built once: a rule is never changed once built, and
-    a runner builds the schedule of every instance it runs, most of them sharing a few
-    expressions and zones (an invalid one raises, and is not kept)."""
+    """The rule of ``expr`` in ``tz``, built once (and never changed): a runner builds the
+    schedule of every instance, most sharing a few expressions and zones."""
     return _CronRule(expr, tz)
 
 
@@ -822,26 +645,13 @@ class _IntervalRule:
                 f"every=timedelta(seconds={int(every.total_seconds())}).",
                 argument="every",
             )
-        self.every = every
-        self._every_us = _to_us(every)
-
-    @property
-    def canonical(self) -> str:
-        return f"every_us={self._every_us}"
+        self.every = self.min_interval = every
+        self.canonical = f"every_us={_to_us(every)}"
 
     def instants_after(self, after: datetime) -> Iterator[datetime]:
         """Fire instants (aware UTC) strictly after ``after`` (aware UTC), ascending."""
-        every_us = self._every_us
-        k = _to_us(after - EPOCH) // every_us + 1
-        while True:
-            yield EPOCH + timedelta(microseconds=k * every_us)
-            k += 1
-
-    def min_interval(self) -> timedelta:
-        return self.every
-
-
-# --------------------------------------------------------------------------- Schedule
+        first = (after - EPOCH) // self.every + 1
+        return (EPOCH + k * self.every for k in itertools.count(first))
 
 
 class Schedule:
@@ -849,22 +659,15 @@ class Schedule:
 
     >>> from datetime import datetime, timezone
     >>> s = Schedule("30 2 * * *", timezone="America/New_York")
-    >>> s.next_after(datetime(2026, 3, 7, 12, 0, tzinfo=timezone.utc))
+    >>> s.next_after(datetime(2026, 3, 7, 12, 0, tzinfo=timezone.utc))  # 02:30 skipped: 03:00 EDT
     datetime.datetime(2026, 3, 8, 7, 0, tzinfo=datetime.timezone.utc)
 
-    (2026-03-08 is the spring-forward day in New York: 02:30 does not exist,
-    so the job runs once, at 03:00 EDT = 07:00 UTC.)
-
-    Everything is validated here, eagerly: a bad expression, zone or interval
-    raises :class:`~django_fencedjobs.exceptions.ScheduleError` naming the
-    value and the fix, with the argument in its ``argument`` attribute.
-    Instances are immutable values: equal when built from equal arguments,
-    hashable.
-
-    Attributes: ``cron`` (whitespace-normalized; aliases lower-cased) or
-    ``every``; ``timezone`` (the zone's name) and ``tz`` (its ``ZoneInfo``);
-    ``jitter``; ``key`` (what seeds the jitter); ``offset`` (the stable jitter
-    offset in ``[0, jitter)``, whole seconds).
+    Validated eagerly: a bad expression, zone or interval raises
+    :class:`~django_fencedjobs.exceptions.ScheduleError` naming the value and the fix, and the
+    argument in its ``argument``. Immutable values: equal when built from equal arguments,
+    hashable. Attributes: ``cron`` (whitespace-normalized; aliases lower-cased) or ``every``;
+    ``timezone`` (the zone's name) and ``tz`` (its ``ZoneInfo``); ``jitter``; ``key`` (what
+    seeds the jitter); ``offset`` (the stable jitter offset in ``[0, jitter)``, whole seconds).
     """
 
     cron: str | None
@@ -899,15 +702,13 @@ class Schedule:
 
         self._rule: _CronRule | _IntervalRule
         if cron is not None:
-            cron_rule = _cron_rule(_normalize_cron(cron), self.tz)
-            self._rule = cron_rule
-            self.cron, self.every = cron_rule.expr, None
-            default_key = cron_rule.expr
+            self._rule = _cron_rule(_normalize_cron(cron), self.tz)
+            self.cron, self.every = self._rule.expr, None
+            default_key = self._rule.expr
         else:
-            interval_rule = _IntervalRule(every)
-            self._rule = interval_rule
-            self.cron, self.every = None, interval_rule.every
-            default_key = f"every={int(interval_rule.every.total_seconds())}s"
+            self._rule = _IntervalRule(every)
+            self.cron, self.every = None, self._rule.every
+            default_key = f"every={int(self._rule.every.total_seconds())}s"
 
         if not isinstance(jitter, timedelta):
             raise ScheduleError(
@@ -929,19 +730,14 @@ class Schedule:
         self._key_given = key is not None
         self.key = key if key is not None else default_key
         self.offset = timedelta(seconds=self._jitter_seconds(self.key, jitter))
-
-    # ------------------------------------------------------------------ jitter
+        canonical = f"v1|{self._rule.canonical}|tz={timezone}|jitter_us={_to_us(jitter)}"
+        self._fingerprint = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
     @staticmethod
     def _jitter_seconds(key: str, jitter: timedelta) -> int:
-        """The stable offset, in whole seconds, in ``[0, jitter)``.
-
-        ``BLAKE2b-64(b"django-fencedjobs:jitter:" + key as UTF-8)`` read as a
-        big-endian integer, modulo the number of whole seconds that fit below
-        ``jitter`` (``ceil(jitter)`` candidates: 0, 1, ... ``ceil(jitter) - 1``).
-        """
-        jitter_us = _to_us(jitter)
-        choices = -(-jitter_us // _US_PER_SECOND)  # ceil
+        """The stable offset: ``BLAKE2b-64(b"django-fencedjobs:jitter:" + key as UTF-8)``, a
+        big-endian integer, modulo ``ceil(jitter)`` in seconds (candidates 0 ... ceil - 1)."""
+        choices = -(-jitter // timedelta(seconds=1))  # ceil
         if choices <= 1:
             return 0
         digest = hashlib.blake2b(
@@ -949,15 +745,9 @@ class Schedule:
         ).digest()
         return int.from_bytes(digest, "big") % choices
 
-    # ------------------------------------------------------------------ public API
-
     def next_after(self, after: datetime) -> datetime:
-        """The first fire time strictly after ``after``, as an aware UTC datetime.
-
-        ``after`` must be aware (any zone). If ``after`` is itself a fire time,
-        the *next* one is returned, so calling this repeatedly walks the
-        schedule.
-        """
+        """The first fire time strictly after ``after`` (aware, any zone), as an aware UTC
+        datetime: the *next* one when ``after`` is itself a fire time."""
         for fire in self.iter_after(after):
             return fire
         raise ScheduleError(
@@ -970,32 +760,19 @@ class Schedule:
         self, start: datetime, end: datetime, limit: int | None = None
     ) -> list[datetime]:
         """Every fire time in ``(start, end]``, ascending, aware UTC; at most ``limit``.
-
-        The interval is open at the start and closed at the end, so
-        consecutive windows ``(a, b]``, ``(b, c]`` never count a fire time twice.
-        """
+        Consecutive windows ``(a, b]``, ``(b, c]`` never count a fire time twice."""
         _require_aware(start, "start")
         _require_aware(end, "end")
         if limit is not None and limit < 0:
             raise ScheduleError(f"limit={limit!r} must be None or a number >= 0.", argument="limit")
-        result: list[datetime] = []
-        if end <= start or limit == 0:
-            return result
-        for fire in self.iter_after(start):
-            if fire > end:
-                break
-            result.append(fire)
-            if limit is not None and len(result) >= limit:
-                break
-        return result
+        if end <= start:
+            return []
+        return _until(self.iter_after(start), end, limit)
 
     def previous_before(self, instant: datetime) -> datetime | None:
         """The last fire time strictly before ``instant``, aware UTC; None when there is
-        none in the :data:`SEARCH_HORIZON_YEARS` before it.
-
-        Fire times are only walked forwards: this looks back over a window of the
-        schedule's shortest interval, doubled until the window holds one.
-        """
+        none in the :data:`SEARCH_HORIZON_YEARS` before it. Fire times are only walked
+        forwards: this looks back over the shortest interval, doubled until it holds one."""
         _require_aware(instant, "instant")
         instant = instant.astimezone(UTC)
         span = max(self.min_interval(), timedelta(seconds=1))
@@ -1017,47 +794,24 @@ class Schedule:
         for base in self._rule.instants_after(after - offset):
             yield base + offset
 
-    @functools.cached_property
-    def _min_interval(self) -> timedelta:
-        # Jitter shifts every fire time by the same offset: gaps are unchanged. Shared by
-        # every schedule of the same rule and zone (a year of fire times is read for it,
-        # and a job's instances often share a few schedules among thousands of keys).
-        return _min_interval_of(self._rule.canonical, self.timezone, self._rule)
-
     def min_interval(self) -> timedelta:
-        """The shortest gap between consecutive fire times (for configuration checks).
-
-        ``every`` for an interval. For cron: the smallest gap among the fire
-        times of one year starting 2025-01-01 in the schedule's zone (at most
-        3000 of them) and among those around each of that year's UTC-offset
-        changes, so both DST transitions count. Computed once and cached.
-        """
-        return self._min_interval
+        """The shortest gap between consecutive fire times (for configuration checks):
+        ``every``; for cron, the smallest among the fire times of the year from 2025-01-01 in
+        the schedule's zone (at most 3000) and around each of its UTC-offset changes, so both
+        DST transitions count. Computed once and cached."""
+        return self._rule.min_interval  # jitter shifts every fire time alike: same gaps
 
     @property
     def crontab(self) -> str | None:
         """The five-field expression with aliases expanded (``@daily`` is ``0 0 * * *``);
         None for an ``every=`` schedule."""
-        if self.cron is None:
-            return None
-        return _ALIASES.get(self.cron, self.cron)
+        return None if self.cron is None else _ALIASES.get(self.cron, self.cron)
 
     def fingerprint(self) -> str:
-        """A short hex digest of (cron or every, timezone, jitter).
-
-        Stable across processes and Python versions (SHA-256 of a canonical
-        string), so it can be stored to notice that a job's schedule changed.
-        ``key`` is not part of it: it is the job's name, stored alongside.
-        """
+        """A short hex digest of (cron or every, timezone, jitter), stable across processes
+        and Python versions (SHA-256), stored to notice that a job's schedule changed. ``key``
+        is not part of it: it is the job's name, stored alongside."""
         return self._fingerprint
-
-    @functools.cached_property
-    def _fingerprint(self) -> str:
-        # Cached: every tick compares it for every job.
-        canonical = f"v1|{self._rule.canonical}|tz={self.timezone}|jitter_us={_to_us(self.jitter)}"
-        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
-
-    # ------------------------------------------------------------------ value semantics
 
     def _identity(self) -> tuple[object, ...]:
         return (self.cron, self.every, self.timezone, self.jitter, self.key)

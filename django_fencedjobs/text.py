@@ -10,8 +10,7 @@ ERROR_EXCERPT_CHARS = 160
 
 
 def one_line(exc: BaseException) -> str:
-    """``exc``'s message on one line (its type's name when it has none): for a command's
-    one-line error and an ``ImproperlyConfigured``."""
+    """``exc``'s message on one line (its type's name when it has none)."""
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
@@ -23,17 +22,9 @@ def error_excerpt(error: str, limit: int = ERROR_EXCERPT_CHARS) -> str:
 
 
 def storable(text: str) -> str:
-    """``text`` as any database stores it: a NUL character (which PostgreSQL refuses in
-    text) written ``\\x00``, a lone surrogate (which no encoding takes) as ``?``. A
-    handler's exception message may hold either, and its run's end must still be
-    recorded."""
-    if "\x00" in text:
-        text = text.replace("\x00", "\\x00")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return text
+    """``text`` as any database stores it, for a handler's exception message: a NUL (which
+    PostgreSQL refuses in text) written ``\\x00``, a lone surrogate (no encoding takes it) ``?``."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "replace").decode("utf-8")
 
 
 def bounded(text: str, limit: int) -> str:

@@ -1,14 +1,5 @@
-"""``manage.py backfill JOB --from ISO --to ISO``: queue runs of a job's past slots, from a
-shell or a runbook. ``--dry-run`` lists each slot of the range, the ones it would queue
-(with the attempt each would be, and its last outcome) and the ones it leaves (and why),
-and queues nothing. The work is :mod:`django_fencedjobs.backfills`'.
-
-Exit status: 0 queued, nothing to queue, or a dry run; 1 a backfill that cannot be made as
-asked (an unknown or invalid job, a job run as its instances, ``--to`` not after
-``--from`` or in the future, more slots than one backfill takes), an invalid
-``FENCEDJOBS``, the database unreachable or not migrated; 2 bad arguments (argparse's
-usage, then one line): an instant without an offset or not ISO 8601, ``--at-once`` below 1.
-Nothing is queued unless the exit status is 0.
+"""``manage.py backfill``: queue runs of a job's past slots, from a shell or a runbook (the
+work is :mod:`django_fencedjobs.backfills`'); ``help`` below says how, and the exit statuses.
 """
 
 from __future__ import annotations
@@ -17,16 +8,13 @@ import argparse
 from datetime import datetime, tzinfo
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.core.management.base import BaseCommand, CommandParser
 
 from django_fencedjobs import instances, preflight
 from django_fencedjobs.backfills import BackfillError, BackfillPlan, backfill, plan_backfill
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant, format_with_utc, parse_instant
 from django_fencedjobs.models import BackfillSelection
-from django_fencedjobs.text import one_line
 
 
 class Command(BaseCommand):
@@ -72,7 +60,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--at-once",
             dest="concurrency",
-            type=_positive_int,
+            type=preflight.positive_int,
             default=1,
             metavar="N",
             help="At most N of its slots run at the same time (default 1).",
@@ -102,7 +90,7 @@ class Command(BaseCommand):
     ) -> None:
         order = "newest first" if newest_first else "oldest first"
         how = f"{selection} slots, {concurrency} at once, {order}"
-        try:
+        with preflight.command_errors(BackfillError, UnknownJob):
             preflight.check_settings()
             preflight.check_tables()
             plan = plan_backfill(name, start, end, selection=selection)
@@ -122,6 +110,7 @@ class Command(BaseCommand):
                     f"is selected ({selection}); --dry-run says why."
                 )
                 return
+            user = preflight.shell_user()  # who asked, for the backfill's record
             request, queued = backfill(
                 name,
                 start,
@@ -129,14 +118,8 @@ class Command(BaseCommand):
                 selection=selection,
                 concurrency=concurrency,
                 newest_first=newest_first,
-                requested_by=_operator(),
+                requested_by=f"{user} (manage.py backfill)" if user else "manage.py backfill",
             )
-        except (BackfillError, UnknownJob) as exc:
-            raise CommandError(one_line(exc)) from None
-        except ImproperlyConfigured as exc:
-            raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
-        except (DatabaseError, preflight.NotMigrated) as exc:
-            raise preflight.unavailable(exc) from None
         self.stdout.write(
             f"Backfill {request.pk}: queued {_slots(len(queued.slots))} of {name} {span} "
             f"({how}), left {len(queued.left)}."
@@ -167,28 +150,8 @@ def _slots(n: int) -> str:
     return f"{n} slot{'' if n == 1 else 's'}"
 
 
-def _operator() -> str:
-    """Who asked, for the backfill's record: the shell's user, as ``getpass`` finds it."""
-    import getpass
-
-    try:
-        return f"{getpass.getuser()} (manage.py backfill)"
-    except (KeyError, OSError):  # no user name to be found (a container without one)
-        return "manage.py backfill"
-
-
 def _instant(text: str) -> datetime:
     try:
         return parse_instant(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value

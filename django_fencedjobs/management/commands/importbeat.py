@@ -1,12 +1,5 @@
-"""``manage.py importbeat``: django-celery-beat's periodic tasks as instances of jobs declared
-with ``@job(instances=True)``. A dry run unless ``--commit``; one line per row (``create``,
-``change``, ``unchanged``, or ``skip`` and why), then a summary.
-
-Exit status: 0 every row mapped; 1 some could not be (with ``--commit`` the others are
-written all the same); 2 bad arguments (argparse's usage, or one line for a ``--map``);
-:data:`UNREADABLE` (3) nothing could be read: django-celery-beat not installed or not
-migrated, the app's tables missing, the database unavailable, ``FENCEDJOBS`` invalid. The
-mapping is :mod:`django_fencedjobs.beat`'s; docs/celery-beat.md is the users' page.
+"""``manage.py importbeat``: django-celery-beat's periodic tasks as instances (the mapping is
+:mod:`django_fencedjobs.beat`'s); ``help`` below says how, and the exit statuses.
 """
 
 from __future__ import annotations
@@ -14,18 +7,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
 from django_fencedjobs import beat, preflight
-from django_fencedjobs.text import one_line
-
-#: The exit status when there is nothing the command could read (or write) at all: every
-#: command's for a database it cannot read.
-UNREADABLE = preflight.DATABASE_UNAVAILABLE
-#: The exit status for bad arguments, as argparse's own.
-USAGE = 2
 
 
 class Command(BaseCommand):
@@ -59,24 +43,18 @@ class Command(BaseCommand):
         try:
             mapping = beat.parse_maps(maps)
         except beat.BadMap as exc:
-            raise CommandError(str(exc), returncode=USAGE) from None
+            raise CommandError(str(exc), returncode=2) from None
         counts: Counter[str] = Counter()
-        try:
-            preflight.check_settings()
-            preflight.check_tables()
-            for row in beat.import_rows(mapping, commit=commit):
-                counts[row.action] += 1
-                self.stdout.write(row.line)
-        except (beat.BeatUnavailable, preflight.NotMigrated) as exc:
-            raise CommandError(str(exc), returncode=UNREADABLE) from None
-        except ImproperlyConfigured as exc:
-            raise CommandError(
-                f"FENCEDJOBS is invalid: {one_line(exc)}", returncode=UNREADABLE
-            ) from None
-        except DatabaseError as exc:
-            raise CommandError(
-                f"database unavailable: {one_line(exc)}", returncode=UNREADABLE
-            ) from None
+        unreadable = preflight.DATABASE_UNAVAILABLE  # nothing could be read (or written)
+        with preflight.command_errors(settings_returncode=unreadable):
+            try:
+                preflight.check_settings()
+                preflight.check_tables()
+                for row in beat.import_rows(mapping, commit=commit):
+                    counts[row.action] += 1
+                    self.stdout.write(row.line)
+            except beat.BeatUnavailable as exc:
+                raise CommandError(str(exc), returncode=unreadable) from None
         self.stdout.write(beat.summary(counts, commit=commit))
         if counts["skip"]:
             total = sum(counts.values())

@@ -1,32 +1,19 @@
-"""``manage.py jobctl pause|resume|skip NAME``: the admin's operations on one job, one
-instance (``job[key]``) or every instance of a job (``job[*]``), from a shell or a runbook.
-One line on stdout says what was done, or one line on stderr why not.
-
-Exit status: 0 done, or nothing to change (already paused, not paused); 1 an unknown or
-invalid job, an invalid ``FENCEDJOBS``; 2 bad arguments (argparse's usage, then one line);
-:data:`~django_fencedjobs.preflight.DATABASE_UNAVAILABLE` (3) the database unreachable or
-not migrated; :data:`BUSY` (75) a run kept the job's lease row locked inside a fenced
-transaction past the bounded wait, so nothing changed (with ``job[*]``: for the instances
-the line names; the others were operated on): try again. The work is
-:mod:`django_fencedjobs.manual`'s. A slot skipped (``skip``, ``resume --from-now``) is
-recorded as skipped by ``jobctl (<the shell's user>)``.
+"""``manage.py jobctl``: the admin's operations on a job, an instance or every instance of a
+job, from a shell or a runbook (the work is :mod:`django_fencedjobs.manual`'s); ``help`` below
+says how, and the exit statuses.
 """
 
 from __future__ import annotations
 
-import getpass
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
 from django_fencedjobs import instances, manual, preflight
 from django_fencedjobs.db import LOCK_WAIT
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.registry import Job
-from django_fencedjobs.text import one_line
 
 #: The exit status for a busy lease row: EX_TEMPFAIL of sysexits.h, "a temporary failure;
 #: the user is invited to retry". Distinct from every other status of the app's commands.
@@ -43,15 +30,6 @@ TALLIES = {
     "resume": ("resumed", "not paused"),
     "skip": ("skipped the next slot of", ""),
 }
-
-
-def operator() -> str:
-    """Who operates, as a skipped slot's record names them: ``jobctl (<user>)``, or
-    ``jobctl`` when the shell's user cannot be told."""
-    try:
-        return f"{manual.OPERATOR} ({getpass.getuser()})"
-    except (KeyError, OSError):  # no login name, and no passwd entry for the uid
-        return manual.OPERATOR
 
 
 class Command(BaseCommand):
@@ -90,25 +68,23 @@ class Command(BaseCommand):
     ) -> None:
         if from_now and operation != "resume":
             raise CommandError("--from-now goes with resume only", returncode=2)
-        by = operator()
-        try:
+        user = preflight.shell_user()  # who operates, as a skipped slot's record names them
+        by = f"{manual.OPERATOR} ({user})" if user else manual.OPERATOR
+        with preflight.command_errors():
             preflight.check_settings()
             preflight.check_tables()
-            every = manual.every_instance(name)
-            if every is not None:
-                operate = OPERATIONS[operation]
-                base = name[: -len("[*]")]
-                tally = manual.operate_each(every, lambda job: operate(job, from_now, by), base)
-            else:
-                done = OPERATIONS[operation](_operable(name), from_now, by)
-        except manual.JobBusy as exc:
-            raise CommandError(str(exc), returncode=BUSY) from None
-        except UnknownJob as exc:
-            raise CommandError(str(exc)) from None
-        except ImproperlyConfigured as exc:
-            raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
-        except (DatabaseError, preflight.NotMigrated) as exc:
-            raise preflight.unavailable(exc) from None
+            try:
+                every = manual.every_instance(name)
+                if every is not None:
+                    operate = OPERATIONS[operation]
+                    base = name[: -len("[*]")]
+                    tally = manual.operate_each(every, lambda job: operate(job, from_now, by), base)
+                else:
+                    done = OPERATIONS[operation](_operable(name), from_now, by)
+            except manual.JobBusy as exc:
+                raise CommandError(str(exc), returncode=BUSY) from None
+            except UnknownJob as exc:
+                raise CommandError(str(exc)) from None
         if every is None:
             self.stdout.write(done.line)
             return

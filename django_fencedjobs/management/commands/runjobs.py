@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
@@ -25,9 +24,8 @@ from django_fencedjobs.models import Outcome
 from django_fencedjobs.registry import Job
 from django_fencedjobs.text import error_excerpt, one_line
 
-#: ``--now``: the run was recorded, and did not succeed. Not 2, argparse's exit status for
-#: a usage error, nor 3, every command's for a database it cannot read
-#: (:data:`~django_fencedjobs.preflight.DATABASE_UNAVAILABLE`).
+#: ``--now``: the run was recorded, and did not succeed. Not 2 (argparse's usage error) nor
+#: 3 (:data:`~django_fencedjobs.preflight.DATABASE_UNAVAILABLE`).
 RUN_DID_NOT_SUCCEED = 5
 #: The loop or ``--once`` stopped because too many handlers it gave up on are still running
 #: (``MAX_ABANDONED_HANDLERS``): its runs are recorded, and a new process should take over.
@@ -62,14 +60,14 @@ class Command(BaseCommand):
         mode.add_argument(
             "--now",
             metavar="NAME",
-            help="Run this job once, now, through its lease, recorded like any run; exit 0 "
-            "when it succeeded, 3 when it did not (failed, timed out, or stopped by a "
-            "signal), 1 when it could not start (unknown, invalid or paused job, or its "
-            "lease held by another run).",
+            help="Run this job once, now, through its lease, recorded like any run; exit 0 when "
+            f"it succeeded, {RUN_DID_NOT_SUCCEED} when it did not (failed, timed out, lost its "
+            "fence, or stopped by a signal), 1 when it could not start (unknown, invalid or "
+            "paused job, or its lease held by another run).",
         )
         parser.add_argument(
             "--workers",
-            type=_positive_int,
+            type=preflight.positive_int,
             metavar="N",
             help="Run up to N jobs side by side (default: FENCEDJOBS['WORKERS'], 4).",
         )
@@ -126,13 +124,10 @@ class Command(BaseCommand):
                         dispatcher.loop()
 
     def _select(self, names: list[str] | None, *, skip_checks: bool) -> tuple[list[Job], list[Job]]:
-        """The jobs to run and the invalid ones: the named ones (all valid, or a one-line
-        error), else every job, each invalid one reported on one line; then the system
-        checks."""
-        try:
+        """The named jobs (all valid, or a one-line error), else every job (each invalid one
+        reported on one line), split into valid and invalid; then the system checks."""
+        with preflight.command_errors():
             preflight.check_settings()
-        except ImproperlyConfigured as exc:
-            raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
         try:
             valid, invalid = preflight.select_jobs(names)  # an instance's name is looked up
         except UnknownJob as exc:
@@ -158,44 +153,44 @@ class Command(BaseCommand):
 
 
 def _start(metrics: tuple[str, int] | None) -> None:
-    """Fail fast if the database is unreachable, not migrated or at a stricter isolation
-    level at start (once running, the loop survives the database going away); then serve
-    the metrics if asked."""
+    """Fail fast on a database unreachable, not migrated or at a stricter isolation level
+    (once running, the loop survives it going away); then serve the metrics if asked."""
     preflight.check_tables()
     problem = db.isolation_problem()
     if problem:
         raise CommandError(problem)
-    if metrics is not None:
-        _serve_metrics(*metrics)
+    if metrics is None:
+        return
+    host, port = metrics
+    try:
+        from django_fencedjobs.integrations import prometheus
+    except ImportError as exc:
+        raise CommandError(one_line(exc)) from None
+    try:
+        prometheus.serve(host, port)
+    except OSError as exc:
+        raise CommandError(f"cannot serve the metrics on {host}:{port}: {exc}") from None
 
 
 @contextlib.contextmanager
 def _as_command_errors() -> Iterator[None]:
     """What ends a runner early, as a one-line error and its exit status."""
     try:
-        yield
+        with preflight.command_errors():  # e.g. a clock that returns no aware datetime
+            yield
     except loop.TooManyAbandonedHandlers as exc:
         raise CommandError(str(exc), returncode=TOO_MANY_ABANDONED_HANDLERS) from None
-    except preflight.NotMigrated as exc:
-        raise preflight.unavailable(exc) from None
     except FencedJobsError as exc:  # --now: paused, or its lease is held
         raise CommandError(str(exc)) from None
-    except DatabaseError as exc:
-        raise preflight.unavailable(exc) from None
-    except ImproperlyConfigured as exc:  # e.g. a clock that returns no aware datetime
-        raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
 
 
 @contextlib.contextmanager
 def _stopped_by_signals(dispatcher: loop.Dispatcher) -> Iterator[None]:
-    """SIGTERM and SIGINT stop ``dispatcher`` for the duration: the first gracefully
-    (:func:`_stop_gracefully`), a second at once (:func:`_exit_now`).
-
-    The handler only hands the signal to a thread of its own, which stops the dispatcher.
-    A handler runs in the main thread between two of its bytecodes, perhaps while that
-    thread holds the lock of one of the dispatcher's events (``Event.clear()`` and
-    ``wait()`` take it): setting the event there would wait for that lock forever. A
-    ``SimpleQueue``'s ``put`` is safe in a handler; that thread does the rest."""
+    """SIGTERM and SIGINT stop ``dispatcher`` for the duration: the first gracefully, a
+    second at once (:func:`_exit_now`). The handler only puts the signal on a ``SimpleQueue``
+    for a thread that stops the dispatcher: a handler runs in the main thread between two
+    bytecodes, perhaps while it holds the lock of one of the dispatcher's events
+    (``Event.clear()``, ``wait()``), and setting the event there would wait for it forever."""
     received: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
     def stop_gracefully(signum: int, frame: FrameType | None) -> None:
@@ -206,7 +201,13 @@ def _stopped_by_signals(dispatcher: loop.Dispatcher) -> Iterator[None]:
     def relay() -> None:
         signum = received.get()
         if signum is not None:
-            _stop_gracefully(dispatcher, signum)
+            # The line first: once stopped, the process may end before this thread runs again.
+            print(
+                f"received {signal.Signals(signum).name}: stopping after the current batch",
+                file=sys.stderr,
+                flush=True,
+            )
+            dispatcher.request_stop()  # finish the batch, record, release, end
 
     threading.Thread(target=relay, name="fencedjobs-stop-signal", daemon=True).start()
     previous = {sig: signal.signal(sig, stop_gracefully) for sig in STOP_SIGNALS}
@@ -220,10 +221,9 @@ def _stopped_by_signals(dispatcher: loop.Dispatcher) -> Iterator[None]:
 
 def _run_now(job: Job, dispatcher: loop.Dispatcher) -> None:
     """``--now``: exit 0 when the run succeeded, else :data:`RUN_DID_NOT_SUCCEED`, with one
-    line saying why. A run a signal stopped did not succeed either: it finished its batch
-    and recorded it, but the work it was asked for is not all done, and a script that runs
-    ``--now`` before its next step must not go on as if it were (the loop and ``--once``
-    exit 0 on that signal: for them it is the ordinary way to stop)."""
+    line saying why. A run a signal stopped did not succeed either: the work it was asked
+    for is not all done, and a script that runs ``--now`` before its next step must not go
+    on (the loop and ``--once`` exit 0 on that signal: for them it is the way to stop)."""
     record = manual.run_now(job, stop=dispatcher.stop)
     if record.outcome == Outcome.INTERRUPTED:
         raise CommandError(
@@ -239,36 +239,10 @@ def _run_now(job: Job, dispatcher: loop.Dispatcher) -> None:
         )
 
 
-def _serve_metrics(host: str, port: int) -> None:
-    try:
-        from django_fencedjobs.integrations import prometheus
-    except ImportError as exc:
-        raise CommandError(one_line(exc)) from None
-    try:
-        prometheus.serve(host, port)
-    except OSError as exc:
-        raise CommandError(f"cannot serve the metrics on {host}:{port}: {exc}") from None
-
-
-def _stop_gracefully(dispatcher: loop.Dispatcher, signum: int) -> None:
-    """First SIGTERM or SIGINT: finish the current batch, record, release, and end (the loop
-    and ``--once`` exit 0; ``--now`` exits 3, its run did not do all it was asked). The next
-    one, either of them, exits at once (:func:`_exit_now`, installed by the handler)."""
-    # The line first: once stopped, the process may end before this thread is run again.
-    print(
-        f"received {signal.Signals(signum).name}: stopping after the current batch",
-        file=sys.stderr,
-        flush=True,
-    )
-    dispatcher.request_stop()
-
-
 def _exit_now(signum: int, frame: FrameType | None) -> None:
-    """A second SIGTERM or SIGINT, while stopping: one line, and the process ends at once,
-    killed by that signal (as if it had no handler; so the shell or the script that started
-    it sees it interrupted: exit status 128 + the signal's number). Nothing is recorded: the
-    runs in progress keep their leases until ``lease_ttl`` runs out, their open
-    transactions roll back, and the next run of each job marks them abandoned."""
+    """A second SIGTERM or SIGINT, while stopping: one line, and the process is killed by
+    that signal (exit status 128 + its number). Nothing is recorded: the runs in progress
+    keep their leases, roll back, and are marked abandoned by their job's next run."""
     sys.stderr.write(
         f"received {signal.Signals(signum).name} while stopping: exiting now; runs in "
         "progress roll back their open transactions and are marked abandoned by their "
@@ -289,13 +263,3 @@ def _address(text: str) -> tuple[str, int]:
     if not 0 < number < 65536:
         raise argparse.ArgumentTypeError(f"expected [HOST:]PORT, e.g. 127.0.0.1:9108, got {text!r}")
     return host or "127.0.0.1", number
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value

@@ -1,15 +1,5 @@
-"""``manage.py runonce JOB --at ISO|now [--kwargs JSON]``: one run of a job or an instance
-at an instant, outside its schedule, with arguments of its own if wanted; the runners run
-it, under its own lease, recorded as a run of kind ``once``. The work is
-:func:`django_fencedjobs.backfills.run_once`'s.
-
-Exit status: 0 queued; 1 a one-off that cannot be made as asked (an unknown or invalid job,
-a job run as its instances, arguments its handler does not take (``fencedjobs.E012``), one
-queued already at that instant), an invalid ``FENCEDJOBS``; 2 bad arguments (argparse's
-usage, then one line): an instant without an offset or not ISO 8601, an instant in the past
-without ``--past``, ``--kwargs`` that is not a JSON object;
-:data:`~django_fencedjobs.preflight.DATABASE_UNAVAILABLE` (3) the database unreachable or
-not migrated. Nothing is queued unless the exit status is 0.
+"""``manage.py runonce``: one run of a job or an instance at an instant, outside its schedule
+(the work is :func:`django_fencedjobs.backfills.run_once`'s); ``help`` below says how.
 """
 
 from __future__ import annotations
@@ -19,15 +9,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
 from django_fencedjobs import clock, instances, preflight
 from django_fencedjobs.backfills import BackfillError, run_once
 from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.instants import format_instant, format_wait, format_with_utc, parse_instant
-from django_fencedjobs.text import one_line
 
 #: ``--at now``: the one-off is due at once.
 NOW = "now"
@@ -77,33 +64,22 @@ class Command(BaseCommand):
         past: bool = False,
         **options: Any,
     ) -> None:
-        try:
+        with preflight.command_errors(BackfillError, UnknownJob):
             preflight.check_settings()
             preflight.check_tables()
             now = clock.now()
             when = at if isinstance(at, datetime) else now
-            if when < now and not past:
-                raise _in_the_past(when, now)
+            if when < now and not past:  # a bad argument: it would run at once
+                raise CommandError(
+                    f"--at {format_instant(when, UTC)} is in the past ({format_wait(now - when)} "
+                    "ago): the one-off would run at once, as the run of that instant; give --at "
+                    "now to run it now, or add --past to run it for that instant",
+                    returncode=2,
+                )
             row = run_once(name, when, kwargs=kwargs)
             tz = instances.get_job(name).valid_schedule.tz
-        except (BackfillError, UnknownJob) as exc:
-            raise CommandError(one_line(exc)) from None
-        except ImproperlyConfigured as exc:
-            raise CommandError(f"FENCEDJOBS is invalid: {one_line(exc)}") from None
-        except (DatabaseError, preflight.NotMigrated) as exc:
-            raise preflight.unavailable(exc) from None
         due = f"in {format_wait(when - now)}" if when > now else "at the next tick"
         self.stdout.write(f"One-off {row}: runs at {format_with_utc(when, tz)} ({due}).")
-
-
-def _in_the_past(when: datetime, now: datetime) -> CommandError:
-    """An ``--at`` before now, without ``--past``: a bad argument (it would run at once)."""
-    return CommandError(
-        f"--at {format_instant(when, UTC)} is in the past ({format_wait(now - when)} ago): "
-        "the one-off would run at once, as the run of that instant; give --at now to run it "
-        "now, or add --past to run it for that instant",
-        returncode=2,
-    )
 
 
 def _at(text: str) -> datetime | str:
