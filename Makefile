@@ -72,17 +72,17 @@ pooler-deps:
 		fi; \
 	fi
 
-# make test runs the PostgreSQL pass, then the SQLite pass, in three parts that each print
-# their output, and how long they took, when they end (the PostgreSQL pass's two parts side
-# by side, make -j2; the SQLite pass after them, because the fault tests of both, with real
-# runner processes and their lateness measured, starve each other of the two cores when
-# all three parts run at once):
+# make test runs three parts in two lines side by side (make -j2), each part printing its
+# output, and how long it took, when it ends:
 #   test-postgres-shared  the suite on a throwaway PostgreSQL, TEST_WORKERS tests at a time
 #                         (pytest-xdist; each worker has a test database of its own);
+# beside it, one after the other (test-server-then-sqlite):
 #   test-postgres-server  the throwaway_server tests (the soak, server restarts), which
 #                         restart their server: one at a time, on a throwaway server of
 #                         their own;
 #   test-sqlite           the suite on SQLite, TEST_WORKERS tests at a time.
+# Never all three at once: the fault tests of the three, with real runner processes and
+# their lateness measured, starve each other of the two cores.
 # A test that uses no database and gives the same result on both (database_independent,
 # see tests/conftest.py) runs once, on the SQLite pass; make test-postgres runs those
 # too. Every part always runs; the target fails if any failed (pytest's exit code 5, "no
@@ -105,17 +105,22 @@ pytest_part = start=$$(date +%s); rc=0; $(2) || rc=$$?; \
 	else echo "==> $(1): FAILED (exit $$rc) after $$took"; fi; exit $$rc
 
 test: venv browser-deps pooler-deps
-	@echo "==> make test: the PostgreSQL pass (its two parts side by side), then the SQLite pass, $(TEST_WORKERS) tests at a time in each; each part prints its output when it ends"
+	@echo "==> make test: the PostgreSQL pass, and beside it its server tests then the SQLite pass, $(TEST_WORKERS) tests at a time in each; each part prints its output when it ends"
 	@start=$$(date +%s); rc=0; \
 	$(MAKE) --no-print-directory -k -j2 --output-sync=target \
 		PG_SHARED_MARKS="not throwaway_server and not database_independent" \
-		test-postgres-shared test-postgres-server || rc=1; \
-	$(MAKE) --no-print-directory test-sqlite || rc=1; \
+		test-postgres-shared test-server-then-sqlite || rc=1; \
 	if [ $$rc -eq 0 ]; then \
 		echo "make test: all passes (PostgreSQL, SQLite) passed in $$(( $$(date +%s) - start )) s"; \
 	else \
 		echo "make test: FAILED (the part that failed says so above)"; exit 1; \
 	fi
+
+# Both always run; it fails if either failed.
+.PHONY: test-server-then-sqlite
+test-server-then-sqlite:
+	@rc=0; $(MAKE) --no-print-directory test-postgres-server || rc=1; \
+	$(MAKE) --no-print-directory test-sqlite || rc=1; exit $$rc
 
 test-postgres: venv browser-deps pooler-deps
 	@$(MAKE) --no-print-directory -k -j2 --output-sync=target test-postgres-shared test-postgres-server
