@@ -17,27 +17,21 @@ class FencedJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Register on import: the system checks (fencedjobs.E001...) and Sentry Crons
-        # check-ins (run_started/run_finished; inert unless sentry-sdk is initialised).
-        from django_fencedjobs import checks  # noqa: F401
+        # Register on import: the system checks (fencedjobs.E001...), Sentry Crons check-ins
+        # (run_started/run_finished; inert unless sentry-sdk is initialised) and the
+        # instances' model signals (their lease rows written on save).
+        from django_fencedjobs import checks, instances  # noqa: F401
         from django_fencedjobs.integrations import sentry, uses_tasks  # noqa: F401
-
-        # Tasks a run enqueued report to the run from the workers (django.tasks signals).
-        if uses_tasks():
-            from django_fencedjobs.integrations import tasks  # noqa: F401
-
-        # Instances (schedules as data): their rows are checked and their lease rows
-        # written on save (model signals), and each job declared with instances=True gets
-        # its `.instances` as it is declared.
-        from django_fencedjobs import instances
         from django_fencedjobs.registry import registry
 
+        # Each job declared with instances=True gets its `.instances` as it is declared.
         if instances.attach not in registry.on_register:
             registry.on_register.append(instances.attach)
 
         # Every installed app's ``jobs`` module declares its jobs with @job.
         autodiscover_modules("jobs")
-        # ...and FENCEDJOBS["TASK_SCHEDULE"] a job per task it names, as schedule_task does.
+        # ...and FENCEDJOBS["TASK_SCHEDULE"] a job per task it names, as schedule_task does;
+        # the import connects the receivers of the workers' reports (django.tasks signals).
         if uses_tasks():
             from django_fencedjobs.integrations.tasks import schedule_settings
 

@@ -1,20 +1,8 @@
 """System checks: configuration mistakes surface at ``manage.py check``, never as a surprise
-at 3 a.m.
-
-Every id, what it reports and how to fix it: docs/checks.md, the reference. The ids of
-the problems of one job's declaration are found by :mod:`registry`, which keeps them on the
-job (:attr:`~django_fencedjobs.registry.Job.check_id`); this module turns them into
-messages, with a hint, and checks the installation itself.
-
-E001 to E008, E011 to E013 and E017 are about one job, which is *invalid* (see :mod:`registry`):
-it does not run, and the other jobs are not affected. ``manage.py check`` reports them as
-errors, so a CI step or a deployment that runs it fails. Any other command that runs the
-checks (``migrate``, ``runserver``, a project's own commands) shows them as warnings and
-carries on: a typo in one job must not block a deployment's migration or stop the
-development server. ``runjobs`` reports them itself, one line per invalid job.
-
-E009, E010 and E014 to E016 concern the whole installation: they are errors for every command
-that runs the checks. ``runjobs`` and ``checkjobs`` report a bad ``FENCEDJOBS`` in one line.
+at 3 a.m. Every id, what it reports and how to fix it: docs/checks.md. A job's problems are
+found by :mod:`registry` (:attr:`~django_fencedjobs.registry.Job.check_id`) and worded here;
+an invalid job is an error for ``manage.py check`` and a warning for any other command (a
+typo in one job must not block a migration), the installation's problems errors everywhere.
 """
 
 from __future__ import annotations
@@ -61,41 +49,25 @@ _SEE_DOCS = "See docs/checks.md."
 _UNTIL_FIXED = "Until then this job does not run; the other jobs do."
 
 #: E001's hint, by what the message says is wrong (the first match wins).
-_CRON_HINTS = (
-    (
-        ("needs a schedule", "got neither", "not both"),
-        "Give exactly one schedule: a cron expression as @job's first argument, or "
-        "every=timedelta(...).",
-    ),
-    (
-        ("every=",),
-        "Pass every=timedelta(...) of a whole number of seconds, at least one, e.g. "
-        "every=timedelta(minutes=5).",
-    ),
-    (
-        ("is outside", "is not a number between"),
-        "Keep each field in its range: minute 0-59, hour 0-23, day-of-month 1-31, "
-        "month 1-12 or jan-dec, day-of-week 0-7 or sun-sat (0 and 7 are Sunday).",
-    ),
-    (
-        ("never fires",),
-        "Pick a day that exists in the chosen months, e.g. '0 0 28 2 *' rather than '0 0 30 2 *'.",
-    ),
-    (
-        ("alias", "@reboot"),
-        "Use a 5-field expression or one of @hourly, @daily, @weekly, @monthly, @yearly.",
-    ),
-    (
-        ("is allowed only in", "take a single day", "the number after #"),
-        "L and W go in the day-of-month field (L: the last day, LW: the last weekday, 15W: the "
-        "weekday nearest the 15th), L and # in the day-of-week field (5L: the last Friday, 1#2: "
-        "the second Monday, 1 to 5 after #), each after a single day: list several with commas.",
-    ),
-    (
-        ("non-standard", "empty list item", "the step", "is reversed"),
-        "In each field use *, a number, a range a-b, a list a,b or a step */n or a-b/n.",
-    ),
-)
+_CRON_HINTS = {
+    ("needs a schedule", "got neither", "not both"): "Give exactly one schedule: a cron "
+    "expression as @job's first argument, or every=timedelta(...).",
+    ("every=",): "Pass every=timedelta(...) of a whole number of seconds, at least one, e.g. "
+    "every=timedelta(minutes=5).",
+    ("is outside", "is not a number between"): "Keep each field in its range: minute 0-59, "
+    "hour 0-23, day-of-month 1-31, month 1-12 or jan-dec, day-of-week 0-7 or sun-sat (0 and 7 "
+    "are Sunday).",
+    ("never fires",): "Pick a day that exists in the chosen months, e.g. '0 0 28 2 *' rather "
+    "than '0 0 30 2 *'.",
+    ("alias", "@reboot"): "Use a 5-field expression or one of @hourly, @daily, @weekly, "
+    "@monthly, @yearly.",
+    ("is allowed only in", "take a single day", "the number after #"): "L and W go in the "
+    "day-of-month field (L: the last day, LW: the last weekday, 15W: the weekday nearest the "
+    "15th), L and # in the day-of-week field (5L: the last Friday, 1#2: the second Monday, 1 "
+    "to 5 after #), each after a single day: list several with commas.",
+    ("non-standard", "empty list item", "the step", "is reversed"): "In each field use *, a "
+    "number, a range a-b, a list a,b or a step */n or a-b/n.",
+}
 _FIVE_FIELDS = (
     "Write five fields: minute hour day-of-month month day-of-week, e.g. '*/15 * * * *', "
     "or pass every=timedelta(...)."
@@ -121,7 +93,7 @@ def _hint(job: Job) -> str:
     if job.check_id == CheckId.CRON:
         text = str(job.schedule_error)
         hint = next(
-            (hint for needles, hint in _CRON_HINTS if any(n in text for n in needles)),
+            (hint for needles, hint in _CRON_HINTS.items() if any(n in text for n in needles)),
             _FIVE_FIELDS,
         )
     else:
@@ -130,13 +102,9 @@ def _hint(job: Job) -> str:
 
 
 def _run_by_a_command_other_than_check() -> bool:
-    """Whether a management command other than ``check`` is running the checks.
-
-    Django tells a check function nothing about who runs it, and ``migrate`` and
-    ``runserver`` run every check, so the innermost management command on the call stack
-    decides. ``manage.py check``, ``call_command("check")`` (Django's test runner uses it)
-    and a direct ``run_checks()`` get errors; ``migrate``, ``runserver`` and other commands
-    get warnings.
+    """Whether a management command other than ``check`` is running the checks: Django tells
+    a check function nothing about who runs it, so the innermost management command on the
+    call stack decides (none: a direct ``run_checks()``, which gets errors as ``check`` does).
     """
     from django.core.management.base import BaseCommand
     from django.core.management.commands.check import Command as CheckCommand
@@ -160,25 +128,22 @@ def check_jobs(
     if _reported_by_caller.get():
         return []
     level = checks.WARNING if _run_by_a_command_other_than_check() else checks.ERROR
-    messages: list[checks.CheckMessage] = []
-    for job in registry.all():
-        if not job.valid:
-            messages.append(
-                checks.CheckMessage(
-                    level, str(job.schedule_error), hint=_hint(job), obj=job.name, id=job.check_id
-                )
-            )
+    messages = [
+        checks.CheckMessage(
+            level, str(job.schedule_error), hint=_hint(job), obj=job.name, id=job.check_id
+        )
+        for job in registry.all()
+        if not job.valid
+    ]
     messages.extend(_stampede_warning([job for job in registry.all() if job.schedule is not None]))
     return messages
 
 
 #: W001: this many jobs or more, none with jitter, firing at one instant are a stampede.
 STAMPEDE_JOBS = 10
-#: How far ahead W001 looks for such an instant: a week, so that weekly schedules are seen
-#: whatever the day the check runs.
+#: How far ahead W001 looks for such an instant: a week, to see weekly schedules.
 STAMPEDE_HORIZON = timedelta(days=7)
-#: Interval schedules finer than this are matched by arithmetic, not listed: every=1s fires
-#: 604,800 times a week.
+#: Interval schedules finer than this are matched by arithmetic, not listed (every=1s).
 _LISTED_EVERY = timedelta(minutes=1)
 #: Job names W001's hint lists, at most.
 _NAMES_SHOWN = 5
@@ -208,15 +173,9 @@ def _stampede_warning(jobs: Sequence[Job]) -> list[checks.CheckMessage]:
 def stampede(jobs: Sequence[Job], now: datetime) -> tuple[datetime, list[str]] | None:
     """The instant in ``(now, now + STAMPEDE_HORIZON]`` at which the most jobs without
     jitter fire (the earliest of equals), and their names, when they are
-    :data:`STAMPEDE_JOBS` or more; else None. A group of that many jobs with the same
-    schedule fires together at each of its fire times, however rare: its next one counts
-    whatever the horizon.
-
-    Cheap for hundreds of jobs: jobs with the same fire times (cron and zone, or interval)
-    are expanded once, and only when enough jobs are without jitter; an expansion is at
-    most one fire time a minute for a week (an interval under a minute is matched by
-    arithmetic instead), less than what the checks already compute per job
-    (:meth:`Schedule.min_interval`, a year of fire times).
+    :data:`STAMPEDE_JOBS` or more; else None. That many jobs of one schedule count at its
+    next fire time whatever the horizon. Jobs of one schedule are expanded once, at most a
+    fire time a minute for a week: cheap for hundreds of jobs.
     """
     groups: dict[tuple[object, ...], list[Job]] = {}
     for job in jobs:
@@ -274,10 +233,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
 
 
-def _error(id: CheckId, msg: str, hint: str) -> checks.CheckMessage:
-    return checks.Error(msg, hint=hint, id=id)
-
-
 @checks.register("fencedjobs")
 def check_routing(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
@@ -290,12 +245,12 @@ def check_routing(
     if len(set(aliases.values())) > 1 or aliases["JobLease"] != DEFAULT_DB_ALIAS:
         routed = ", ".join(f"{name} -> {alias!r}" for name, alias in aliases.items())
         return [
-            _error(
-                CheckId.ROUTING,
+            checks.Error(
                 f"The fencedjobs tables are routed to {routed}; the fence can only guard writes "
                 f"made in the same transaction, on the same database, as the lease.",
-                f"Route the 'fencedjobs' app to {DEFAULT_DB_ALIAS!r}, the database the jobs "
+                hint=f"Route the 'fencedjobs' app to {DEFAULT_DB_ALIAS!r}, the database the jobs "
                 "write to.",
+                id=CheckId.ROUTING,
             )
         ]
     return []
@@ -305,11 +260,10 @@ def check_routing(
 def check_isolation(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """The lease database must run at READ COMMITTED (PostgreSQL's default). Under REPEATABLE
-    READ or SERIALIZABLE a fenced transaction that locks the lease row after the run's own
-    renewal updated it fails with a serialization error, and so does an acquirer that loses
-    a race: runs fail for no fault of theirs. (``manage.py runjobs`` also refuses a server
-    whose default says otherwise: :func:`db.isolation_problem`.)"""
+    """The lease database must run at READ COMMITTED: under a stricter level a fenced
+    transaction that locks the lease row after the run's own renewal updated it fails with a
+    serialization error, and so does an acquirer that loses a race (``runjobs`` also refuses
+    a server whose default is stricter: :func:`db.isolation_problem`)."""
     from django_fencedjobs import db
 
     alias = db.lease_db()
@@ -317,13 +271,13 @@ def check_isolation(
     if named is None:
         return []
     return [
-        _error(
-            CheckId.ISOLATION,
+        checks.Error(
             f"DATABASES[{alias!r}]['OPTIONS']['isolation_level'] is {named}; the job "
             "leases need READ COMMITTED: under a stricter level a run's fenced transactions "
             "fail with serialization errors against its own lease renewals.",
-            "Leave 'isolation_level' out (PostgreSQL's default, READ COMMITTED), or give the "
-            "code that needs a stricter level a database alias of its own.",
+            hint="Leave 'isolation_level' out (PostgreSQL's default, READ COMMITTED), or give "
+            "the code that needs a stricter level a database alias of its own.",
+            id=CheckId.ISOLATION,
         )
     ]
 
@@ -332,12 +286,9 @@ def check_isolation(
 def check_transaction_pooler(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """Behind a pooler in transaction mode (``FENCEDJOBS["TRANSACTION_POOLER"]``), each
-    transaction may go to another server session, and a statement outside a transaction to
-    yet another. The app keeps nothing on a session (its limits are the transaction's own,
-    its advisory locks too), but Django's server-side cursors (``QuerySet.iterator()``) and
-    server-side binding (prepared statements) do: they fail at random there, on the lease
-    database as anywhere."""
+    """Behind a pooler in transaction mode (``FENCEDJOBS["TRANSACTION_POOLER"]``) each
+    transaction may go to another server session. The app keeps nothing on a session, but
+    Django's server-side cursors and server-side binding do: they fail at random there."""
     from django_fencedjobs import db
     from django_fencedjobs.conf import get_settings
 
@@ -350,13 +301,13 @@ def check_transaction_pooler(
     if not wrong:
         return []
     return [
-        _error(
-            CheckId.TRANSACTION_POOLER,
+        checks.Error(
             f"FENCEDJOBS['TRANSACTION_POOLER'] is True but in DATABASES[{alias!r}] "
             f"{' and '.join(wrong)}: server-side cursors and prepared statements belong to a "
             "server session, which a transaction pooler shares between clients.",
-            "Set DATABASES[...]['DISABLE_SERVER_SIDE_CURSORS'] = True and leave "
+            hint="Set DATABASES[...]['DISABLE_SERVER_SIDE_CURSORS'] = True and leave "
             "'server_side_binding' out (see docs/deployment.md, Connection poolers).",
+            id=CheckId.TRANSACTION_POOLER,
         )
     ]
 
@@ -366,10 +317,8 @@ def check_sqlite_transaction_mode(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """On SQLite the lease database must begin its transactions with the write lock
-    (``"transaction_mode": "IMMEDIATE"``). SQLite's default (DEFERRED) takes it at the first
-    write: a transaction that reads before it writes then fails at once with "database is
-    locked" whenever another one holds the lock (a second worker, a second runner, the
-    admin), instead of waiting its turn."""
+    (IMMEDIATE): under the default (DEFERRED) a transaction that reads before it writes fails
+    at once with "database is locked" while another holds the lock, instead of waiting."""
     from django_fencedjobs import db
 
     alias = db.lease_db()
@@ -395,9 +344,8 @@ def check_task_database(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """django-tasks-db's queue must live in the lease database for a run's enqueue to be
-    part of its fenced transaction (exactly once). Routed elsewhere, the backend is handed
-    its tasks after the run commits, like any other backend: an outbox relayed until taken,
-    each task's fenced writes made once (effectively once)."""
+    part of its fenced transaction (exactly once); elsewhere it gets an outbox, as any other
+    backend (effectively once)."""
     from django_fencedjobs.integrations import uses_tasks
 
     if not uses_tasks() or not apps.is_installed("django_tasks_db"):

@@ -74,12 +74,9 @@ _resolved: tuple[str, Clock] | None = None
 
 
 def get_clock() -> Clock:
-    """The clock ``FENCEDJOBS["CLOCK"]`` names (imported once).
-
-    Raises :class:`~django.core.exceptions.ImproperlyConfigured`, on one line, when the
-    path cannot be imported, or names a class or anything else that cannot be called
-    without arguments (system check E010).
-    """
+    """The clock ``FENCEDJOBS["CLOCK"]`` names (imported once). Raises
+    :class:`~django.core.exceptions.ImproperlyConfigured`, on one line, when the path cannot
+    be imported or names anything that cannot be called without arguments (check E010)."""
     global _resolved
     from django_fencedjobs.conf import get_settings
 
@@ -122,8 +119,7 @@ def _load(path: str) -> Clock:
 
 def now() -> datetime:
     """The current instant by the configured clock, aware, in UTC."""
-    clock = get_clock()
-    value = clock()
+    value = get_clock()()
     if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
         raise ImproperlyConfigured(
             f"the clock FENCEDJOBS['CLOCK'] names returned {value!r}, not an aware datetime."
@@ -131,13 +127,9 @@ def now() -> datetime:
     return value.astimezone(UTC)
 
 
-def reset() -> None:
-    global _resolved
-    _resolved = None
-
-
 @receiver(setting_changed)
 def _reset(*, setting: str, **kwargs: Any) -> None:
     """A test that overrides ``FENCEDJOBS`` gets its clock."""
+    global _resolved
     if setting == "FENCEDJOBS":
-        reset()
+        _resolved = None

@@ -1,12 +1,7 @@
-"""Every exception the public API raises.
-
-Two base classes. :class:`FencedJobsError` (an ``Exception``) for what the caller can
-handle: bad input, an unknown job, a call outside a run. :class:`RunAborted` (a
-``BaseException``, like ``KeyboardInterrupt`` or ``asyncio.CancelledError``) for what ends
-a run: the fence is gone or the run timed out. A handler's ``except Exception:`` (a very
-common shape: log the item, go on with the next) must not swallow the end of its run, so
-these two do not derive from ``Exception``. Each class's docstring is its default message
-and says what to do about it.
+"""Every exception the public API raises (docs/api.md, "Exceptions"). :class:`FencedJobsError`
+(an ``Exception``) for what the caller can handle; :class:`RunAborted` (a ``BaseException``)
+for what ends a run, so that a handler's ``except Exception:`` cannot swallow the end of its
+run. Each class's docstring is its default message and says what to do about it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Jobs and the registry: what ``@job`` declares.
-
-``@job`` never raises for a bad declaration. A job whose arguments, schedule or handler are
-invalid is registered all the same, as *invalid*: its :attr:`Job.schedule` is None and
-:attr:`Job.schedule_error` says why, naming the job and the argument. ``manage.py check``
-reports it under a stable id (:attr:`Job.check_id`), ``runjobs`` skips it with one line on
-stderr, ``checkjobs`` and the admin show it ``invalid``. So a typo in one job never stops
-the web app from starting, nor hides or stops the other jobs.
+"""Jobs and the registry: what ``@job`` declares. ``@job`` never raises for a bad
+declaration: the job is registered *invalid* (:attr:`Job.schedule` None,
+:attr:`Job.schedule_error` and :attr:`Job.check_id` say why), so a typo in one job never
+stops the web app from starting, nor the other jobs (docs/checks.md).
 """
 
 from __future__ import annotations
@@ -25,9 +21,8 @@ from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.exceptions import JobDefinitionError, ScheduleError, UnknownJob
 from django_fencedjobs.schedule import Schedule
 
-#: A job's handler: called with the run's :class:`~django_fencedjobs.run.Run` (the run
-#: module depends on this one, not the other way round, so the type is not named here),
-#: and an instance's keyword arguments.
+#: A job's handler: called with the run's :class:`~django_fencedjobs.run.Run` (not named
+#: here: the run module depends on this one) and an instance's keyword arguments.
 Handler = Callable[..., Any]
 F = TypeVar("F", bound=Handler)
 Exclusion = Literal["lease", "advisory"]
@@ -68,14 +63,11 @@ class JobOptions:
     failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
     #: The job has no schedule of its own: its instances (rows, :mod:`.instances`) do.
     instances: bool = False
-    #: For a job with instances, what a channel that charges or strains per series gets:
-    #: one per job (``"aggregated"``: a Prometheus series per job and state, no Sentry
-    #: monitor per instance) or one per instance (``"each"``).
+    #: For a job with instances, the series of the channels that charge or strain per series
+    #: (Prometheus, Sentry monitors): one per job (``"aggregated"``) or per instance (``"each"``).
     instance_series: InstanceSeries = "aggregated"
-    #: Slots missed while nothing ran (an outage, a resume that catches up): one run for
-    #: the latest covering them all (``"coalesce"``), a run for each in order, at most
-    #: ``catchup_limit`` of the latest (``"each"``), or one run for the latest slot alone
-    #: (``"latest"``).
+    #: Slots missed while nothing ran: one run for the latest covering them all (``"coalesce"``),
+    #: one each, at most ``catchup_limit`` (``"each"``), or the latest alone (``"latest"``).
     catchup: Catchup = "coalesce"
     catchup_limit: int = DEFAULT_CATCHUP_LIMIT
     #: A failed or timed-out run is tried again this many times, through the lease, each
@@ -86,11 +78,9 @@ class JobOptions:
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Job(JobOptions):
-    """A declared job. Build it with :func:`job`; read it with :func:`get_job`.
-
-    A job is valid or *invalid*; an invalid one has ``schedule`` None, never runs, and
-    ``schedule_error`` says why. Two jobs are equal only when they are the same object.
-    """
+    """A declared job, built by :func:`job`, read by :func:`get_job`: valid, or *invalid*
+    (``schedule`` None, never runs, ``schedule_error`` says why). Two jobs are equal only
+    when they are the same object."""
 
     name: str
     func: Handler = field(repr=False)
@@ -100,18 +90,16 @@ class Job(JobOptions):
     #: system check that reports it.
     declaration_error: JobError | None = None
     declaration_check_id: CheckId | None = None
-    #: For one instance of a job declared with ``instances=True``: the declared job's name
-    #: and the instance's key and keyword arguments (:mod:`django_fencedjobs.instances`).
-    #: The instance's ``name`` is ``parent[key]``.
+    #: For an instance (:mod:`django_fencedjobs.instances`), named ``parent[key]``: the job
+    #: declared with ``instances=True``, the instance's key and its keyword arguments.
     parent: str | None = None
     key: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
     def _problem(self) -> tuple[CheckId, JobError] | None:
-        # The problems that need the schedule's shortest interval (a year of fire times) or
-        # the database configuration are looked for on first use, not at import: declaring
-        # jobs must stay cheap, since every web process declares them all at start-up.
+        # What needs the schedule's shortest interval (a year of fire times) or the database
+        # is looked for on first use: every web process declares every job at start-up.
         if self.instances and self.declaration_error is None:
             return None  # the schedules are its instances'
         if self.declaration_error is not None or self.parsed_schedule is None:
@@ -160,10 +148,9 @@ class Job(JobOptions):
         return min(self.valid_schedule.min_interval() / 2, MAX_DEFAULT_TIMEOUT)
 
     def late_after(self, slot: datetime) -> datetime:
-        """The deadline of ``slot``: past this instant without a success for it, the job is
-        late. The slot plus :attr:`run_timeout` plus :attr:`grace`: the dead man's switch
-        (:mod:`django_fencedjobs.health`), and the bound of the tasks a run of the slot
-        enqueued. At the instant itself, not late yet."""
+        """The deadline of ``slot`` (plus :attr:`run_timeout` plus :attr:`grace`): past it
+        without a success for the slot, or with its tasks unfinished, the job is late; at the
+        instant itself, not yet."""
         return slot + self.run_timeout + self.grace
 
 
@@ -193,11 +180,8 @@ def _schedule_problem(job: Job, schedule: Schedule) -> tuple[CheckId, JobError] 
 
 
 class JobRegistry:
-    """Jobs by name, in declaration order.
-
-    Two different functions declared under one name make that name invalid (neither runs:
-    which one was meant is a guess); they are also kept in :attr:`duplicates`.
-    """
+    """Jobs by name, in declaration order. Two different functions declared under one name
+    make that name invalid (neither runs: which one was meant is a guess)."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
@@ -208,23 +192,19 @@ class JobRegistry:
 
     def register(self, job: Job) -> None:
         existing = self._jobs.get(job.name)
-        if existing is not None and existing.func is not job.func:
-            # Re-importing the same module (autoreload, tests) re-declares the same function;
-            # two different functions under one name is a configuration error (E008).
-            if _same_function(existing.func, job.func):
-                self._jobs[job.name] = job
-                return
+        # Re-importing the same module (autoreload, tests) re-declares the same function;
+        # two different functions under one name is a configuration error (E008).
+        if existing is not None and _where(existing.func) != _where(job.func):
             self.duplicates.append(job)
             declared_by = [existing.func] + [d.func for d in self.duplicates if d.name == job.name]
             where = " and by ".join(_where(func) for func in declared_by)
-            self._jobs[job.name] = dataclasses.replace(
+            job = dataclasses.replace(
                 existing,
                 declaration_error=JobDefinitionError(
                     f"job {job.name!r} is declared twice: by {where}."
                 ),
                 declaration_check_id=CheckId.DUPLICATE,
             )
-            return
         self._jobs[job.name] = job
 
     def get(self, name: str) -> Job:
@@ -242,9 +222,6 @@ class JobRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._jobs
-
-    def __len__(self) -> int:
-        return len(self._jobs)
 
     @contextlib.contextmanager
     def isolated(self) -> Iterator[JobRegistry]:
@@ -270,10 +247,6 @@ def _where(func: object) -> str:
     module = getattr(target, "__module__", None) or type(target).__module__
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
     return f"{module}.{qualname}"
-
-
-def _same_function(a: Handler, b: Handler) -> bool:
-    return _where(a) == _where(b)
 
 
 registry = JobRegistry()
@@ -323,14 +296,21 @@ def _positive_int(field_name: str, value: Any) -> str | None:
     return None
 
 
+def _choice(field_name: str, value: Any, allowed: tuple[Any, ...]) -> str | None:
+    """What is wrong with an argument that takes one of ``allowed`` (of its type), or None."""
+    if _typed(field_name, value) and value in allowed:
+        return None
+    *others, last = map(repr, allowed)
+    return f"{field_name} must be {', '.join(others)} or {last}, got {value!r}"
+
+
 def _handler_signature(func: Any) -> inspect.Signature:
     """``inspect.signature(func)``, read once per handler: the job of every instance a
     runner runs is checked against its handler, and reading a signature is not free."""
     try:
-        hash(func)
-    except TypeError:  # a callable object that cannot be a key
+        return _signature_of(func)
+    except TypeError:  # a callable object that cannot be a key (or no signature: raised again)
         return inspect.signature(func)
-    return _signature_of(func)
 
 
 @functools.lru_cache(maxsize=256)
@@ -341,19 +321,12 @@ def _signature_of(func: Any) -> inspect.Signature:
 def _handler_problem(
     job_name: str, func: object, *, kwargs: dict[str, Any] | None = None, partial: bool = False
 ) -> tuple[CheckId, JobError] | None:
-    """Why ``func`` cannot be a job's handler, or None.
-
-    The runner calls ``func(run)`` and takes its return as the end of the run. A coroutine
-    function (``async def``), an async generator function or a generator function only
-    returns an object when called, without running its body (E011). A callable whose
-    signature cannot take the Run as its one positional argument would fail at every run
-    (E012). A ``functools.partial`` and a callable object are judged by what they call.
-
-    An instance's handler is called ``func(run, **kwargs)`` with the instance's keyword
-    arguments: they must bind too (E012, naming them). The job declared with
-    ``instances=True`` has none of its own: only the Run is bound, the rest left to its
-    instances (``partial``).
-    """
+    """Why ``func`` cannot be a job's handler, or None. The runner calls ``func(run)`` and
+    takes its return as the end of the run: an async def, async generator or generator
+    function returns an object without running its body (E011); a signature that cannot take
+    the Run as its one positional argument would fail every run (E012). A partial or callable
+    object is judged by what it calls. An instance's ``kwargs`` must bind too; ``partial``:
+    the job declared with ``instances=True``, whose arguments are left to its instances."""
     if not callable(func):
         return CheckId.HANDLER_SIGNATURE, JobDefinitionError(
             f"job {job_name!r}: the handler {func!r} is not callable."
@@ -404,13 +377,6 @@ def _lazy_kind(func: object) -> tuple[str, str] | None:
     return None
 
 
-def _schedule_check_id(error: ScheduleError) -> CheckId:
-    """The check that reports a :class:`ScheduleError`: the error says which argument."""
-    if error.fixed_offset:
-        return CheckId.FIXED_OFFSET
-    return CheckId.ZONE if error.argument == "timezone" else CheckId.CRON
-
-
 @overload
 def job(cron: F, /) -> F: ...
 @overload
@@ -449,22 +415,13 @@ def job(
     registered as invalid (see :class:`Job`) and ``manage.py check`` names the job and the
     argument.
     """
-    if callable(cron):
-        # A bare @job: the function came where the schedule should be.
-        func = cron
-        _declare(
-            func,
-            name=None,
-            problem=(
-                CheckId.CRON,
-                ScheduleError(
-                    f"job {_where(func)!r}: @job needs a schedule: write "
-                    f"@job('*/15 * * * *') or @job(every=...) above it."
-                ),
-            ),
-            fields={},
+    if callable(cron):  # a bare @job: the function came where the schedule should be
+        error = ScheduleError(
+            f"job {_where(cron)!r}: @job needs a schedule: write "
+            f"@job('*/15 * * * *') or @job(every=...) above it."
         )
-        return func
+        _declare(cron, name=None, problem=(CheckId.CRON, error), fields={})
+        return cron
 
     unknown = [key for key in options if key not in _DEFAULTS or key == "cron"]
     if unknown:  # as Python says it of any function's unknown keyword argument
@@ -544,15 +501,12 @@ def build(
                 jitter=fields["jitter"],
                 key=job_name,
             )
-        except ScheduleError as exc:
-            problem = (
-                _schedule_check_id(exc),
-                ScheduleError(
-                    f"job {job_name!r}: {exc}",
-                    argument=exc.argument,
-                    fixed_offset=exc.fixed_offset,
-                ),
+        except ScheduleError as exc:  # the error says which argument, so which check
+            error = ScheduleError(
+                f"job {job_name!r}: {exc}", argument=exc.argument, fixed_offset=exc.fixed_offset
             )
+            check_id = CheckId.ZONE if exc.argument == "timezone" else CheckId.CRON
+            problem = (CheckId.FIXED_OFFSET if exc.fixed_offset else check_id, error)
     if problem is None:
         problem = _handler_problem(
             job_name, func, kwargs=kwargs, partial=bool(fields.get("instances"))
@@ -569,19 +523,6 @@ def build(
         # type is left at its default, so that showing it cannot fail.
         **{key: value for key, value in fields.items() if _typed(key, value)},
     )
-
-
-def _time_problems(fields: dict[str, Any]) -> list[str | None]:
-    """What is wrong with the catch-up and retry options."""
-    retries = fields["retries"]
-    return [
-        None
-        if isinstance(retries, int) and not isinstance(retries, bool) and retries >= 0
-        else f"retries must be an int of 0 or more, got {retries!r}",
-        None
-        if fields["catchup"] in ("coalesce", "each", "latest")
-        else f"catchup must be 'coalesce', 'each' or 'latest', got {fields['catchup']!r}",
-    ]
 
 
 def _argument_problem(
@@ -601,15 +542,16 @@ def _argument_problem(
             wrong.append(_duration(field_name, fields[field_name]))
     for field_name in ("max_batches", "failure_threshold", "catchup_limit"):
         wrong.append(_positive_int(field_name, fields[field_name]))
-    wrong += _time_problems(fields)
-    if not isinstance(fields.get("instances", False), bool):
-        wrong.append(f"instances must be True or False, got {fields['instances']!r}")
-    if fields.get("instance_series", "aggregated") not in ("aggregated", "each"):
-        wrong.append(
-            f"instance_series must be 'aggregated' or 'each', got {fields['instance_series']!r}"
-        )
-    if fields["exclusion"] not in ("lease", "advisory"):
-        wrong.append(f"exclusion must be 'lease' or 'advisory', got {fields['exclusion']!r}")
+    retries = fields["retries"]
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        wrong.append(f"retries must be an int of 0 or more, got {retries!r}")
+    for field_name, allowed in (
+        ("catchup", typing.get_args(Catchup)),
+        ("instances", (True, False)),
+        ("instance_series", typing.get_args(InstanceSeries)),
+        ("exclusion", typing.get_args(Exclusion)),
+    ):
+        wrong.append(_choice(field_name, fields[field_name], allowed))
     messages = [message for message in wrong if message]
     if messages:
         return CheckId.ARGUMENT, JobDefinitionError(f"job {job_name!r}: {'; '.join(messages)}")

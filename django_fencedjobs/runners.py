@@ -1,35 +1,8 @@
-"""Runners are seen: each ``runjobs`` process has a row, and health knows which jobs no live
-runner serves.
-
-* A **loop** (``runjobs``) registers a :class:`~django_fencedjobs.models.Runner` row when it
-  starts (host, pid, owner label, version, workers, the names of the jobs it runs, start)
-  and **beats**: one ``UPDATE`` of its own row's ``last_beat_at`` every ``RUNNER_BEAT``
-  (5 s), from the loop itself (:class:`Presence`), so a loop that is stuck stops beating
-  too. When it stops it writes ``stopped_at``. A beat that fails (the database is away) is
-  logged once and tried again at the next; it never stops the loop. A loop whose runs'
-  ends wait to be recorded longer than ``RUNNER_BEAT`` holds its beats until they are
-  (:meth:`Presence.beat`): a runner that cannot record its runs reads gone too.
-* A **pass** (``runjobs --once``, from cron) records itself with :func:`record_pass`: one row
-  per host and set of jobs, whose ``last_beat_at`` is the start of its latest pass.
-* With ``FENCEDJOBS["NOTIFY"]`` on, a loop also evaluates every job's state every third
-  beat and tells its changes (:mod:`django_fencedjobs.notify`).
-
-A runner is **live** while its last beat is less than ``RUNNER_TIMEOUT`` (30 s) old, whether
-it stopped or died: a runner that dies expires on its own, and a restart quicker than the
-bound leaves no gap. Rows not seen for ``RUNNER_RETENTION`` (a day) are deleted by the next
-runner that registers (and by live loops, every 10 minutes).
-
-:func:`read` gives health a :class:`Coverage`: which jobs live runners serve. A job is
-``no_runner`` (:mod:`django_fencedjobs.health`) when
-
-* a runner has been seen (any row exists: a deployment that has never run ``runjobs`` is
-  judged by its jobs' deadlines alone, as are tests that run jobs in-process), and
-* no live loop serves it, and no ``--once`` pass does: a pass serves a job when it ran it,
-  and, with ``RUNNER_PASS_INTERVAL`` set (how often cron runs the passes), only if its
-  latest pass is less than that plus ``RUNNER_TIMEOUT`` old; without it, a job run by
-  passes is judged by its deadlines, and
-* the job was first seen (its lease row created) more than ``RUNNER_TIMEOUT`` ago, so the
-  runners of a deploy that adds a job have the bound to start with it.
+"""Runners are seen (docs/alerting.md, "Runners are seen"): a ``runjobs`` loop beats its
+:class:`~django_fencedjobs.models.Runner` row from the loop itself (:class:`Presence`, so a
+stuck loop stops beating too), a ``--once`` pass records its start (:func:`record_pass`),
+and :func:`read` gives health a :class:`Coverage`: which jobs live runners serve. A runner
+is live while its last beat is less than ``RUNNER_TIMEOUT`` old, stopped or dead alike.
 """
 
 from __future__ import annotations
@@ -47,7 +20,7 @@ from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections
 
-from django_fencedjobs import clock, db, signals
+from django_fencedjobs import __version__, clock, db, signals
 from django_fencedjobs.conf import get_settings
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.models import Runner, RunnerMode
@@ -62,12 +35,6 @@ __all__ = ["Coverage", "Presence", "Seen", "read", "record_pass"]
 DATABASE_CLOCK = "django_fencedjobs.clock.database_now"
 #: A live loop deletes the rows of runners gone for ``RUNNER_RETENTION`` at most this often.
 PURGE_EVERY = timedelta(minutes=10)
-
-
-def _version() -> str:
-    from django_fencedjobs import __version__
-
-    return __version__
 
 
 def _stamp() -> Any:
@@ -85,17 +52,15 @@ def _names(jobs: Iterable[Job | str]) -> list[str]:
 
 def purge(now: datetime | None = None) -> int:
     """Delete the rows of runners not seen for ``RUNNER_RETENTION``: one statement."""
-    now = clock.now() if now is None else now
-    cutoff = now - get_settings().RUNNER_RETENTION
+    cutoff = (now or clock.now()) - get_settings().RUNNER_RETENTION
     deleted, _ = Runner.objects.using(lease_db()).filter(last_beat_at__lt=cutoff).delete()
     return deleted
 
 
 class Presence:
     """A loop's row: :meth:`beat` registers it, then beats at most every ``RUNNER_BEAT``;
-    :meth:`stop` marks it stopped. Called from the loop's own thread, on its connection;
-    none of them raises a :class:`~django.db.DatabaseError` (a failure is logged once per
-    outage, and the next beat tries again)."""
+    :meth:`stop` marks it stopped. Called from the loop's own thread; none raises a
+    ``DatabaseError`` (logged once per outage, and the next beat tries again)."""
 
     def __init__(self, jobs: Sequence[Job], workers: int, *, owner: str | None = None) -> None:
         self.key = uuid.uuid4().hex
@@ -122,14 +87,21 @@ class Presence:
 
         ``unrecorded_for``: how long, in seconds, the oldest end of the loop's runs has
         waited to be recorded. A beat says the runner works, recording its runs included:
-        while an end has waited longer than ``RUNNER_BEAT`` there is no beat (one line in
-        the log), and ``RUNNER_TIMEOUT`` after its last one the runner reads gone, as a
-        dead one does (``no_runner``), until the end is recorded and it beats again."""
+        while an end has waited longer than ``RUNNER_BEAT`` there is no beat, so the runner
+        reads gone (``no_runner``) ``RUNNER_TIMEOUT`` later, as a dead one does."""
         if time.monotonic() < self._next_beat:
             return
         self._next_beat = time.monotonic() + self.interval
         if unrecorded_for > self.interval:
-            self._hold(unrecorded_for)
+            if not self._held:
+                logger.error(
+                    "runner %s: a run's end has waited %.1fs to be recorded; no beat until it "
+                    "is, so that the runner reads not working after RUNNER_TIMEOUT",
+                    self.owner,
+                    unrecorded_for,
+                    extra={"event": "runner_beat_held", "owner": self.owner},
+                )
+            self._held = True
         else:
             if self._held:
                 self._held = False
@@ -142,22 +114,9 @@ class Presence:
         if not self._failing:
             signals.send(signals.runner_beat, interval=self.interval)
 
-    def _hold(self, unrecorded_for: float) -> None:
-        """No beat: an end has waited ``unrecorded_for`` seconds to be recorded."""
-        if not self._held:
-            logger.error(
-                "runner %s: a run's end has waited %.1fs to be recorded; no beat until it "
-                "is, so that the runner reads not working after RUNNER_TIMEOUT",
-                self.owner,
-                unrecorded_for,
-                extra={"event": "runner_beat_held", "owner": self.owner},
-            )
-        self._held = True
-
     def stop(self) -> None:
-        """The loop ends: ``stopped_at`` and a last beat. A live runner until
-        ``RUNNER_TIMEOUT`` after it, as any runner, so a restart within the bound leaves no
-        gap."""
+        """The loop ends: ``stopped_at`` and a last beat, live until ``RUNNER_TIMEOUT`` after
+        it as any runner, so a restart within the bound leaves no gap."""
         pk = self.pk
         if pk is None:
             return
@@ -186,7 +145,7 @@ class Presence:
             owner=self.owner,
             host=socket.gethostname(),
             pid=os.getpid(),
-            version=_version(),
+            version=__version__,
             workers=self.workers,
             jobs="\n".join(self.jobs),
             started_at=now,
@@ -228,25 +187,18 @@ class Presence:
             self._failing = False
 
 
-def pass_key(host: str, names: Sequence[str]) -> str:
-    digest = hashlib.blake2b("\n".join(names).encode(), digest_size=8).hexdigest()
-    return f"once:{host}:{digest}"
-
-
 def record_pass(jobs: Sequence[Job], workers: int) -> None:
     """A ``runjobs --once`` pass starts: its host's row for this set of jobs says so (one
-    ``UPDATE``; the first pass inserts it, and deletes the rows of runners gone for
-    ``RUNNER_RETENTION``). A database error is logged and the pass goes on: the pass itself
-    reports an unreachable database."""
-    names = _names(jobs)
-    host = socket.gethostname()
-    key = pass_key(host, names)
-    settings = get_settings()
+    ``UPDATE``; the first pass inserts it, and purges). A database error is logged and the
+    pass goes on: the pass itself reports an unreachable database."""
+    names, host = _names(jobs), socket.gethostname()
+    digest = hashlib.blake2b("\n".join(names).encode(), digest_size=8).hexdigest()
+    key = f"once:{host}:{digest}"
     runners = Runner.objects.using(lease_db())
     fields: dict[str, Any] = {
-        "owner": settings.owner,
+        "owner": get_settings().owner,
         "pid": os.getpid(),
-        "version": _version(),
+        "version": __version__,
         "workers": workers,
         "stopped_at": None,
     }
@@ -301,13 +253,9 @@ class Coverage:
     runners: tuple[Seen, ...]
     now: datetime
 
-    @property
-    def seen(self) -> bool:
-        """A runner has been seen: the ``no_runner`` verdict applies."""
-        return bool(self.runners)
-
-    def live(self, mode: str = RunnerMode.LOOP) -> list[Seen]:
-        return [r for r in self.runners if r.mode == mode and r.live(self.now)]
+    def live(self) -> list[Seen]:
+        """The live loops."""
+        return [r for r in self.runners if r.mode == RunnerMode.LOOP and r.live(self.now)]
 
     def serving(self, name: str) -> list[Seen]:
         """The live loops that run ``name``, and the passes that do (within
@@ -331,7 +279,7 @@ class Coverage:
         """Why no runner serves ``name`` (a reason for ``no_runner``), or None: one serves
         it, no runner was ever seen, or the job is younger than ``RUNNER_TIMEOUT``.
         ``at`` writes an instant in the job's zone."""
-        if not self.seen or self.serving(name):
+        if not self.runners or self.serving(name):
             return None
         settings = get_settings()
         timeout = settings.RUNNER_TIMEOUT

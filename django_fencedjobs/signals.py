@@ -1,21 +1,6 @@
-"""Signals the runner sends, for integrations (Sentry Crons, metrics) and users.
-
-Receivers are called with ``send_robust``: a failing receiver is logged, never breaks a run.
-
-* ``run_started(sender=Job, job, record)``: the lease is taken and the run recorded.
-* ``run_finished(sender=Job, job, record)``: the outcome is recorded (also for ``missed``).
-* ``tick_finished(sender=Job, now)``: after each pass over the due jobs.
-* ``run_tasks_finished(sender=Job, job, record, failed)``: the last unfinished task a run
-  enqueued (:mod:`django_fencedjobs.integrations.tasks`) has finished, in the worker
-  process that ran it; ``failed`` is True when any task of the run failed. ``job`` is None
-  when the worker's process does not declare the job.
-* ``runner_beat(sender=Job, interval)``: a runner's loop recorded its beat (every
-  ``interval`` seconds, ``RUNNER_BEAT``).
-* ``job_state_changed(sender=Job, transition)``: a job's state changed
-  (:class:`~django_fencedjobs.notify.Transition`: ok to late, failing, no_runner or
-  invalid, and back), with ``FENCEDJOBS["NOTIFY"]`` on; sent once per message, by the one
-  process that recorded it (a runner or ``checkjobs``), after the mail: the same change of
-  many instances of one job is one message (``transition.members``).
+"""Signals the runner sends (``sender=Job``), for integrations (Sentry Crons, metrics) and
+users: their arguments and when each is sent are in docs/api.md, "Signals". Receivers are
+called with ``send_robust``: a failing receiver is logged, never breaks a run.
 """
 
 from __future__ import annotations

@@ -1,39 +1,20 @@
 """The thread that watches one run from beside its handler: it renews the lease, enforces
-the timeout, and ends a run whose handler will not stop.
+the timeout, and ends a run whose handler will not stop (docs/running.md, "Timeouts").
 
-Renewing keeps a healthy run's lease from expiring while the handler computes. If a
-renewal finds the fence gone (the run was paused past its lease and a successor took
-over), the run is stopped. At the timeout the run is *revoked* and recorded ``timed_out``
-at once: the fence is incremented, so nothing the handler writes from then on can commit.
+A renewal that finds the fence gone (a successor took over) stops the run; at the timeout
+the run is *revoked* and recorded ``timed_out`` at once. Stopping the handler takes up to
+three steps, each for what the one before cannot reach: ``JobTimeout`` (or ``FenceLost``)
+raised inside it every :data:`INTERRUPT_EVERY` seconds (``BaseException``s, which its
+``except Exception:`` cannot swallow; see also ``fencing._raise_if_stopped``); if it blocks
+where no exception lands while holding the lease row, the transaction its latest fenced
+block registered ended on the server; after :data:`GRACE`, the handler given up on.
 
-Stopping the handler itself takes three steps, each for what the one before cannot reach:
-
-1. :class:`~django_fencedjobs.exceptions.JobTimeout` (or ``FenceLost``) is raised inside
-   the handler, again every :data:`INTERRUPT_EVERY` seconds until it returns. Both derive
-   from ``BaseException``, so the ``except Exception:`` of a handler that logs an item's
-   error and goes on with the next cannot swallow them (nor the ordinary error that
-   replaces an interrupt landing inside a database call: a stopped run's fenced blocks
-   raise the interrupt instead, see ``fencing._raise_if_stopped``).
-2. A handler blocked where no Python exception lands (``time.sleep``, a socket read, C
-   code) does not see the interrupt until the call returns. If it holds the lease row
-   (inside a fenced transaction), that transaction is ended on the server, which rolls it
-   back and frees the row for the revocation. Only that transaction: the one its latest
-   fenced block registered, on whatever connection (a pooler's shared session, a session
-   the handler reconnected on), and only while it is still open.
-3. After :data:`GRACE` more seconds the run is given up on: its open fenced transaction
-   is ended and the runner that started it is told (``on_abandon``), so it goes on with
-   other jobs. The handler's thread is left to finish its blocking call, then meets the
-   interrupt.
-
-The supervisor renews without waiting on its own handler: a renewal that finds the lease
-row locked (the handler is inside a fenced transaction) waits at most until the next
-check, then tries again at once. While the handler holds that lock no one can take the
-lease over (acquirers pass a locked row by), and the renewal queued behind the lock goes
-through the moment the handler commits, before any acquirer can see an expired lease.
-
-Liveness only: neither renewal nor the interrupt is what makes the run safe. A paused
-process pauses this thread too; the fence check in ``fenced_atomic`` is what stops a
-stale holder.
+Renewal never waits on its own handler: one that finds the lease row locked (the handler is
+in a fenced transaction) waits at most until the next check, then tries again at once. While
+the handler holds that lock no acquirer can take the lease over (they pass a locked row by),
+and the queued renewal goes through the moment the handler commits, before any acquirer can
+see an expired lease. Liveness only: a paused process pauses this thread too; the fence
+check in ``fenced_atomic`` is what stops a stale holder.
 """
 
 from __future__ import annotations
@@ -76,11 +57,9 @@ def _async_raise(thread_id: int, exc_type: type[BaseException] | None) -> None:
 
 class Supervisor(threading.Thread):
     """Started by the runner in the handler's thread, just before the handler is called.
-
-    ``end(state, outcome, error, wait=seconds)`` is the runner's one function that records
-    a run's end (it raises ``DatabaseError`` when it could not);
-    ``on_abandon()`` tells the runner that the handler was given up on.
-    """
+    ``end(state, outcome, error, wait=seconds)`` is the runner's one function that records a
+    run's end (raising ``DatabaseError`` when it could not); ``on_abandon()`` tells the runner
+    that the handler was given up on."""
 
     def __init__(
         self,
@@ -94,18 +73,16 @@ class Supervisor(threading.Thread):
         self._end = end
         self._on_abandon = on_abandon
         self.target_thread = threading.get_ident()
-        connection = connections[db.lease_db()]
         #: SQLite: the handler's connection, to close if it holds the database's write lock
         #: outside a fenced block. (A fenced block registers its transaction on the run.)
-        self._raw = db.holds_write_lock(connection)
+        self._raw = db.holds_write_lock(connections[db.lease_db()])
         self._done = threading.Event()
         self._guard = threading.Lock()
         self._armed = True
         #: The exception delivered to the handler, if any.
         self.fired: type[RunAborted] | None = None
-        #: Why the supervisor stopped the run (its timeout, its fence lost), whether or not
-        #: the interrupt reached the handler: a handler inside a database call may fail on
-        #: its transaction being ended instead.
+        #: Why the supervisor stopped the run, whether or not the interrupt reached the
+        #: handler (inside a database call it may fail on its transaction being ended instead).
         self.stopped_by: type[RunAborted] | None = None
         #: True once the handler was given up on (it did not return within the grace).
         self.abandoned = False
@@ -113,11 +90,9 @@ class Supervisor(threading.Thread):
     # -- called from the handler's thread ------------------------------------------------
 
     def disarm(self) -> None:
-        """The handler has returned: deliver nothing from now on, cancel anything pending.
-
-        A pending interrupt may still surface inside this call; the runner catches it
-        around the handler either way, and :attr:`fired` says what happened.
-        """
+        """The handler has returned: deliver nothing from now on, cancel anything pending. A
+        pending interrupt may still surface inside this call; the runner catches it around
+        the handler either way, and :attr:`fired` says what happened."""
         with self._guard:
             self._armed = False
             if self.fired is not None:
@@ -220,11 +195,9 @@ class Supervisor(threading.Thread):
             )
 
     def _end_transaction(self) -> None:
-        """End the handler's open fenced transaction, if it has one: it rolls back and its
-        lock on the lease row goes (:func:`lease.end_transaction`). The transaction is the
-        one its latest fenced block registered, on whichever connection it made it (the
-        handler may have reconnected since the run began); nothing else is touched. SQLite
-        without a fenced block: the handler's connection is closed."""
+        """End the handler's open fenced transaction, if any (:func:`lease.end_transaction`):
+        the one its latest fenced block registered, on whichever connection it was made;
+        nothing else is touched. SQLite without a fenced block: close the handler's connection."""
         held = self.state.held
         try:
             if held is not None:

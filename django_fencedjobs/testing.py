@@ -1,19 +1,9 @@
-"""Helpers for testing your jobs.
+"""Helpers for testing your jobs (docs/writing-jobs.md, "Testing your job").
 
 ``run_job_now`` runs a job once through the real path (lease, fence, run record), so a
-test exercises exactly what production does::
-
-    from django_fencedjobs.testing import run_job_now
-
-    @pytest.mark.django_db(transaction=True)
-    def test_reminders_are_sent_once():
-        Reminder.objects.create(...)
-        record = run_job_now("reminders.jobs.send_due_reminders")
-        assert record.outcome == "succeeded"
-        assert run_job_now("reminders.jobs.send_due_reminders").items == 0
-
-Use a transactional test (``django_db(transaction=True)``, ``TransactionTestCase``): the
-run's supervisor thread renews the lease on its own database connection.
+test exercises exactly what production does. Use a transactional test
+(``django_db(transaction=True)``, ``TransactionTestCase``): the run's supervisor thread
+renews the lease on its own database connection.
 """
 
 from __future__ import annotations

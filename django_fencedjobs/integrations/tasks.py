@@ -1,40 +1,12 @@
-"""Scheduled ``django.tasks``: a job's run enqueues tasks, once per slot, fenced end to end.
+"""Scheduled ``django.tasks``, fenced end to end (docs/tasks.md): :func:`schedule_task`
+declares a job whose run enqueues one task; :meth:`Run.enqueue
+<django_fencedjobs.run.Run.enqueue>` (:func:`enqueue`) enqueues from any handler.
 
-Django's Tasks framework (``django.tasks`` from Django 6.0; the ``django-tasks`` backport on
-5.2) runs work on workers but has no schedule. This module is the bridge:
-
-* :func:`schedule_task` declares a job whose run enqueues one task, in one line.
-* :meth:`Run.enqueue <django_fencedjobs.run.Run.enqueue>` (this module's :func:`enqueue`)
-  enqueues from any handler, as many tasks as it likes.
-
-**Once per slot.** Every task a run enqueues is recorded as a
-:class:`~django_fencedjobs.models.RunTask` of the run, in the run's fenced transaction (an
-enqueue made in a savepoint inside it stands or falls with that savepoint, :class:`_Batch`):
-
-* On a backend that writes to the lease database (django-tasks-db's ``DatabaseBackend``),
-  the task's own row is written in that transaction too. A run that lost its fence rolls
-  back its enqueue with everything else: exactly once, whatever happens to the process.
-* On any other backend, the record is an outbox row with the task's arguments: the task is
-  handed over right after that transaction commits, and its id recorded then; one still
-  ``pending`` later (the process died in between, the broker was down) is handed over by
-  a runner's relay (:mod:`~django_fencedjobs.integrations.relay`): at least once. The first
-  execution of the task whose fenced block commits claims its record, and any other
-  delivery's ``fenced_atomic()`` raises :class:`DuplicateDelivery`: its fenced writes are
-  made at most once. Together, effectively once.
-
-**The fence travels with the task.** A worker that starts a task looks it up by its id
-(:func:`_task_started`); inside it, ``fenced_atomic()`` checks the enqueuing run's fence
-(:func:`django_fencedjobs.lease.lock_task_fence`): once a later run of the job has been
-granted the lease, the task's writes roll back with :class:`FenceLost`. A task that no run
-enqueued gets :class:`NotInRun`, as anywhere outside a run.
-
-**Absence covers the workers.** Workers report each task's start and end
-(``task_started``/``task_finished``); :mod:`django_fencedjobs.health` makes a job late when
-a task of it has not finished by its slot's deadline (never dispatched, no worker took it,
-or its worker died), and failing when the latest task outcome is a failure.
-
-Imported by the app only when a project uses the Tasks framework (``TASKS`` set, or one of
-its apps installed); a project that does not pays nothing.
+Each task a run enqueues is recorded in the run's fenced transaction (:class:`_Batch`): on a
+backend that writes to the lease database (django-tasks-db) with the task itself, exactly
+once; on any other as an outbox row handed over after the commit, else by the relay, at
+least once, each delivery's fenced writes made at most once (:class:`TaskFence`,
+:class:`DuplicateDelivery`). Imported only when a project uses the Tasks framework.
 """
 
 from __future__ import annotations
@@ -62,12 +34,7 @@ from django.utils.module_loading import import_string
 from django_fencedjobs import clock, db, instances, lease, signals
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.conf import get_settings
-from django_fencedjobs.exceptions import (
-    DuplicateDelivery,
-    FenceLost,
-    JobDefinitionError,
-    NotInRun,
-)
+from django_fencedjobs.exceptions import DuplicateDelivery, FenceLost, JobDefinitionError, NotInRun
 from django_fencedjobs.fencing import (
     at_exit,
     fenced_atomic,
@@ -105,9 +72,8 @@ else:  # Django 5.2: the django-tasks backport
     )
 
 #: The task classes a run may enqueue, and the signals workers report on. On Django 6 a
-#: backend written for the backport (django-tasks-rq) builds the backport's tasks and its
-#: workers send the backport's signals, when the backport is installed beside it: both are
-#: accepted, and both heard.
+#: backend written for the backport (django-tasks-rq) builds the backport's tasks and sends
+#: its signals, when the backport is installed beside it: both are accepted, and both heard.
 TASK_CLASSES: tuple[type, ...] = (Task,)
 _STARTED: list[Any] = [task_started]
 _FINISHED: list[Any] = [task_finished]
@@ -128,10 +94,8 @@ logger = logging.getLogger("django_fencedjobs")
 
 
 class Run(Protocol):
-    """What enqueuing asks of a run (:class:`django_fencedjobs.run.Run` is one): which job
-    and fence it is, the lease row it holds (its tasks' fence checks lock that row), its
-    record, and its ``enqueue``. A protocol, so this module does not import the handler's
-    API that calls into it."""
+    """What enqueuing asks of a run (:class:`django_fencedjobs.run.Run` is one). A protocol,
+    so this module does not import the handler's API that calls into it."""
 
     job: Job
     lease_name: str
@@ -143,17 +107,12 @@ class Run(Protocol):
     ) -> TaskResult[Any, Any] | None: ...
 
 
-#: How long a task's first fenced block waits for its run's record of it, when the backend
-#: does not write to the lease database: the runner records the task's id right after the
-#: backend returns it, and a fast worker may start the task before that.
+#: How long a task's first fenced block waits for its run's record of it when the backend does
+#: not write to the lease database: a fast worker may start it before its id is recorded.
 RECORD_WAIT = 2.0
 
-_STATUS = {
-    TaskResultStatus.READY: TaskStatus.READY,
-    TaskResultStatus.RUNNING: TaskStatus.RUNNING,
-    TaskResultStatus.SUCCESSFUL: TaskStatus.SUCCESSFUL,
-    TaskResultStatus.FAILED: TaskStatus.FAILED,
-}
+#: The backend's statuses as a record's: the same names, but for ``pending`` (not handed over).
+_STATUS = {TaskResultStatus[s.name]: s for s in TaskStatus if s != TaskStatus.PENDING}
 
 
 # -- declaring ------------------------------------------------------------------------------
@@ -168,13 +127,7 @@ def schedule_task(
     name: str | None = None,
     **options: Any,
 ) -> Job:
-    """Enqueue ``task`` at every slot of a schedule: a job whose run enqueues it once.
-
-    ::
-
-        # myapp/jobs.py
-        from django_fencedjobs.integrations.tasks import schedule_task
-        from myapp.tasks import send_digest
+    """Enqueue ``task`` at every slot of a schedule: a job whose run enqueues it once::
 
         schedule_task(send_digest, "0 7 * * *", timezone="Europe/Paris", args=["daily"])
 
@@ -208,20 +161,11 @@ ENTRY_OPTIONS = frozenset(
 
 
 def schedule_settings() -> list[Job]:
-    """Declare a job for each entry of ``FENCEDJOBS["TASK_SCHEDULE"]``, by
-    :func:`schedule_task`, as a ``jobs.py`` would::
-
-        FENCEDJOBS = {"TASK_SCHEDULE": {
-            "billing.tasks.send_digest": {"cron": "0 7 * * *", "timezone": "Europe/Paris"},
-            "billing.tasks.purge": "30 3 * * 1-5",
-        }}
-
-    A cron string, or a dict of ``schedule_task``'s arguments (``cron`` or ``every``,
-    ``args``, ``kwargs``, ``name``, and ``@job``'s options). Nothing is raised for a bad
-    entry: its job is registered invalid, as a bad ``@job`` is (``fencedjobs.E017`` for a
-    path that names no task, ``E013`` for an unknown option, the ids of ``@job`` for the
-    rest). The app's ``ready()`` calls it once the ``jobs`` modules are imported; the job
-    is named after its key unless ``name`` says otherwise."""
+    """Declare a job for each entry of ``FENCEDJOBS["TASK_SCHEDULE"]`` (docs/tasks.md), by
+    :func:`schedule_task`, as a ``jobs.py`` would: a cron string, or a dict of its arguments.
+    Nothing is raised for a bad entry: its job is registered invalid, as a bad ``@job`` is
+    (E017 for a path that names no task, E013 for an unknown option). Called by the app's
+    ``ready()`` once the ``jobs`` modules are imported."""
     try:
         entries = get_settings().TASK_SCHEDULE
     except ImproperlyConfigured:
@@ -234,31 +178,22 @@ def _schedule_entry(path: str, entry: str | Mapping[str, Any]) -> Job:
     name = options.pop("name", path)
     shown = name if isinstance(name, str) and name else path
     where = f"job {shown!r}: FENCEDJOBS['TASK_SCHEDULE'][{path!r}]"
-    unknown = sorted(str(key) for key in set(options) - ENTRY_OPTIONS)
-    if unknown:
-        return _invalid(
-            path,
-            shown,
-            CheckId.ARGUMENT,
-            f"{where} has unknown option(s) {', '.join(unknown)}; known: "
-            f"{', '.join(sorted(ENTRY_OPTIONS))}",
+    invalid = functools.partial(_invalid, path, shown)
+    if unknown := sorted(str(key) for key in set(options) - ENTRY_OPTIONS):
+        known = ", ".join(sorted(ENTRY_OPTIONS))
+        return invalid(
+            CheckId.ARGUMENT, f"{where} has unknown option(s) {', '.join(unknown)}; known: {known}"
         )
     args, kwargs = options.pop("args", ()), options.pop("kwargs", None)
     if not isinstance(args, list | tuple) or not isinstance(kwargs, dict | None):
-        return _invalid(
-            path,
-            shown,
-            CheckId.ARGUMENT,
-            f"{where}: args must be a list and kwargs a dict, got {args!r} and {kwargs!r}",
-        )
+        wrong = f"args must be a list and kwargs a dict, got {args!r} and {kwargs!r}"
+        return invalid(CheckId.ARGUMENT, f"{where}: {wrong}")
     try:
         task = import_string(path)
     except ImportError as exc:
-        return _invalid(path, shown, CheckId.TASK_PATH, f"{where} names no task: {exc}")
+        return invalid(CheckId.TASK_PATH, f"{where} names no task: {exc}")
     if not isinstance(task, TASK_CLASSES):
-        return _invalid(
-            path,
-            shown,
+        return invalid(
             CheckId.TASK_PATH,
             f"{where} names {type(task).__name__} {task!r}, not a django.tasks task (a "
             "function decorated with @task)",
@@ -290,12 +225,9 @@ def _invalid(path: str, name: str, check_id: CheckId, message: str) -> Job:
 def enqueue(
     run: Run, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> TaskResult[Any, Any] | None:
-    """Enqueue ``task`` for ``run``, once: :meth:`Run.enqueue`'s work.
-
-    Returns the backend's result when the task was enqueued in the run's transaction (a
-    backend that writes to the lease database), None when it is handed over after the
-    commit (any other backend: the result does not exist yet; the run's record of the task
-    gets its id then).
+    """Enqueue ``task`` for ``run``, once (:meth:`Run.enqueue`'s work): the backend's result
+    when it was enqueued in the run's transaction (a backend that writes to the lease
+    database), None when it is handed over after the commit (the result does not exist yet).
     """
     if not isinstance(task, TASK_CLASSES):
         raise TypeError(
@@ -322,17 +254,11 @@ HandOver = tuple[Task[Any, Any], tuple[Any, ...], dict[str, Any]]
 
 
 class _Batch:
-    """The tasks a run enqueued in one fenced block. Their records are inserted together
-    when the block ends, in its transaction (one statement, not one per task: a handler
-    that fans out to thousands of tasks pays for its records about what it pays for one
-    more column of each task's row). The tasks of a backend that does not write to the lease
-    database are handed over once that transaction has committed.
-
-    An enqueue belongs to the innermost transaction or savepoint open when it was made, not
-    to the fenced block: a plain ``transaction.atomic()`` inside the block (one per item,
-    say) that rolls back takes its enqueues with it (their queue rows roll back with it on
-    a backend that writes to the lease database), so they get no record and are never
-    handed over (:class:`~django_fencedjobs.savepoints.Ledger`)."""
+    """The tasks a run enqueued in one fenced block: their records are inserted together when
+    the block ends, in its transaction (one statement); those of a backend that does not write
+    to the lease database are handed over after the commit. An enqueue belongs to the
+    innermost transaction or savepoint open when it was made: one that rolls back takes its
+    enqueues with it (no record, no hand-over: :class:`~django_fencedjobs.savepoints.Ledger`)."""
 
     def __init__(self, run: Run, alias: str) -> None:
         self.run, self.alias = run, alias
@@ -430,20 +356,11 @@ def _hand_over(tasks: list[tuple[RunTask, Task[Any, Any]]]) -> None:
 
 
 def hand_over(tasks: Sequence[tuple[RunTask, Task[Any, Any]]]) -> int:
-    """Hand ``tasks`` (each with its committed ``pending`` record) to their backends; how
-    many the backends took. The run's own hand-over after its commit and the relay's are
-    this one function.
-
-    1. Each record's hand-over is claimed, all in one statement (:func:`relay.claim`): a
-       record another process is handing over is left to it.
-    2. The tasks of django-tasks-rq go to Redis together, one pipeline per backend and
-       queue (:mod:`~django_fencedjobs.integrations.rq`), their ids chosen and their deliveries
-       recorded before, their records marked handed over in one statement after. Any
-       other backend has no batch form: its tasks are enqueued one by one, each recorded
-       as the backend answers (:func:`_hand_over_one`).
-    3. A batch the backend refuses is recorded refused, each record tried again after its
-       backoff (:func:`relay.refused`).
-    """
+    """Hand ``tasks`` (each with its committed ``pending`` record) to their backends; how many
+    they took: the run's own hand-over after its commit and the relay's. Each hand-over is
+    claimed first, all in one statement (:func:`relay.claim`): one another process is handing
+    over is left to it. django-tasks-rq's go in one pipeline per backend and queue
+    (:mod:`~django_fencedjobs.integrations.rq`), any other backend's one by one."""
     from django_fencedjobs.integrations import rq
 
     taken = 0
@@ -478,15 +395,18 @@ def hand_over(tasks: Sequence[tuple[RunTask, Task[Any, Any]]]) -> int:
 
 def _hand_over_one(record: RunTask, task: Task[Any, Any]) -> int:
     """Hand one task over by its backend's ``enqueue`` (its hand-over claimed): 1 if the
-    backend took it. A backend that runs the task at once (``ImmediateBackend``) finds its
-    run's fence in :class:`dispatching`."""
+    backend took it."""
     call = record.call or {}
+    fence = TaskFence(record.job, record.fence)
+    fence.pk = record.pk
+    token = _handing_over.set(fence)
     try:
-        with dispatching(record):
-            result = task.enqueue(*call.get("args", ()), **call.get("kwargs", {}))
+        result = task.enqueue(*call.get("args", ()), **call.get("kwargs", {}))
     except Exception as exc:
         relay.refused([record], exc)
         return 0
+    finally:
+        _handing_over.reset(token)
     TaskDelivery.objects.using(db.lease_db()).create(
         task_id=record.pk,
         backend=record.backend,
@@ -506,32 +426,30 @@ def record_delivery(record: RunTask, task: Task[Any, Any], result: TaskResult[An
     rows.filter(pk=record.pk).update(
         result_id=record.result_id, enqueued_at=result.enqueued_at or clock.now(), error=""
     )
-    if result.status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) and (
-        backend_reports(task)
+    if result.status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) and getattr(
+        task.get_backend(), "supports_get_result", False
     ):
         try:
             # ... and what a worker did before that is read back from the backend.
             result = task.get_result(result.id)
         except Exception:  # the backend's own account is a bonus, not a requirement
             logger.debug("could not read task %s back", result.id, exc_info=True)
-    _take(record, result)
+    status = _STATUS.get(result.status, TaskStatus.READY)
     # Forward only: a worker's report that landed meanwhile is never overwritten.
-    behind = _BEHIND[TaskStatus(record.status)]
-    moved = rows.filter(pk=record.pk, status__in=behind).update(
-        status=record.status,
-        started_at=record.started_at,
-        finished_at=record.finished_at,
-        error=record.error,
+    moved = rows.filter(pk=record.pk, status__in=_BEHIND[status]).update(
+        status=status,
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+        error=_error_of(result),
     )
-    if moved and record.status in FINISHED_TASK:
+    if moved and status in FINISHED_TASK:
         _after_task(result)
 
 
 def relay_pending(now: datetime | None = None) -> int:
-    """The relay's look: hand over the tasks due for it (:func:`relay.pending`), together
-    (:func:`hand_over`); how many the backends took, each to the backend and queue it was
-    enqueued on. A task whose path no longer imports, or whose backend is gone, is
-    recorded failed."""
+    """The relay's look: hand over the tasks due for it (:func:`relay.pending`), each to the
+    backend and queue it was enqueued on; how many were taken. A task whose path no longer
+    imports, or whose backend is gone, is recorded failed."""
     tasks: list[tuple[RunTask, Task[Any, Any]]] = []
     found: dict[tuple[str, str, str], Task[Any, Any]] = {}
     for record in relay.pending(now or clock.now()):
@@ -561,20 +479,6 @@ _BEHIND = {
 }
 
 
-def backend_reports(task: Task[Any, Any]) -> bool:
-    return bool(getattr(task.get_backend(), "supports_get_result", False))
-
-
-def _take(record: RunTask, result: TaskResult[Any, Any]) -> None:
-    """Copy what the backend says of a task onto its record."""
-    record.result_id = str(result.id)
-    record.status = _STATUS.get(result.status, TaskStatus.READY)
-    record.enqueued_at = result.enqueued_at or clock.now()
-    record.started_at = result.started_at
-    record.finished_at = result.finished_at
-    record.error = _error_of(result)
-
-
 def _error_of(result: TaskResult[Any, Any]) -> str:
     if result.status != TaskResultStatus.FAILED or not result.errors:
         return ""
@@ -598,9 +502,8 @@ class TaskFence:
     ) -> None:
         self.job, self.fence = job, fence
         self.backend, self.result_id = backend, result_id
-        #: The task's record, once found; this execution of the task (one per start, so
-        #: two deliveries of the task are two executions); whether its claim on the record
-        #: committed; whether another execution had it (this one is a duplicate).
+        #: The task's record, once found; this execution (one per delivery); whether its
+        #: claim on the record committed; whether another execution had it (a duplicate).
         self.pk: int | None = None
         self.executor = uuid.uuid4().hex
         self.claimed = False
@@ -612,10 +515,9 @@ class TaskFence:
     def _resolve(self) -> tuple[str, int]:
         if self.job is not None and self.fence is not None:
             return self.job, self.fence
-        alias = db.lease_db()
         # A task of a backend that writes to the lease database was recorded in the same
         # transaction as itself: if its record is not there, there is none to wait for.
-        in_lease_db = _queue_in(self.backend, alias)
+        in_lease_db = _queue_in(self.backend, db.lease_db())
         deadline = time.monotonic() + (0 if in_lease_db else RECORD_WAIT)
         while True:
             found = _find(self.backend, self.result_id)
@@ -631,11 +533,9 @@ class TaskFence:
 
     def stopped_error(self) -> None:
         """A task is never stopped from beside it: only its fence check can fail."""
-        return None
 
     def save_progress(self, connection: BaseDatabaseWrapper) -> None:
         """A task has no progress of its run's to record: its run's row is the run's."""
-        return None
 
     def check_fence(self, connection: BaseDatabaseWrapper) -> None:
         name, fence = self._resolve()
@@ -684,28 +584,11 @@ class TaskFence:
         )
 
 
-#: The fence of the run handing a task over right now, in this thread: a backend that runs
-#: the task at once, inside ``enqueue()`` (``ImmediateBackend``), starts it before its id
-#: could be recorded.
+#: The fence of the run handing a task over in this thread (:func:`_hand_over_one`): a backend
+#: that runs it inside ``enqueue()`` (``ImmediateBackend``) starts it before its id is recorded.
 _handing_over: contextvars.ContextVar[TaskFence | None] = contextvars.ContextVar(
     "fencedjobs_handing_over", default=None
 )
-
-
-class dispatching:
-    """While a run's task is handed over in this thread: a backend that runs it at once
-    (``ImmediateBackend``) finds its fence here."""
-
-    def __init__(self, record: RunTask) -> None:
-        self.fence = TaskFence(record.job, record.fence)
-        self.fence.pk = record.pk
-
-    def __enter__(self) -> None:
-        self.token = _handing_over.set(self.fence)
-
-    def __exit__(self, *exc: object) -> None:
-        _handing_over.reset(self.token)
-
 
 _open = threading.local()
 
@@ -713,15 +596,14 @@ _open = threading.local()
 def _find(backend: str, result_id: str) -> tuple[int, str, int] | None:
     """The record (pk, job, fence) of the task the backend knows as ``result_id``: by its
     latest delivery's id, else by any delivery's."""
-    rows = RunTask.objects.using(db.lease_db())
-    found = rows.filter(backend=backend, result_id=result_id).values_list("pk", "job", "fence")
-    first = found.first()
-    if first is not None:
-        return first
+    rows = RunTask.objects.using(db.lease_db()).values_list("pk", "job", "fence")
     delivered = TaskDelivery.objects.using(db.lease_db()).filter(
         backend=backend, result_id=result_id
     )
-    return rows.filter(pk__in=delivered.values("task_id")).values_list("pk", "job", "fence").first()
+    return (
+        rows.filter(backend=backend, result_id=result_id).first()
+        or rows.filter(pk__in=delivered.values("task_id")).first()
+    )
 
 
 @receiver(_STARTED, dispatch_uid="django_fencedjobs.task_started")
