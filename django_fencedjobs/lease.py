@@ -814,10 +814,17 @@ def _load_instants_in_c(connection: BaseDatabaseWrapper, cursor: Any) -> None:
 
 
 def pause_invalid(name: str, fence: int) -> None:
-    """Pause an instance found invalid when claimed (its row was changed without
-    :func:`~django_fencedjobs.instances.save`): conditional on the fence as claimed. Saving
-    the instance valid again resumes it."""
-    JobLease.objects.using(lease_db()).filter(name=name, fence=fence).update(paused=True)
+    """Pause a row found unable to run when claimed (an instance changed without
+    :func:`~django_fencedjobs.instances.save`, a one-shot whose target is gone): conditional
+    on the fence as claimed. A lease still held by a run that never ended (its holder dead,
+    or paused past it) is ended as an acquisition would end it, fence + 1: no acquisition
+    will follow on a paused row, so that holder writes nothing should it resume, and its run
+    is one that :func:`end_orphans` or :func:`mark_oneshot_abandoned` records abandoned."""
+    rows = JobLease.objects.using(lease_db()).filter(name=name, fence=fence)
+    rows.filter(lease_until=LEASE_FREE).update(paused=True)
+    rows.exclude(lease_until=LEASE_FREE).update(
+        paused=True, fence=F("fence") + 1, owner="", lease_until=LEASE_FREE
+    )
 
 
 def _table(connection: BaseDatabaseWrapper, model: type[models.Model] = JobLease) -> str:

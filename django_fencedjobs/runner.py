@@ -181,12 +181,14 @@ def _target_gone(row: lease.LeaseRow, now: datetime, exc: UnknownJob) -> None:
     """A backfill slot or one-off whose target is gone (instance deleted, job no longer
     declared): its row is paused, and its slot recorded ``skipped`` with the reason, as
     the slot's next attempt, so that it is accounted for and not only logged."""
-    target = oneshots.target_of(row.name)
+    target, slot = oneshots.target_of(row.name), row.run_slot or row.next_run_at
     lease.pause_invalid(row.name, row.fence)
+    if row.lease_until != LEASE_FREE:  # an attempt that never ended, fenced off just now
+        lease.mark_oneshot_abandoned(target, row.kind, slot, row.fence + 1, now)
     error = f"not run: {target} was deleted before it ran, or its job is no longer declared"
     record = JobRun(
         job=target,
-        scheduled_for=row.run_slot or row.next_run_at,
+        scheduled_for=slot,
         finished_at=now,
         outcome=Outcome.SKIPPED,
         kind=row.kind,

@@ -426,6 +426,44 @@ def test_a_one_shot_whose_instance_was_deleted_before_it_ran_is_recorded_skipped
     assert JobLease.objects.get(name=name).paused  # done
 
 
+def test_a_one_off_whose_holder_died_and_whose_instance_was_then_deleted_leaves_no_run_running(
+    jobs,
+):
+    # Its last attempt's runner died (or stopped) mid-run, then the instance was deleted:
+    # the next claim finds the target gone. The dead attempt is fenced off and recorded
+    # abandoned, never left running for good on a row no acquisition will take again.
+    base = job(instances=True, name="t.digest")(lambda run: None)
+    base.instances.upsert("a", cron="0 * * * *")
+    loop.tick()
+    slot = _h(8)
+    name = backfills.run_once("t.digest[a]", slot)
+    row = JobLease.objects.get(name=name)
+    dead = row.fence + 1
+    JobLease.objects.filter(pk=row.pk).update(
+        fence=dead, owner="dead:1", lease_until=_h(9) + timedelta(minutes=5), attempt=1
+    )
+    JobRun.objects.create(
+        job="t.digest[a]",
+        scheduled_for=slot,
+        started_at=_h(9),
+        outcome=Outcome.RUNNING,
+        kind=RunKind.ONCE,
+        attempt=1,
+        fence=dead,
+        owner="dead:1",
+    )
+    base.instances.delete("a")
+    fake_clock.set(_h(10) + timedelta(seconds=1))  # its lease long expired
+    loop.tick()
+    attempts = JobRun.objects.filter(job="t.digest[a]", scheduled_for=slot).order_by("attempt")
+    assert [(r.attempt, r.outcome) for r in attempts] == [
+        (1, Outcome.ABANDONED),
+        (2, Outcome.SKIPPED),
+    ]
+    row = JobLease.objects.get(name=name)
+    assert row.paused and row.fence == dead + 1 and row.owner == ""
+
+
 def test_a_backfill_or_one_off_of_a_name_nobody_declared_is_a_backfill_error(jobs):
     # docs/api.md: each function of backfills raises BackfillError for what it cannot do.
     with pytest.raises(backfills.BackfillError, match=r"t\.nobody"):
