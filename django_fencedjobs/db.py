@@ -286,6 +286,31 @@ def statement_now() -> Func | None:
     )
 
 
+def estimated_rows(rows: models.QuerySet[Any]) -> int | None:
+    """The planner's estimate of the rows of ``rows``' table (PostgreSQL's
+    ``pg_class.reltuples``, kept current by autovacuum); None where there is none, or the
+    table was never analysed (the admin's paginators count with it)."""
+    connection = connections[rows.db]
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+            [rows.model._meta.db_table],
+        )
+        found = cursor.fetchone()
+    if found is None or found[0] is None or found[0] < 0:  # -1: never analysed
+        return None
+    return int(found[0])
+
+
+def advisory_lock_problem() -> str | None:
+    """Why the lease database has no session-free advisory locks (PostgreSQL's
+    ``pg_advisory_xact_lock``), or None when it has them."""
+    vendor = connections[lease_db()].vendor
+    return None if vendor == "postgresql" else f"the database is {vendor}"
+
+
 def insert_columns(model: type[models.Model], using: str, columns: dict[str, list[Any]]) -> None:
     """Insert rows of ``model`` given column by column (field attribute name to one value
     per row). On PostgreSQL one ``INSERT`` from arrays (``unnest``), without a model
@@ -314,12 +339,6 @@ def holds_write_lock(connection: BaseDatabaseWrapper) -> Any:
     way to free that lock from another thread. None elsewhere (row locks; the server ends a
     session's transaction when its holder is cut off)."""
     return connection.connection if connection.vendor == "sqlite" else None
-
-
-def has_advisory_locks() -> bool:
-    """Whether the lease database has session-free advisory locks (PostgreSQL's
-    ``pg_advisory_xact_lock``)."""
-    return connections[lease_db()].vendor == "postgresql"
 
 
 def strict_isolation_option(alias: str) -> str | None:

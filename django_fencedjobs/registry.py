@@ -167,14 +167,12 @@ def _schedule_problem(job: Job, schedule: Schedule) -> tuple[CheckId, JobError] 
             f"interval between its runs ({interval}); runs would swap order."
         )
     if job.exclusion == "advisory":
-        from django.db import connections
-
         from django_fencedjobs import db
 
-        if not db.has_advisory_locks():
+        if problem := db.advisory_lock_problem():
             return CheckId.ADVISORY, JobDefinitionError(
                 f"job {job.name!r}: exclusion='advisory' needs PostgreSQL advisory locks; "
-                f"the database is {connections[db.lease_db()].vendor}."
+                f"{problem}."
             )
     return None
 

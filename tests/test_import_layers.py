@@ -209,9 +209,8 @@ def test_no_module_imports_from_a_layer_below_its_own():
 # -- one seam between the app and its databases --------------------------------------------
 
 #: The modules that may ask which database they talk to: the statements that decide
-#: exclusion, spelled once per database (``lease``), every other difference (``db``), and
-#: the generic paginator's row estimate (it imports nothing of the app, ``db`` included).
-DATABASE_SEAM = {f"{ROOT}.db", f"{ROOT}.lease", f"{ROOT}.admin.paginator"}
+#: exclusion, spelled once per database (``lease``), and every other difference (``db``).
+DATABASE_SEAM = {f"{ROOT}.db", f"{ROOT}.lease"}
 
 
 def vendor_reads(path: Path) -> list[int]:

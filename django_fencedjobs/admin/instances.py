@@ -46,7 +46,6 @@ from django_fencedjobs.admin.display import (
     state_badge,
 )
 from django_fencedjobs.admin.jobs import may_operate
-from django_fencedjobs.admin.paginator import estimated_rows
 from django_fencedjobs.exceptions import ScheduleError, UnknownJob
 from django_fencedjobs.instances import declared, instance_job, validate
 from django_fencedjobs.instants import format_instant, iso_utc, zone_name
@@ -417,7 +416,7 @@ class InstancePaginator(_Paginator):
         if not isinstance(rows, QuerySet):
             return super().count
         if not rows.query.where:
-            estimate = estimated_rows(rows.model, rows.db)
+            estimate = db.estimated_rows(rows)
             if estimate is not None and estimate >= self.exact_below:
                 self.estimated = True
                 return estimate

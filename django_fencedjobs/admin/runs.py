@@ -35,6 +35,11 @@ from django_fencedjobs.admin.paginator import EstimatedCountPaginator
 from django_fencedjobs.models import JobLease, JobRun, Outcome, RunKind, RunTask, TaskStatus
 from django_fencedjobs.registry import registry
 
+
+class RunsPaginator(EstimatedCountPaginator):
+    estimate_rows = staticmethod(db.estimated_rows)
+
+
 #: The tasks listed on a run's page; past them, how many more there are.
 TASKS_SHOWN = 200
 #: A task's status badge, in the colours of the run outcomes it resembles.
@@ -130,7 +135,7 @@ class JobRunAdmin(ReadOnly, _ModelAdmin):  # history; retention deletes old runs
     # No COUNT(*) of the whole table per page, nor per filter choice ("Show counts").
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
-    paginator = EstimatedCountPaginator
+    paginator = RunsPaginator
     list_per_page = 100
     fields = (
         ("job", "slot"),
