@@ -730,8 +730,6 @@ class Schedule:
         self._key_given = key is not None
         self.key = key if key is not None else default_key
         self.offset = timedelta(seconds=self._jitter_seconds(self.key, jitter))
-        canonical = f"v1|{self._rule.canonical}|tz={timezone}|jitter_us={_to_us(jitter)}"
-        self._fingerprint = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
     @staticmethod
     def _jitter_seconds(key: str, jitter: timedelta) -> int:
@@ -812,6 +810,12 @@ class Schedule:
         and Python versions (SHA-256), stored to notice that a job's schedule changed. ``key``
         is not part of it: it is the job's name, stored alongside."""
         return self._fingerprint
+
+    @functools.cached_property
+    def _fingerprint(self) -> str:
+        # Computed when first asked (every tick compares it), not for every schedule built.
+        canonical = f"v1|{self._rule.canonical}|tz={self.timezone}|jitter_us={_to_us(self.jitter)}"
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
     def _identity(self) -> tuple[object, ...]:
         return (self.cron, self.every, self.timezone, self.jitter, self.key)
