@@ -226,23 +226,21 @@ def _write_lease(instance: JobInstance, now: datetime) -> None:
         "name": instance.name,
         "parent": instance.job,
     }
-    timing: dict[str, Any] = {"schedule_fingerprint": "", "next_run_at": now, "late_after": None}
-    if job is not None and schedule is not None:
-        next_run_at = schedule.next_after(now)
-        timing = {
-            "schedule_fingerprint": schedule.fingerprint(),
-            "next_run_at": next_run_at,
-            "late_after": job.late_after(next_run_at),
-        }
+    fingerprint = schedule.fingerprint() if schedule is not None else ""
     row = JobLease.objects.using(alias).select_for_update().filter(instance=instance).first()
+    if row is None or (schedule is not None and fingerprint != row.schedule_fingerprint):
+        # New, or a new schedule: its next fire time, and the deadline it awaits, from now
+        # (no slot of an old schedule is awaited any more).
+        next_run_at = schedule.next_after(now) if schedule is not None else now
+        changes.update(
+            schedule_fingerprint=fingerprint,
+            next_run_at=next_run_at,
+            late_after=job.late_after(next_run_at) if job and schedule else None,
+        )
     if row is None:
-        row = JobLease(instance=instance, created_at=now, **changes, **timing)
-        lease.create([row], ignore_conflicts=False)
+        new = JobLease(instance=instance, created_at=now, **changes)
+        lease.create([new], ignore_conflicts=False)
         return
-    if schedule is not None and timing["schedule_fingerprint"] != row.schedule_fingerprint:
-        # A new schedule: its next fire time, and the deadline it awaits, from now (no
-        # slot of the old schedule is awaited any more).
-        changes.update(timing)
     JobLease.objects.using(alias).filter(pk=row.pk).update(**changes)
 
 
