@@ -59,6 +59,8 @@ class LeaseRow:
     run_slot: datetime | None = None
     attempt: int = 1
     kind: str = RunKind.SCHEDULED
+    #: The fence of the last run whose fenced work committed (:func:`lock_fence`).
+    committed_fence: int | None = None
 
     def is_due(self, now: datetime) -> bool:
         return not self.paused and self.next_run_at <= now and self.lease_until < now
@@ -444,9 +446,6 @@ class DueOneShot:
 
     row: LeaseRow
     kwargs: dict[str, Any] | None
-    #: The row's last run committed fenced work and never recorded its end
-    #: (:func:`note_commit`): the runner died after the commit.
-    committed: bool = False
 
 
 def claim_oneshots(parents: list[str], now: datetime, limit: int) -> list[DueOneShot]:
@@ -464,17 +463,16 @@ def claim_oneshots(parents: list[str], now: datetime, limit: int) -> list[DueOne
         .filter(parent__in=parents, paused=False, next_run_at__lte=now, lease_until__lt=now)
         .exclude(kind=RunKind.SCHEDULED)
         .order_by("next_run_at")
-        .values_list(*_ROW_FIELDS, "kwargs", "committed_fence", "backfill_id")[:limit]
+        .values_list(*_ROW_FIELDS, "kwargs", "backfill_id")[:limit]
     )
     room = _backfill_room(sorted({row[-1] for row in rows if row[-1] is not None}), now)
     claimed = []
-    for *row_fields, kwargs, committed_fence, backfill_id in rows:
+    for *row_fields, kwargs, backfill_id in rows:
         if backfill_id is not None:
             if room.get(backfill_id, 0) < 1:
                 continue
             room[backfill_id] -= 1
-        row = LeaseRow(*row_fields)
-        claimed.append(DueOneShot(row, kwargs, committed=committed_fence == row.fence))
+        claimed.append(DueOneShot(LeaseRow(*row_fields), kwargs))
     return claimed
 
 
@@ -574,20 +572,6 @@ def end_orphans(now: datetime) -> int:
         if revoked:
             ended += _abandon(now, error, job=name, fence=fence, kind=RunKind.SCHEDULED)
     return ended
-
-
-def note_commit(connection: BaseDatabaseWrapper, name: str, fence: int) -> None:
-    """In a one-shot's fenced transaction, just before it commits (so it is true exactly when
-    the work committed): its row, locked already by the fence check, says that the run
-    holding ``fence`` (a stale one matches nothing) committed work. The row stays due while
-    its run holds it, so the next claim reads this (:attr:`DueOneShot.committed`): that slot
-    must not be run again."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {_table(connection)} SET committed_fence = fence"
-            " WHERE name = %s AND fence = %s",
-            [name, fence],
-        )
 
 
 @dataclass(frozen=True)
@@ -838,27 +822,26 @@ def lock_fence(
     while ``fence`` is still current; None when it is not.
 
     It runs in the transaction that writes, and *locks* the row (a plain SELECT would be
-    check-then-act: a successor could take the lease before the commit). With row locks
-    (PostgreSQL), ``SELECT ... FOR UPDATE`` on the fence: an acquirer's UPDATE waits until
-    this transaction ends, so these writes are ordered strictly before the takeover; a
-    takeover that won the row first leaves a newer fence, and no row. Without (SQLite), a
-    no-op UPDATE on the fence takes the write lock until this transaction ends.
+    check-then-act: a successor could take the lease before the commit). It is an UPDATE
+    on the fence: an acquirer's UPDATE waits until this transaction ends, so these writes
+    are ordered strictly before the takeover; a takeover that won the row first leaves a
+    newer fence, and no row. (SQLite has one write lock, which it takes until the end.)
+
+    What it sets, ``committed_fence = fence``, commits with the block's writes or rolls
+    back with them, so the row says exactly whether this run's fenced work committed, even
+    if the run dies before its end is recorded or ends by a timeout: a slot whose work
+    committed is not run again by accident (:func:`django_fencedjobs.retries.redoes`).
 
     On PostgreSQL it also limits this transaction's idle time (:func:`_limit_idle`) and says
     which server transaction it is (:class:`HeldTransaction`), and it rides with ``BEGIN``
     (:func:`~django_fencedjobs.db.first_statement`): its cost is the fence's whole price.
     """
-    if connection.features.has_select_for_update:
-        sql = (
-            f"SELECT {_IDENTIFY}, {_limit_idle(idle_limit)}"
-            f" FROM {_table(connection)} WHERE name = %s AND fence = %s FOR UPDATE"
-        )
+    sql = f"UPDATE {_table(connection)} SET committed_fence = fence WHERE name = %s AND fence = %s"
+    if connection.vendor == "postgresql":
+        sql += f" RETURNING {_IDENTIFY}, {_limit_idle(idle_limit)}"
         return _held(connection, first_statement(connection, sql, [name, fence]))
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {_table(connection)} SET fence = fence WHERE name = %s AND fence = %s",
-            [name, fence],
-        )
+        cursor.execute(sql, [name, fence])
         updated: int = cursor.rowcount
     return _held(connection, ()) if updated == 1 else None
 

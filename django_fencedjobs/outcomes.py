@@ -32,14 +32,21 @@ ABANDONED_ORPHAN = (
     "The lease expired before this run finished (the process died, or was paused past its "
     "lease), and its job or instance was deleted or paused since: no later run takes over."
 )
-#: A backfill slot's or one-off's run that committed fenced work and died before its end
-#: was recorded: its slot is not run again by itself.
-ABANDONED_AFTER_COMMIT = (
-    "The lease expired before this run's end was recorded (the process died, or was paused "
-    "past its lease), after its fenced work had committed: the slot is not run again, "
-    "since a second run would redo that work. Backfill the slot or run it once again to "
-    "redo it."
-)
+
+
+def not_run_again(outcome: str) -> str:
+    """Why an attempt was recorded skipped (:attr:`~django_fencedjobs.slots.Slot.redoes`):
+    the attempt before it, which ended ``outcome``, had committed its fenced work."""
+    ended = (
+        "its runner died before recording its end"
+        if outcome in (Outcome.RUNNING, Outcome.ABANDONED)
+        else f"it ended {outcome}"
+    )
+    return (
+        f"Not run: the attempt before committed its fenced work, then {ended}; running the "
+        "slot again would redo that work, and no watermark says where it stopped. Backfill "
+        "the slot or run it once again to redo it."
+    )
 
 
 def timed_out(job: Job) -> str:
@@ -132,7 +139,6 @@ def decide(
 
 __all__ = [
     "ABANDONED",
-    "ABANDONED_AFTER_COMMIT",
     "ABANDONED_ORPHAN",
     "INTERRUPTED",
     "decide",
@@ -140,4 +146,5 @@ __all__ = [
     "fence_gone",
     "fence_lost",
     "fence_refused",
+    "not_run_again",
 ]

@@ -5,7 +5,8 @@ statement that releases its lease schedules it (:func:`django_fencedjobs.lease.e
 if the end plus the backoff is before the row's next slot: a retry never runs at or past
 it. Attempt ``n`` waits ``retry_backoff * 2 ** (n - 1)`` (30 s, 1 min, 2 min... by
 default); a retried failure does not count towards ``consecutive_failures``. A retry
-redoes exactly its attempt's data interval (:func:`interval_start`).
+redoes exactly its attempt's data interval (:func:`interval_start`). One that would redo
+work its attempt committed before timing out is recorded, not run (:func:`redoes`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from django_fencedjobs.db import lease_db
-from django_fencedjobs.lease import Retry
-from django_fencedjobs.models import FAILURE_OUTCOMES, JobRun, RunKind
+from django_fencedjobs.lease import LeaseRow, Retry
+from django_fencedjobs.models import FAILURE_OUTCOMES, JobRun, Outcome, RunKind
 from django_fencedjobs.registry import Job
 
 #: Backoff doubles at most this many times.
@@ -44,6 +45,30 @@ def interval_start(job: Job, slot: datetime, attempt: int) -> datetime | None:
     )
 
 
+#: The ends a handler chose, after which running its slot again is what it asked for: it
+#: raised (``retries=`` tries again), or it stopped between batches when asked (its batches
+#: resume). After any other end its committed work stands, and is not redone by accident.
+_ASKED_AGAIN = frozenset({Outcome.FAILED, Outcome.INTERRUPTED})
+
+
+def redoes(job: Job, row: LeaseRow) -> str | None:
+    """Whether running the slot of ``row`` (a retry, a backfill slot's or one-off's next
+    attempt) would redo fenced work that an attempt at it committed: that attempt's outcome
+    (``running``: its runner died before recording its end), or None to run it. The row's
+    ``committed_fence`` names the attempt whose work committed last
+    (:func:`~django_fencedjobs.lease.lock_fence`); an end it chose (:data:`_ASKED_AGAIN`)
+    asks for the slot again."""
+    if row.committed_fence is None or row.run_slot is None:
+        return None
+    outcome: str | None = (
+        JobRun.objects.using(lease_db())
+        .filter(job=job.name, kind=row.kind, scheduled_for=row.run_slot, fence=row.committed_fence)
+        .values_list("outcome", flat=True)
+        .first()
+    )
+    return None if outcome is None or outcome in _ASKED_AGAIN else outcome
+
+
 def _tried(record: JobRun) -> int:
     """The attempts a backfill slot or one-off made, this one included: its failed runs
     before it (its attempt numbers start after the slot's earlier runs)."""
@@ -65,4 +90,4 @@ def _tried(record: JobRun) -> int:
 #: An interrupted run (the runner was stopping) or one that lost its lease is not.
 FINAL_OUTCOMES = frozenset({"succeeded", "failed", "timed_out", "missed"})
 
-__all__ = ["FINAL_OUTCOMES", "MAX_DOUBLINGS", "interval_start", "next_attempt"]
+__all__ = ["FINAL_OUTCOMES", "MAX_DOUBLINGS", "interval_start", "next_attempt", "redoes"]

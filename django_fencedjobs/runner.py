@@ -88,6 +88,16 @@ def run_acquired(
             job.starting_deadline,
             extra=_log_fields(record, event="run_missed"),
         )
+    elif record.outcome == Outcome.SKIPPED:  # it would redo committed work
+        logger.warning(
+            "%s: attempt %d of slot %s: %s",
+            job.name,
+            record.attempt,
+            record.scheduled_for.isoformat(),
+            record.error,
+            extra=_log_fields(record, event="slot_not_rerun"),
+        )
+    if record.outcome != Outcome.RUNNING:
         signals.send(signals.run_finished, job=job, record=record)
         return record
     state = RunState(
@@ -126,8 +136,7 @@ def claim(
                 extra={"event": "slot_skipped", "job": take.row.name},
             )
         for take in recorded:
-            if take.record.outcome == Outcome.MISSED:
-                lease.end(take.row.name, take.record.fence, succeeded_at=None, failed=False)
+            _end_if_not_run(take.row.name, take.record)
     found = {take.row.name: (job, marks) for take, job, marks in planned}
     return [Acquired(found[t.row.name][0], t.record, now, found[t.row.name][1]) for t in recorded]
 
@@ -150,11 +159,8 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
             except UnknownJob as exc:
                 _target_gone(row, now, exc)
                 continue
-            slot = slots.plan(job, row, now)
             watermarks = _watermarks(row.name, alias)
-            if item.committed and not watermarks:
-                _done_after_commit(job, row, slot.scheduled_for, now)
-                continue
+            slot = slots.plan(job, row, now, resumable=bool(watermarks))
             fence = lease.acquire(
                 row,
                 owner=owner,
@@ -171,8 +177,7 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
                 lease.mark_oneshot_abandoned(job.name, row.kind, slot.scheduled_for, fence, now)
             record = _new_record(job, fence, owner, now, slot, watermarks)
             lease.insert_as_next_attempt(record)
-            if record.outcome == Outcome.MISSED:
-                lease.end(row.name, fence, succeeded_at=None, failed=False)
+            _end_if_not_run(row.name, record)
             acquired.append(Acquired(job, record, now, watermarks, row.name))
     return acquired
 
@@ -204,21 +209,11 @@ def _target_gone(row: lease.LeaseRow, now: datetime, exc: UnknownJob) -> None:
     )
 
 
-def _done_after_commit(job: Job, row: lease.LeaseRow, slot: datetime, now: datetime) -> None:
-    """A one-shot row whose last run committed fenced work, then died unrecorded, with no
-    watermark to resume from: a second run would redo the work, so the slot is done (an
-    operator may run it again). The dead run is recorded abandoned, its lease ended under
-    its own fence (which fences it off should it only be paused). The claim holds the row."""
-    if not lease.end(row.name, row.fence, succeeded_at=None, failed=False):
-        return
-    error = outcomes.ABANDONED_AFTER_COMMIT
-    lease.mark_oneshot_abandoned(job.name, row.kind, slot, row.fence + 1, now, error)
-    logger.warning(
-        "%s: its last run committed its fenced work and its runner died before recording "
-        "its end; the slot is not run again",
-        row.name,
-        extra={"event": "oneshot_done_after_commit", "job": row.name},
-    )
+def _end_if_not_run(name: str, record: JobRun) -> None:
+    """A run recorded as not run (missed, or skipped since it would redo committed work)
+    ends at once, its lease given up and (a one-shot's) its row done."""
+    if record.outcome in (Outcome.MISSED, Outcome.SKIPPED):
+        lease.end(name, record.fence, succeeded_at=None, failed=False)
 
 
 def _plan(
@@ -243,7 +238,7 @@ def _plan(
                 extra={"event": "instance_invalid", "job": job.name},
             )
             continue
-        slot = slots.plan(job, item.row, now)
+        slot = slots.plan(job, item.row, now, resumable=bool(item.watermarks))
         record = _new_record(job, item.row.fence + 1, owner, now, slot, item.watermarks)
         take = lease.Take(
             item.row,
@@ -277,14 +272,27 @@ def _new_record(
     slot: slots.Slot,
     watermarks: dict[str, WatermarkValue],
 ) -> JobRun:
-    """The run's row, not saved yet: running, or missed when it starts past the job's
-    starting deadline (a backfill's slot has none: it is in the past by design)."""
+    """The run's row, not saved yet: running; skipped when it would redo committed work
+    (:attr:`slots.Slot.redoes`); missed when it starts past the job's starting deadline (a
+    backfill's slot has none: it is in the past by design)."""
     scheduled_for = slot.scheduled_for
     too_late = (
         job.starting_deadline is not None
         and slot.kind != RunKind.BACKFILL
         and now - scheduled_for > job.starting_deadline
     )
+    if slot.redoes is not None:
+        return JobRun(
+            job=job.name,
+            scheduled_for=scheduled_for,
+            attempt=slot.attempt,
+            kind=slot.kind,
+            finished_at=now,
+            outcome=Outcome.SKIPPED,
+            fence=fence,
+            owner=owner,
+            error=outcomes.not_run_again(slot.redoes),
+        )
     return JobRun(
         job=job.name,
         scheduled_for=scheduled_for,

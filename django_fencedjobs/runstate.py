@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_fencedjobs import lease, outcomes
 from django_fencedjobs.exceptions import FenceLost
-from django_fencedjobs.models import JobRun, RunKind
+from django_fencedjobs.models import JobRun
 from django_fencedjobs.savepoints import Ledger
 
 if TYPE_CHECKING:
@@ -121,8 +121,6 @@ class RunState:
         same transaction, so the row says what committed whoever records the run's end (the
         run, its supervisor, a successor finding it abandoned after a SIGKILL)."""
         ledger, self._pending = self._pending, None
-        if self.record.kind != RunKind.SCHEDULED:  # a one-shot row stays due: it must know
-            lease.note_commit(connection, self.lease_name, self.fence)
         progress = Progress()
         for done in ledger.kept() if ledger is not None else ():
             progress.add(done)

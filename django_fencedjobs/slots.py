@@ -12,6 +12,11 @@ function, :func:`plan`, for every way a row becomes due (docs/time.md tells them
 * **a backfill slot or one-off** (:mod:`django_fencedjobs.oneshots`): its ``run_slot``, as
   its next attempt; the row stays due while its run holds it, so a run whose runner died
   is run again once its lease expires.
+
+Neither a retry nor a one-shot's next attempt runs when it would redo fenced work that the
+attempt before it committed and did not ask to redo (it timed out, or its runner died
+before recording its end), unless a watermark says where that work stopped: the attempt is
+recorded skipped instead (:attr:`Slot.redoes`, docs/time.md).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from datetime import datetime
 
 from django_fencedjobs import retries
 from django_fencedjobs.lease import LeaseRow
-from django_fencedjobs.models import RunKind
+from django_fencedjobs.models import FAILURE_OUTCOMES, RunKind
 from django_fencedjobs.registry import Job
 from django_fencedjobs.schedule import Schedule
 
@@ -48,11 +53,16 @@ class Slot:
     #: A later slot supersedes a pending retry: the failed attempt, not counted while its
     #: retry was pending, is counted towards ``consecutive_failures`` when the row is taken.
     dropped_retry: bool = False
+    #: Running this attempt would redo the committed work of the attempt before it, which
+    #: ended so (:func:`~django_fencedjobs.retries.redoes`): it is recorded, not run.
+    redoes: str | None = None
 
 
-def plan(job: Job, row: LeaseRow, now: datetime) -> Slot:
-    """The slot ``row`` (due at ``now``) runs for, by the job's catch-up policy."""
+def plan(job: Job, row: LeaseRow, now: datetime, *, resumable: bool = False) -> Slot:
+    """The slot ``row`` (due at ``now``) runs for, by the job's catch-up policy.
+    ``resumable``: the row keeps a watermark, from which a second attempt resumes."""
     schedule = job.valid_schedule
+    redoes = None if resumable else retries.redoes(job, row)
     if row.kind != RunKind.SCHEDULED:
         if row.run_slot is None:  # written with its slot, always: a row made by hand
             raise ValueError(f"{row.name}: a {row.kind} row without its run_slot")
@@ -65,6 +75,8 @@ def plan(job: Job, row: LeaseRow, now: datetime) -> Slot:
             next_run_at=row.next_run_at,
             run_slot=row.run_slot,
             next_attempt=row.attempt + 1,
+            dropped_retry=redoes in FAILURE_OUTCOMES,
+            redoes=redoes,
         )
     after = schedule.next_after(now)
     first = row.next_run_at
@@ -73,7 +85,8 @@ def plan(job: Job, row: LeaseRow, now: datetime) -> Slot:
         later = schedule.fire_times(row.run_slot, now, limit=1)
         if not later:  # nothing later due yet: the retry runs, over the same interval
             start = retries.interval_start(job, row.run_slot, row.attempt)
-            return Slot(row.run_slot, 0, start, row.attempt, RunKind.SCHEDULED, after, None, 1)
+            slot = row.run_slot, 0, start, row.attempt, RunKind.SCHEDULED, after, None, 1
+            return Slot(*slot, dropped_retry=redoes is not None, redoes=redoes)
         first, dropped = later[0], True  # a later slot supersedes the retry
     count, tail = _due(schedule, first, now, keep=job.catchup_limit if job.catchup == "each" else 1)
     if job.catchup == "each":

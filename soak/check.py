@@ -662,11 +662,10 @@ def _lost_to_nobody(data: dict[str, Any], found: Findings) -> None:
 
 def _ended_for_it(run: dict[str, Any]) -> bool:
     """An abandoned run whose end was recorded for it, under its own fence, by the package:
-    a one-shot whose work committed before its runner died, or a run of a job deleted or
-    paused since (django_fencedjobs.outcomes)."""
+    a run of a job deleted or paused since (django_fencedjobs.outcomes)."""
     from django_fencedjobs import outcomes
 
-    return run.get("error") in (outcomes.ABANDONED_AFTER_COMMIT, outcomes.ABANDONED_ORPHAN)
+    return run.get("error") == outcomes.ABANDONED_ORPHAN
 
 
 def _fences_recorded(data: dict[str, Any], found: Findings) -> None:

@@ -468,7 +468,7 @@ def test_a_one_off_whose_work_committed_is_not_run_again_when_its_runner_dies(sp
     # The runner dies after the one-off's fenced write committed and before its end was
     # recorded: the next runner must not run the slot again (its work is done, and tracked
     # by no watermark that a second attempt could resume from). Its attempt is recorded
-    # abandoned, saying why, and the one-off is done.
+    # abandoned, the next one skipped, saying why, and the one-off is done.
     prepare(ONCE, due=False)
     victim = spawn("loop", ONCE, "A", workers=1, role="victim")
     victim.wait_for("ready")
@@ -485,9 +485,10 @@ def test_a_one_off_whose_work_committed_is_not_run_again_when_its_runner_dies(sp
     stop_all(other)
     assert other.events("ran") == []
     assert list(Write.objects.filter(job=ONCE).values_list("fence", flat=True)) == [wrote["fence"]]
-    (record,) = runs_of(ONCE)
-    assert (record.kind, record.attempt, record.outcome) == (RunKind.ONCE, 1, Outcome.ABANDONED)
-    assert "not run again" in record.error
+    dead, skipped = runs_of(ONCE)
+    assert (dead.kind, dead.attempt, dead.outcome) == (RunKind.ONCE, 1, Outcome.ABANDONED)
+    assert (skipped.kind, skipped.attempt, skipped.outcome) == (RunKind.ONCE, 2, Outcome.SKIPPED)
+    assert "committed its fenced work, then its runner died" in skipped.error
 
 
 def test_a_one_off_no_runner_took_is_late_once_its_grace_has_passed(spawn):

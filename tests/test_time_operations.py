@@ -4,6 +4,7 @@ killed mid-backfill: tests/test_faults_time.py.)"""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from django_fencedjobs import backfills, clock, job, loop
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.fencing import fenced_atomic
 from django_fencedjobs.models import JobLease, JobRun, Outcome, RunKind, Watermark
+from tests.testapp.models import Write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -329,32 +331,70 @@ def test_jobctl_resumes_from_now_and_refuses_from_now_with_another_operation(job
     assert not JobLease.objects.get(name="t.hourly").paused
 
 
-def test_a_one_off_whose_attempt_wrote_and_failed_is_retried_once_and_succeeds(jobs):
-    # Attempt 1 commits a write, then fails: its end is recorded, so the row's mark of
-    # committed work belongs to an ended run, and the retry runs (once) and succeeds.
-    attempts: list[tuple[int, int]] = []
+@pytest.mark.parametrize("kind", [RunKind.SCHEDULED, RunKind.ONCE])
+@pytest.mark.parametrize(
+    ("ending", "retried"),
+    [("raises", True), ("times_out", False), ("times_out_with_a_watermark", True)],
+)
+def test_a_retry_never_redoes_work_its_attempt_committed_before_timing_out(
+    jobs, kind, ending, retried, caplog
+):
+    """Attempt 1 commits its fenced write, then fails. If it raised, its handler asked for
+    the retry, which runs. If it overran its timeout instead, the handler never said that
+    its work was incomplete: a retry would write the slot twice, so it is recorded skipped,
+    naming why, and the timeout counts as the slot's failure. A watermark says where the
+    committed work stopped, and a retry resumes from it: that one runs."""
+    attempts: list[int] = []
 
-    @job("0 8 * * *", name="t.wobbly", retries=2, retry_backoff=timedelta(minutes=1))
+    @job(
+        "0 * * * *" if kind == RunKind.SCHEDULED else "0 8 * * *",  # a one-off: no slot at 10
+        name="t.wobbly",
+        retries=2,
+        retry_backoff=timedelta(minutes=1),
+        timeout=timedelta(seconds=0.3),
+    )
     def wobbly(run):
-        attempts.append((run.attempt, run.fence))
+        attempts.append(run.attempt)
         with fenced_atomic():
-            pass
-        if run.attempt == 1:
+            Write.objects.create(job="t.wobbly", fence=run.fence, seq=run.attempt)
+            if ending == "times_out_with_a_watermark":
+                run.advance_watermark(run.attempt)
+        if run.attempt > 1:
+            return
+        if ending == "raises":
             raise RuntimeError("attempt 1 fails")
+        for _ in range(200):  # past its timeout: interrupted in here
+            time.sleep(0.05)
 
-    at = _h(14)
-    name = backfills.run_once("t.wobbly", at)
-    fake_clock.set(at + timedelta(seconds=1))
+    caplog.set_level("WARNING", logger="django_fencedjobs")
+    fake_clock.set(_h(9) + timedelta(seconds=1))
+    loop.tick()  # its row, next slot 10:00
+    if kind == RunKind.ONCE:
+        name = backfills.run_once("t.wobbly", _h(9, day=28))
+    fake_clock.set(_h(10) + timedelta(seconds=1))
     loop.tick()
     fake_clock.advance(timedelta(minutes=2))
     loop.tick()
     loop.tick()
-    assert [a for a, _ in attempts] == [1, 2]
-    assert [(a, o) for _, a, _, o, _ in _runs("t.wobbly")] == [
-        (1, Outcome.FAILED),
-        (2, Outcome.SUCCEEDED),
-    ]
-    assert JobLease.objects.get(name=name).paused  # done
+    first = Outcome.FAILED if ending == "raises" else Outcome.TIMED_OUT
+    runs = [(a, k, o) for _, a, k, o, _ in _runs("t.wobbly")]
+    writes = sorted(Write.objects.filter(job="t.wobbly").values_list("seq", flat=True))
+    if retried:
+        assert (attempts, writes) == ([1, 2], [1, 2])
+        assert runs == [(1, kind, first), (2, kind, Outcome.SUCCEEDED)]
+        return
+    assert (attempts, writes) == ([1], [1])
+    assert runs == [(1, kind, first), (2, kind, Outcome.SKIPPED)]
+    skipped = JobRun.objects.get(job="t.wobbly", kind=kind, attempt=2)
+    assert "committed its fenced work, then it ended timed_out" in skipped.error
+    assert skipped.started_at is None
+    (logged,) = [r for r in caplog.records if getattr(r, "event", "") == "slot_not_rerun"]
+    assert "attempt 2 of slot" in logged.getMessage()
+    if kind == RunKind.ONCE:
+        assert JobLease.objects.get(name=name).paused  # done
+        return
+    row = JobLease.objects.get(name="t.wobbly")  # on to the next slot, the timeout counted
+    assert (row.run_slot, row.next_run_at, row.consecutive_failures) == (None, _h(11), 1)
 
 
 @pytest.mark.parametrize("of", ["job", "instance"])
