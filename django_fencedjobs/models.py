@@ -176,9 +176,9 @@ class JobLease(models.Model):
         related_name="rows",
         verbose_name=_("backfill"),
     )
-    #: A one-shot row's: the fence of the run whose fenced work last committed. Still the
-    #: row's fence when it is due again, that run committed but never recorded its end: the
-    #: slot is not run again unless a watermark lets an attempt resume (``claim_oneshots``).
+    #: The fence of the run whose fenced work last committed (written by the fence check,
+    #: in the fenced transaction): a slot due again is not run when that would redo the work
+    #: (``retries.redoes``).
     committed_fence = models.BigIntegerField(_("committed fence"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
