@@ -43,6 +43,10 @@ class CheckId(StrEnum):
     #: A ``FENCEDJOBS["TASK_SCHEDULE"]`` path names no task: it does not import, or is not
     #: a ``django.tasks`` task.
     TASK_PATH = "fencedjobs.E017"
+    #: A calendar a job or instance names (``exclude=``) does not exist, or is invalid.
+    CALENDAR = "fencedjobs.E018"
+    #: A job's calendars exclude every one of its slots in the year ahead.
+    CALENDAR_EXCLUDES_ALL = "fencedjobs.E019"
 
     # -- the installation -------------------------------------------------------------------
     #: The app's tables are routed to different databases, or not to the default one.

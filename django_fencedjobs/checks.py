@@ -387,3 +387,46 @@ def check_settings(
         except ImproperlyConfigured as exc:
             found = [(CheckId.SETTINGS, str(exc))]
     return [checks.Error(message, hint=hints[id], id=id) for id, message in found]
+
+
+@checks.register(checks.Tags.database)
+def check_calendars(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[checks.CheckMessage]:
+    """E018, E019: the calendars each job and instance names exist, are valid, and leave it
+    a slot to run in the year ahead. They are data, so this is a database check
+    (``manage.py check --database default``; ``migrate`` runs it too, once migrated)."""
+    if not databases:
+        return []
+    from django.db import DatabaseError
+
+    from django_fencedjobs import calendars, clock, instances
+    from django_fencedjobs.models import JobInstance
+
+    now = clock.now()
+    jobs = [job for job in registry.all() if job.exclude and job.schedule is not None]
+    try:
+        for instance in JobInstance.objects.exclude(exclude=[]).order_by("job", "key"):
+            with contextlib.suppress(Exception):  # an unknown job is E-id'd elsewhere
+                jobs.append(instances.instance_job(instances.declared(instance.job), instance))
+        found: list[checks.CheckMessage] = []
+        for job in jobs:
+            if job.schedule is None or not job.exclude:
+                continue
+            problem = calendars.schedule_problem(job.exclude, job.schedule.fire_times, now)
+            if problem is not None:
+                check_id, message = problem
+                found.append(
+                    checks.Error(
+                        f"job {job.name!r}: {message}.",
+                        hint="Create the calendar (admin, Calendars), fix its name in "
+                        "exclude=, or let some slots run. Until then no slot of this job "
+                        "runs: each is recorded failed, or excluded.",
+                        id=check_id,
+                    )
+                )
+        return found
+    except DatabaseError:  # not migrated yet, or unreachable: migrate says so itself
+        return []

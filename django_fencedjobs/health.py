@@ -741,10 +741,11 @@ def assess(
         )
     # The dead man's switch: the first slot after the last success (never succeeded: after
     # the job was first seen) must succeed by its deadline; a slot an operator skipped since
-    # (the job's latest end, recorded skipped) is not awaited, the one after it is.
+    # (the job's latest end, recorded skipped) or a calendar excluded is not awaited, the
+    # one after it is.
     since = lease.last_success_at or lease.created_at
     skipped = facts.last_finished_run
-    if skipped is not None and skipped.outcome == Outcome.SKIPPED:
+    if skipped is not None and skipped.outcome in (Outcome.SKIPPED, Outcome.EXCLUDED):
         since = max(since, skipped.scheduled_for)
     awaited = schedule.next_after(since)
     facts = replace(facts, awaited_slot=awaited, expected_by=job.late_after(awaited))

@@ -104,6 +104,7 @@ def instance_job(base: Job, instance: JobInstance) -> Job:
         json.dumps(instance.kwargs, sort_keys=True, default=str),
         instance.timeout,
         instance.grace,
+        tuple(instance.exclude) if isinstance(instance.exclude, list) else instance.exclude,
     )
 
 
@@ -118,6 +119,7 @@ def _instance_job(
     kwargs_json: str,
     timeout: timedelta | None = None,
     grace: timedelta | None = None,
+    exclude: Any = (),
 ) -> Job:
     # Cached by the whole definition: a runner builds the job of every instance it runs,
     # and parsing a cron expression and checking the handler is not free.
@@ -130,6 +132,8 @@ def _instance_job(
     fields.update(cron=cron or None, every=every, timezone=timezone, jitter=jitter, instances=False)
     # The instance's own timeout and grace, over the job's.
     fields.update({k: v for k, v in (("timeout", timeout), ("grace", grace)) if v is not None})
+    # Its calendars: the job's and its own.
+    fields["exclude"] = (*base.exclude, *exclude) if isinstance(exclude, tuple) else exclude
     wrong: list[str | None] = []
     if not isinstance(kwargs, dict):
         wrong.append(f"arguments must be a JSON object, got {kwargs_json}")

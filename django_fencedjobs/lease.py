@@ -346,6 +346,8 @@ def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueRo
 
 #: What a claim of instances reads of each instance (its ``kwargs`` too, as text).
 _INSTANCE_FIELDS = "id job key cron every timezone jitter enabled timeout grace".split()
+#: And its JSON fields, as text.
+_INSTANCE_JSON = ("kwargs", "exclude")
 
 
 def _claim_of(parent: str, now: datetime, limit: int) -> list[DueRow]:
@@ -363,7 +365,8 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueRow]:
     instance_columns = ", ".join(f"instance.{field}" for field in _INSTANCE_FIELDS)
     found = _fetch(
         connection,
-        f"SELECT {_LEASE_COLUMNS}, {instance_columns}, instance.kwargs::text, {_marks(connection)}"
+        f"SELECT {_LEASE_COLUMNS}, {instance_columns},"
+        f" {', '.join(f'instance.{name}::text' for name in _INSTANCE_JSON)}, {_marks(connection)}"
         f" FROM {_table(connection)} AS lease"
         f" JOIN {_table(connection, JobInstance)} AS instance ON instance.id = lease.instance_id"
         " WHERE lease.parent = %s AND lease.instance_id IS NOT NULL AND NOT lease.paused"
@@ -375,8 +378,9 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueRow]:
     width = len(_ROW_FIELDS)
     claimed = []
     for row in found:
-        *values, kwargs, marks = row[width:]
-        instance = dict(zip(_INSTANCE_FIELDS, values, strict=True), kwargs=json.loads(kwargs))
+        *values, kwargs, exclude, marks = row[width:]
+        instance = dict(zip(_INSTANCE_FIELDS, values, strict=True))
+        instance.update(kwargs=json.loads(kwargs), exclude=json.loads(exclude))
         lease_row = LeaseRow(*row[:width])
         claimed.append(DueRow(lease_row, JobInstance(**instance), _watermarks_from_json(marks)))
     return claimed

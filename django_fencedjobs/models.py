@@ -5,7 +5,7 @@ fenced lease and the schedule state; every statement that changes it is in
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -13,6 +13,16 @@ from django.core.validators import RegexValidator
 from django.db import models, router, transaction
 from django.dispatch import Signal
 from django.utils.translation import gettext_lazy as _
+
+_WEEKDAYS = (
+    _("Monday"),
+    _("Tuesday"),
+    _("Wednesday"),
+    _("Thursday"),
+    _("Friday"),
+    _("Saturday"),
+    _("Sunday"),
+)
 
 #: ``lease_until`` of a job nobody holds: any "now" is later.
 LEASE_FREE = datetime(1970, 1, 1, tzinfo=UTC)
@@ -43,6 +53,12 @@ def validate_grace(value: timedelta | None) -> None:
     """An instance's own grace: zero or more (None: the job's)."""
     if value is not None and value < timedelta(0):
         raise ValidationError(_("A grace cannot be negative."), code="grace_range")
+
+
+def validate_calendar_names(value: Any) -> None:
+    """A list of calendar names (whether they exist is the instance's check)."""
+    if not isinstance(value, list) or not all(isinstance(name, str) and name for name in value):
+        raise ValidationError(_("A list of calendar names."), code="calendar_names")
 
 
 #: Sent by :meth:`JobInstance.clean`: :func:`django_fencedjobs.instances.validate` receives it.
@@ -85,6 +101,14 @@ class JobInstance(models.Model):
         blank=True,
         validators=[validate_grace],
         help_text=_("Slack past the timeout before a missing run is late. Empty: the job's."),
+    )
+    #: The calendars whose dates and windows its slots avoid, by name, besides the job's.
+    exclude = models.JSONField(
+        _("calendars to avoid"),
+        default=list,
+        blank=True,
+        validators=[validate_calendar_names],
+        help_text=_('Names of calendars, e.g. ["de-holidays"], besides the job\'s own.'),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
@@ -222,8 +246,11 @@ class Outcome(models.TextChoices):
     TIMED_OUT = "timed_out", _("timed out")
     FENCE_LOST = "fence_lost", _("fence lost")
     MISSED = "missed", _("missed")
-    #: An operator skipped the slot; ``owner`` names who.
+    #: An operator skipped the slot (``owner`` names who), or it was not run on purpose:
+    #: the error says why.
     SKIPPED = "skipped", _("skipped")
+    #: The slot falls in a date or window a calendar of the job excludes: not run, on purpose.
+    EXCLUDED = "excluded", _("excluded")
     ABANDONED = "abandoned", _("abandoned")
     INTERRUPTED = "interrupted", _("interrupted")
 
@@ -515,3 +542,123 @@ class JobNotice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job}: {self.state} ({self.severity})"
+
+
+class Calendar(models.Model):
+    """A named set of dates and windows that the jobs naming it do not run in
+    (``@job(exclude=[name])``, an instance's ``exclude``): its :class:`CalendarExclusion`
+    rows, and the public holidays of a country when it names one (docs/schedules.md)."""
+
+    name = models.SlugField(_("name"), max_length=100, unique=True)
+    timezone = models.CharField(
+        _("timezone"),
+        max_length=64,
+        default="UTC",
+        help_text=_("The zone its dates and windows are read in, e.g. Europe/Berlin."),
+    )
+    holidays_country = models.CharField(
+        _("holidays of country"),
+        max_length=8,
+        blank=True,
+        help_text=_("An ISO 3166 code, e.g. DE: its public holidays are excluded too."),
+    )
+    holidays_subdivision = models.CharField(
+        _("and of its region"),
+        max_length=16,
+        blank=True,
+        help_text=_("A subdivision code, e.g. BY for Bavaria. Empty: the country's only."),
+    )
+    note = models.CharField(_("note"), max_length=200, blank=True)
+
+    class Meta:
+        verbose_name = _("calendar")
+        verbose_name_plural = _("calendars")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if problem := self.problem():
+            raise ValidationError(problem, code="calendar")
+
+    def problem(self) -> str | None:
+        """What is wrong with it (its zone, its country, the ``holidays`` package), or None:
+        for :meth:`clean` and the system check."""
+        from django_fencedjobs.exceptions import ScheduleError
+        from django_fencedjobs.schedule import resolve_zone
+
+        try:
+            resolve_zone(self.timezone)
+        except ScheduleError as exc:
+            return str(exc)
+        if not self.holidays_country:
+            return "A region needs its country." if self.holidays_subdivision else None
+        try:
+            import holidays
+        except ImportError:
+            return (
+                "The holidays of a country need the holidays package: "
+                "pip install 'django-fencedjobs[holidays]'."
+            )
+        try:
+            holidays.country_holidays(
+                self.holidays_country, subdiv=self.holidays_subdivision or None
+            )
+        except NotImplementedError as exc:
+            return f"The holidays package does not know this country or region: {exc}"
+        return None
+
+
+class CalendarExclusion(models.Model):
+    """One excluded stretch of a :class:`Calendar`, read in its zone: every field given
+    must match. A date, or a date every year (``month`` and ``day``), or a weekday; with a
+    window of the day (``starts`` to ``ends``, past midnight when ``ends`` is not later),
+    or the whole day; a window alone is every day."""
+
+    calendar = models.ForeignKey(
+        Calendar, on_delete=models.CASCADE, related_name="exclusions", verbose_name=_("calendar")
+    )
+    label = models.CharField(_("label"), max_length=100, blank=True)
+    on_date = models.DateField(_("date"), null=True, blank=True)
+    month = models.PositiveSmallIntegerField(_("every year: month"), null=True, blank=True)
+    day = models.PositiveSmallIntegerField(_("day"), null=True, blank=True)
+    weekday = models.PositiveSmallIntegerField(
+        _("weekday"),
+        null=True,
+        blank=True,
+        choices=[(i, day) for i, day in enumerate(_WEEKDAYS)],
+    )
+    starts = models.TimeField(_("from"), null=True, blank=True)
+    ends = models.TimeField(_("until"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("excluded date or window")
+        verbose_name_plural = _("excluded dates and windows")
+        ordering = ["calendar", "on_date", "month", "day", "weekday", "starts"]
+
+    def __str__(self) -> str:
+        return self.label or f"{self.calendar} #{self.pk}"
+
+    def clean(self) -> None:
+        if (self.month is None) != (self.day is None):
+            problem = "A date every year needs both its month and its day."
+        elif self.month is not None and not _is_date(self.month, self.day):
+            problem = f"{self.month}/{self.day} is no date."
+        elif (self.starts is None) != (self.ends is None):
+            problem = "A window needs both its start and its end."
+        elif self.starts is not None and self.starts == self.ends:
+            problem = "A window ends when it starts: give it a length, or leave both empty."
+        elif all(v is None for v in (self.on_date, self.month, self.weekday, self.starts)):
+            problem = "Give a date, a date every year, a weekday or a window: it excludes nothing."
+        else:
+            return
+        raise ValidationError(problem, code="calendar_exclusion")
+
+
+def _is_date(month: int, day: int | None) -> bool:
+    try:
+        date(2024, month, day or 0)  # a leap year: 29 February is a date
+    except ValueError:
+        return False
+    return True

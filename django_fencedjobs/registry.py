@@ -12,7 +12,7 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, overload
@@ -74,6 +74,8 @@ class JobOptions:
     #: attempt ``retry_backoff`` after the last (doubling), never at or past the next slot.
     retries: int = 0
     retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
+    #: The calendars (:mod:`.calendars`, by name) whose dates and windows its slots avoid.
+    exclude: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -261,7 +263,7 @@ def _runtime_types(hint: Any) -> tuple[type, ...]:
         return tuple({type(value) for value in typing.get_args(hint)})
     if isinstance(hint, types.UnionType):
         return tuple(kind for arg in typing.get_args(hint) for kind in _runtime_types(arg))
-    return (hint,)
+    return (typing.get_origin(hint) or hint,)
 
 
 #: Each option's default and the classes its value may have, read from :class:`JobOptions`.
@@ -399,6 +401,7 @@ def job(
     catchup_limit: int = DEFAULT_CATCHUP_LIMIT,
     retries: int = 0,
     retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF,
+    exclude: Sequence[str] = (),
 ) -> Callable[[F], F]: ...
 def job(
     cron: str | F | None = None, /, *, name: str | None = None, **options: Any
@@ -425,6 +428,8 @@ def job(
     if unknown:  # as Python says it of any function's unknown keyword argument
         raise TypeError(f"job() got an unexpected keyword argument {unknown[0]!r}")
     declared = {**_DEFAULTS, **options, "cron": cron}
+    if isinstance(declared["exclude"], list):  # exclude=["de-holidays"] reads best
+        declared["exclude"] = tuple(declared["exclude"])
 
     def decorate(func: F) -> F:
         _declare(func, name=name, problem=None, fields=declared)
@@ -543,6 +548,9 @@ def _argument_problem(
     retries = fields["retries"]
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         wrong.append(f"retries must be an int of 0 or more, got {retries!r}")
+    exclude = fields["exclude"]
+    if not isinstance(exclude, tuple) or not all(isinstance(n, str) and n for n in exclude):
+        wrong.append(f"exclude must be a list of calendar names, got {exclude!r}")
     for field_name, allowed in (
         ("catchup", typing.get_args(Catchup)),
         ("instances", (True, False)),

@@ -33,7 +33,14 @@ from django_fencedjobs.exceptions import UnknownJob
 from django_fencedjobs.fencing import reset_current_holder, set_current_holder
 from django_fencedjobs.instances import instance_job
 from django_fencedjobs.instants import format_instant
-from django_fencedjobs.models import LEASE_FREE, JobRun, Outcome, RunKind, Watermark
+from django_fencedjobs.models import (
+    FAILURE_OUTCOMES,
+    LEASE_FREE,
+    JobRun,
+    Outcome,
+    RunKind,
+    Watermark,
+)
 from django_fencedjobs.registry import Job
 from django_fencedjobs.run import Run, watermark_text
 from django_fencedjobs.runstate import RunState, WatermarkValue
@@ -72,6 +79,14 @@ def run_named(
     return run_acquired(claimed[0], stop=stop, unrecorded=unrecorded)
 
 
+#: The log event and level of a slot recorded as not run, by its outcome.
+_NOT_RUN: dict[str, tuple[str, int]] = {
+    Outcome.SKIPPED: ("slot_not_rerun", logging.WARNING),
+    Outcome.EXCLUDED: ("slot_excluded", logging.INFO),
+    Outcome.FAILED: ("slot_not_run", logging.ERROR),
+}
+
+
 def run_acquired(
     acquired: Acquired,
     *,
@@ -88,14 +103,17 @@ def run_acquired(
             job.starting_deadline,
             extra=_log_fields(record, event="run_missed"),
         )
-    elif record.outcome == Outcome.SKIPPED:  # it would redo committed work
-        logger.warning(
-            "%s: attempt %d of slot %s: %s",
+    elif record.outcome != Outcome.RUNNING:  # recorded, not run: the error says why
+        event, level = _NOT_RUN[record.outcome]
+        logger.log(
+            level,
+            "%s: attempt %d of slot %s %s: %s",
             job.name,
             record.attempt,
             record.scheduled_for.isoformat(),
+            record.outcome,
             record.error,
-            extra=_log_fields(record, event="slot_not_rerun"),
+            extra=_log_fields(record, event=event),
         )
     if record.outcome != Outcome.RUNNING:
         signals.send(signals.run_finished, job=job, record=record)
@@ -210,10 +228,11 @@ def _target_gone(row: lease.LeaseRow, now: datetime, exc: UnknownJob) -> None:
 
 
 def _end_if_not_run(name: str, record: JobRun) -> None:
-    """A run recorded as not run (missed, or skipped since it would redo committed work)
-    ends at once, its lease given up and (a one-shot's) its row done."""
-    if record.outcome in (Outcome.MISSED, Outcome.SKIPPED):
-        lease.end(name, record.fence, succeeded_at=None, failed=False)
+    """A run recorded as not run (:func:`_new_record`) ends at once, its lease given up and
+    (a one-shot's) its row done; a failure counted as one."""
+    if record.outcome != Outcome.RUNNING:
+        failed = record.outcome in FAILURE_OUTCOMES
+        lease.end(name, record.fence, succeeded_at=None, failed=failed)
 
 
 def _plan(
@@ -272,8 +291,8 @@ def _new_record(
     slot: slots.Slot,
     watermarks: dict[str, WatermarkValue],
 ) -> JobRun:
-    """The run's row, not saved yet: running; skipped when it would redo committed work
-    (:attr:`slots.Slot.redoes`); missed when it starts past the job's starting deadline (a
+    """The run's row, not saved yet: running; recorded not run as the slot says
+    (:attr:`slots.Slot.not_run`); missed when it starts past the job's starting deadline (a
     backfill's slot has none: it is in the past by design)."""
     scheduled_for = slot.scheduled_for
     too_late = (
@@ -281,17 +300,19 @@ def _new_record(
         and slot.kind != RunKind.BACKFILL
         and now - scheduled_for > job.starting_deadline
     )
-    if slot.redoes is not None:
+    if slot.not_run is not None:
+        outcome, error = slot.not_run
         return JobRun(
             job=job.name,
             scheduled_for=scheduled_for,
             attempt=slot.attempt,
             kind=slot.kind,
             finished_at=now,
-            outcome=Outcome.SKIPPED,
+            outcome=outcome,
             fence=fence,
             owner=owner,
-            error=outcomes.not_run_again(slot.redoes),
+            missed_slots=slot.missed,
+            error=error,
         )
     return JobRun(
         job=job.name,

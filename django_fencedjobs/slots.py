@@ -16,17 +16,19 @@ function, :func:`plan`, for every way a row becomes due (docs/time.md tells them
 Neither a retry nor a one-shot's next attempt runs when it would redo fenced work that the
 attempt before it committed and did not ask to redo (it timed out, or its runner died
 before recording its end), unless a watermark says where that work stopped: the attempt is
-recorded skipped instead (:attr:`Slot.redoes`, docs/time.md).
+recorded skipped instead (:attr:`Slot.not_run`, docs/time.md). Nor does a slot that a
+calendar of the job excludes (:mod:`django_fencedjobs.calendars`): it is recorded excluded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 
-from django_fencedjobs import retries
+from django_fencedjobs import calendars, outcomes, retries
 from django_fencedjobs.lease import LeaseRow
-from django_fencedjobs.models import FAILURE_OUTCOMES, RunKind
+from django_fencedjobs.models import FAILURE_OUTCOMES, Outcome, RunKind
 from django_fencedjobs.registry import Job
 from django_fencedjobs.schedule import Schedule
 
@@ -53,16 +55,28 @@ class Slot:
     #: A later slot supersedes a pending retry: the failed attempt, not counted while its
     #: retry was pending, is counted towards ``consecutive_failures`` when the row is taken.
     dropped_retry: bool = False
-    #: Running this attempt would redo the committed work of the attempt before it, which
-    #: ended so (:func:`~django_fencedjobs.retries.redoes`): it is recorded, not run.
-    redoes: str | None = None
+    #: The attempt is recorded, not run: its outcome and why. ``skipped``: it would redo
+    #: the committed work of the attempt before it (:func:`~django_fencedjobs.retries.redoes`);
+    #: ``excluded``: a calendar of the job excludes its slot (:mod:`.calendars`);
+    #: ``failed``: a calendar it names does not exist.
+    not_run: tuple[str, str] | None = None
 
 
 def plan(job: Job, row: LeaseRow, now: datetime, *, resumable: bool = False) -> Slot:
     """The slot ``row`` (due at ``now``) runs for, by the job's catch-up policy.
     ``resumable``: the row keeps a watermark, from which a second attempt resumes."""
+    slot = _plan(job, row, now, resumable)
+    if job.exclude and slot.not_run is None and slot.attempt == 1 and row.kind != RunKind.ONCE:
+        # A slot of the schedule (a backfill's too), not a retry of one that was allowed.
+        verdict = calendars.load(job.exclude).verdict(job.exclude, slot.scheduled_for)
+        return dataclasses.replace(slot, not_run=verdict)
+    return slot
+
+
+def _plan(job: Job, row: LeaseRow, now: datetime, resumable: bool) -> Slot:
     schedule = job.valid_schedule
     redoes = None if resumable else retries.redoes(job, row)
+    not_run = None if redoes is None else (Outcome.SKIPPED, outcomes.not_run_again(redoes))
     if row.kind != RunKind.SCHEDULED:
         if row.run_slot is None:  # written with its slot, always: a row made by hand
             raise ValueError(f"{row.name}: a {row.kind} row without its run_slot")
@@ -76,7 +90,7 @@ def plan(job: Job, row: LeaseRow, now: datetime, *, resumable: bool = False) -> 
             run_slot=row.run_slot,
             next_attempt=row.attempt + 1,
             dropped_retry=redoes in FAILURE_OUTCOMES,
-            redoes=redoes,
+            not_run=not_run,
         )
     after = schedule.next_after(now)
     first = row.next_run_at
@@ -86,7 +100,7 @@ def plan(job: Job, row: LeaseRow, now: datetime, *, resumable: bool = False) -> 
         if not later:  # nothing later due yet: the retry runs, over the same interval
             start = retries.interval_start(job, row.run_slot, row.attempt)
             slot = row.run_slot, 0, start, row.attempt, RunKind.SCHEDULED, after, None, 1
-            return Slot(*slot, dropped_retry=redoes is not None, redoes=redoes)
+            return Slot(*slot, dropped_retry=redoes is not None, not_run=not_run)
         first, dropped = later[0], True  # a later slot supersedes the retry
     count, tail = _due(schedule, first, now, keep=job.catchup_limit if job.catchup == "each" else 1)
     if job.catchup == "each":

@@ -182,7 +182,7 @@ class JobLeaseAdmin(ReadOnly, _ModelAdmin):
     search_fields = ("name",)
     actions = ("run_now", "pause", "resume", "skip_next_slot")
     fieldsets = (
-        (None, {"fields": ("name", "state", "reason", "schedule")}),
+        (None, {"fields": ("name", "state", "reason", "schedule", "calendars")}),
         (_("Slots"), {"fields": ("slot_timeline",)}),
         (_("Timing"), {"fields": ("next_run", "expected_by", "last_success", "next_fire_times")}),
         (_("Last run"), {"fields": ("last_outcome", "consecutive_failures")}),
@@ -331,6 +331,25 @@ class JobLeaseAdmin(ReadOnly, _ModelAdmin):
     def schedule(self, row: JobLease) -> str:
         h = health_of(row)
         return (h.schedule or "not declared in code") if h else "-"
+
+    @admin.display(description=_("calendars to avoid"))
+    def calendars(self, row: JobLease) -> SafeString | str:
+        names: tuple[str, ...] = ()
+        if row.name in registry:
+            names = registry.get(row.name).exclude
+        elif row.instance is not None and row.parent in registry:
+            own = row.instance.exclude if isinstance(row.instance.exclude, list) else []
+            names = (*registry.get(row.parent).exclude, *own)
+        if not names:
+            return "-"
+        return format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            (
+                (reverse("admin:fencedjobs_calendar_changelist") + "?" + urlencode({"name": n}), n)
+                for n in names
+            ),
+        )
 
     @admin.display(description=_("next run"), ordering="next_run_at")
     def next_run(self, row: JobLease) -> SafeString | str:

@@ -429,6 +429,8 @@ def _ran(event: _Event, run: JobRun, tz: tzinfo, *, compact: bool) -> str:
         n = run.missed_slots
         with_others = f" with {plural(n, 'earlier slot')}" if n else ""
         return f"did not run; skipped by {run.owner or 'an operator'}{with_others}"
+    elif run.outcome == Outcome.EXCLUDED:
+        return f"did not run; excluded by {run.error}"
     else:
         parts = [str(Outcome(run.outcome).label)]
         if run.duration is not None:

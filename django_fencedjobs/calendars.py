@@ -1,0 +1,173 @@
+"""Calendars: the dates and windows a job's slots avoid (docs/schedules.md, "Calendars").
+
+A calendar is data (:class:`~django_fencedjobs.models.Calendar` and its
+:class:`~django_fencedjobs.models.CalendarExclusion` rows), edited in the admin or with the
+ORM, and read fresh at each claim of a job that names it, so an edit takes effect at the
+next slot. A country's public holidays come from the ``holidays`` package (the
+``holidays`` extra) for each year as it is asked for: nothing to refresh.
+
+A slot is excluded when any calendar the job names excludes its instant, read as a wall
+clock in that calendar's own zone: a holiday in Berlin is a Berlin date whatever the job's
+zone. The schedule is not changed: its slots are what cron says, DST included, and an
+excluded one is recorded ``excluded``, naming the calendar and what excluded it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django_fencedjobs.checkids import CheckId
+from django_fencedjobs.db import lease_db
+from django_fencedjobs.exceptions import ScheduleError
+from django_fencedjobs.models import Calendar, CalendarExclusion, Outcome
+from django_fencedjobs.schedule import resolve_zone
+
+#: How far ahead a job's slots are checked for one that some calendar leaves to run.
+LOOKAHEAD = timedelta(days=366)
+#: At most this many of those slots are looked at.
+LOOKAHEAD_SLOTS = 20_000
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A :class:`CalendarExclusion` as matched: every field given must match."""
+
+    label: str
+    on_date: date | None = None
+    month: int | None = None
+    day: int | None = None
+    weekday: int | None = None
+    starts: time | None = None
+    ends: time | None = None
+
+    def matches(self, local: datetime) -> bool:
+        """Whether the wall-clock instant ``local`` falls in this rule. A window that ends
+        at or before it starts runs past midnight: its part after midnight belongs to the
+        day it started on."""
+        day = local.date()
+        if self.starts is not None and self.ends is not None:
+            clock = local.time().replace(tzinfo=None)
+            if self.starts < self.ends:
+                if not self.starts <= clock < self.ends:
+                    return False
+            elif clock >= self.starts:
+                pass  # the window's first part, on its own day
+            elif clock < self.ends:
+                day -= timedelta(days=1)  # its part after midnight: the day it started on
+            else:
+                return False
+        if self.on_date is not None and day != self.on_date:
+            return False
+        if self.month is not None and (day.month, day.day) != (self.month, self.day):
+            return False
+        return self.weekday is None or day.weekday() == self.weekday
+
+
+@dataclass(frozen=True)
+class Book:
+    """Calendars as one claim read them, by name (:func:`load`)."""
+
+    zones: dict[str, ZoneInfo]
+    rules: dict[str, tuple[Rule, ...]]
+    holidays: dict[str, tuple[str, str]]
+
+    def verdict(self, names: Iterable[str], instant: datetime) -> tuple[str, str] | None:
+        """Whether a slot at ``instant`` runs, by the calendars ``names``: None, or how it
+        is recorded instead: ``excluded`` by the first that excludes it, saying why
+        (``"calendar 'x': label"``); ``failed`` when one of them does not exist or its
+        holidays cannot be read, so that a job never runs against a calendar nobody wrote,
+        nor skips its slots unseen (``manage.py check`` says which, fencedjobs.E018)."""
+        for name in names:
+            if name not in self.zones:
+                return Outcome.FAILED, f"Not run: calendar {name!r} does not exist."
+            local = instant.astimezone(self.zones[name])
+            for rule in self.rules[name]:
+                if rule.matches(local):
+                    return Outcome.EXCLUDED, f"calendar {name!r}: {rule.label or 'excluded'}"
+            country, subdivision = self.holidays[name]
+            if not country:
+                continue
+            try:
+                holiday = public_holidays(country, subdivision, local.year).get(local.date())
+            except (ImportError, NotImplementedError) as exc:
+                return Outcome.FAILED, f"Not run: the holidays of calendar {name!r}: {exc}"
+            if holiday is not None:
+                return Outcome.EXCLUDED, f"calendar {name!r}: {holiday}"
+        return None
+
+
+def load(names: Iterable[str]) -> Book:
+    """The calendars ``names`` as they are now: two queries, whatever their number."""
+    wanted = sorted(set(names))
+    calendars = list(
+        Calendar.objects.using(lease_db())
+        .filter(name__in=wanted)
+        .values_list("pk", "name", "timezone", "holidays_country", "holidays_subdivision")
+    )
+    by_pk = {pk: name for pk, name, *_ in calendars}
+    rules: dict[str, list[Rule]] = {name: [] for name in by_pk.values()}
+    fields = ("label", "on_date", "month", "day", "weekday", "starts", "ends")
+    for pk, *values in (
+        CalendarExclusion.objects.using(lease_db())
+        .filter(calendar_id__in=by_pk)
+        .values_list("calendar_id", *fields)
+    ):
+        rules[by_pk[pk]].append(Rule(*values))
+    return Book(
+        zones={name: _zone(zone) for _, name, zone, *_ in calendars},
+        rules={name: tuple(found) for name, found in rules.items()},
+        holidays={name: (country, sub) for _, name, _, country, sub in calendars},
+    )
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return resolve_zone(name)
+    except ScheduleError:
+        return ZoneInfo("UTC")  # a row written past clean(): its check says so (E018)
+
+
+@functools.lru_cache(maxsize=256)
+def public_holidays(country: str, subdivision: str, year: int) -> dict[date, str]:
+    """The public holidays of ``country`` (and its ``subdivision``) in ``year``, by date, as
+    the ``holidays`` package knows them (several on one day: their names joined)."""
+    import holidays  # the holidays extra; its absence is a check error (fencedjobs.E020)
+
+    found = holidays.country_holidays(country, subdiv=subdivision or None, years=year)
+    return {day: "; ".join(found.get_list(day)) for day in found}
+
+
+def schedule_problem(
+    names: tuple[str, ...], fire_times: Any, now: datetime
+) -> tuple[CheckId, str] | None:
+    """What is wrong with the calendars ``names`` of a job whose schedule's
+    ``fire_times(start, end, limit)`` is given, as a check says it: one does not exist or
+    is invalid (E018), or they exclude every one of its slots in the year ahead (E019)."""
+    calendars = {c.name: c for c in Calendar.objects.using(lease_db()).filter(name__in=names)}
+    missing = [name for name in names if name not in calendars]
+    if missing:
+        return CheckId.CALENDAR, f"calendar {', '.join(map(repr, missing))} does not exist"
+    for calendar in calendars.values():
+        problem = calendar.problem()
+        if problem:
+            return CheckId.CALENDAR, f"calendar {calendar.name!r}: {problem}"
+    book = load(names)
+    slots = fire_times(now, now + LOOKAHEAD, limit=LOOKAHEAD_SLOTS)
+    if slots and all(book.verdict(names, slot) for slot in slots):
+        message = f"its calendars exclude every one of its next {len(slots)} slots"
+        return CheckId.CALENDAR_EXCLUDES_ALL, message
+    return None
+
+
+__all__ = [
+    "Book",
+    "Rule",
+    "load",
+    "public_holidays",
+    "schedule_problem",
+]

@@ -1,0 +1,268 @@
+"""Calendars: holidays and blackout windows as data that a job's slots avoid. The rules
+against a model written from the ``holidays`` package and zoneinfo, across both DST
+transitions of Europe/Berlin and America/New_York; a job's excluded slots recorded as such
+and never late; a calendar that does not exist failing loudly; the checks. In one process
+on the fake clock, on every database."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+import holidays
+import pytest
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.test import Client
+from django.urls import reverse
+
+from django_fencedjobs import calendars, checks, job, loop
+from django_fencedjobs.checkids import CheckId
+from django_fencedjobs.clock import fake_clock
+from django_fencedjobs.health import State, job_health
+from django_fencedjobs.models import (
+    Calendar,
+    CalendarExclusion,
+    JobInstance,
+    JobLease,
+    JobRun,
+    Outcome,
+)
+from django_fencedjobs.schedule import Schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _calendar(name: str, zone: str = "UTC", country: str = "", sub: str = "", **rules):
+    calendar = Calendar.objects.create(
+        name=name, timezone=zone, holidays_country=country, holidays_subdivision=sub
+    )
+    for label, fields in rules.items():
+        CalendarExclusion.objects.create(calendar=calendar, label=label, **fields)
+    return calendar
+
+
+def test_each_kind_of_rule_matches_the_wall_clock_it_says():
+    rule = calendars.Rule
+    at = datetime(2026, 12, 24, 23, 30)  # a Thursday
+    assert rule("d", on_date=date(2026, 12, 24)).matches(at)
+    assert not rule("d", on_date=date(2026, 12, 25)).matches(at)
+    assert rule("y", month=12, day=24).matches(at.replace(year=2031))
+    assert rule("w", weekday=3).matches(at) and not rule("w", weekday=4).matches(at)
+    window = rule("night", starts=time(22), ends=time(2))  # past midnight
+    assert window.matches(at) and window.matches(at + timedelta(hours=2, minutes=29))
+    assert not window.matches(at + timedelta(hours=2, minutes=30))  # 02:00: over
+    assert not window.matches(at.replace(hour=21, minute=59))
+    # A window on a weekday: its part after midnight belongs to the day it started on.
+    friday_night = rule("fri", weekday=4, starts=time(22), ends=time(2))
+    assert friday_night.matches(datetime(2026, 12, 26, 1, 0))  # Saturday 01:00
+    assert not friday_night.matches(datetime(2026, 12, 25, 1, 0))  # Friday 01:00: Thursday's
+
+
+#: The only slots of 2026 that run: where DST moves a slot out of the window
+#: ("02:30" in Berlin on 29 March is 03:00, after a 02:00-03:00 window).
+_ALLOWED_BY_DST = {
+    "Europe/Berlin": [datetime(2026, 3, 29, 1, 0, tzinfo=UTC)],
+    "America/New_York": [datetime(2026, 3, 8, 7, 0, tzinfo=UTC)],
+}
+
+
+@pytest.mark.parametrize(
+    ("zone", "country", "sub", "cron", "window"),
+    [
+        ("Europe/Berlin", "DE", "BY", "30 2 * * *", (time(2), time(3))),
+        ("America/New_York", "US", "NY", "0 2 * * *", (time(2), time(2, 30))),
+        ("Europe/Berlin", "DE", "", "0 */4 * * *", (time(3, 30), time(4, 30))),
+    ],
+)
+def test_a_year_of_slots_is_excluded_exactly_as_the_holidays_and_windows_say(
+    zone, country, sub, cron, window
+):
+    """Every slot of 2026 (both DST transitions included), judged by the calendars and by
+    a model written here from the holidays package and zoneinfo alone: the same verdicts.
+    A daily slot inside a nightly window runs only where DST moves it out."""
+    starts, ends = window
+    _calendar(
+        "cal",
+        zone,
+        country,
+        sub,
+        night={"starts": starts, "ends": ends},
+        maintenance={"weekday": 5, "starts": time(23), "ends": time(3)},
+        company={"month": 12, "day": 24},
+    )
+    book = calendars.load(["cal"])
+    tz = ZoneInfo(zone)
+    public = holidays.country_holidays(country, subdiv=sub or None, years=2026)
+    schedule = Schedule(cron=cron, timezone=zone)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    slots = schedule.fire_times(start, start + timedelta(days=365))
+    assert len(slots) > 300
+
+    def model(instant: datetime) -> bool:
+        wall = instant.astimezone(tz)
+        minutes = wall.hour * 60 + wall.minute
+        saturday_night = (wall.weekday() == 5 and minutes >= 23 * 60) or (
+            wall.weekday() == 6 and minutes < 3 * 60
+        )
+        return (
+            wall.date() in public
+            or (wall.month, wall.day) == (12, 24)
+            or starts.hour * 60 + starts.minute <= minutes < ends.hour * 60 + ends.minute
+            or saturday_night
+        )
+
+    verdicts = [book.verdict(["cal"], slot) for slot in slots]
+    assert [v is not None for v in verdicts] == [model(slot) for slot in slots]
+    assert {v[0] for v in verdicts if v} == {Outcome.EXCLUDED}
+    if cron.startswith("0 */4"):
+        assert sum(v is not None and "night" in v[1] for v in verdicts) > 300
+        noon = datetime(2026, 12, 25, 11, 0, tzinfo=UTC)  # 12:00 in Berlin: no window
+        assert book.verdict(["cal"], noon) == (Outcome.EXCLUDED, "calendar 'cal': Christmas Day")
+    else:
+        assert [slot for slot, v in zip(slots, verdicts, strict=True) if v is None] == (
+            _ALLOWED_BY_DST[zone]
+        )
+
+
+def _weekday_job(**options):
+    seen: list[datetime] = []
+
+    @job("0 6 * * 1-5", name="t.payroll", timezone="Europe/Berlin", **options)
+    def payroll(run):
+        seen.append(run.scheduled_for)
+
+    return seen
+
+
+def test_an_excluded_slot_is_recorded_as_such_not_run_and_never_late(jobs):
+    _calendar("de", "Europe/Berlin", "DE")
+    seen = _weekday_job(exclude=["de"])
+    fake_clock.set(datetime(2026, 12, 24, 12, 0, tzinfo=UTC))
+    loop.tick()  # its row: next slot Friday 25 December, 06:00 in Berlin
+    fake_clock.set(datetime(2026, 12, 25, 5, 0, 5, tzinfo=UTC))
+    loop.tick()
+    assert seen == []
+    (run,) = JobRun.objects.filter(job="t.payroll")
+    assert (run.outcome, run.started_at, run.error) == (
+        Outcome.EXCLUDED,
+        None,
+        "calendar 'de': Christmas Day",
+    )
+    row = JobLease.objects.get(name="t.payroll")
+    assert row.next_run_at == datetime(2026, 12, 28, 5, 0, tzinfo=UTC)  # Monday
+    assert row.consecutive_failures == 0
+    # Long past the excluded slot's deadline: not late, the next slot is awaited.
+    fake_clock.set(datetime(2026, 12, 27, 12, 0, tzinfo=UTC))
+    health = job_health("t.payroll")
+    assert health.state not in (State.LATE, State.FAILING), health.reason
+    assert health.awaited_slot == datetime(2026, 12, 28, 5, 0, tzinfo=UTC)
+    fake_clock.set(datetime(2026, 12, 28, 5, 0, 5, tzinfo=UTC))
+    loop.tick()
+    assert seen == [datetime(2026, 12, 28, 5, 0, tzinfo=UTC)]
+
+
+def test_an_instance_avoids_its_jobs_calendars_and_its_own(jobs):
+    _calendar("de", "Europe/Berlin", "DE")
+    _calendar("quiet", "Europe/Berlin", monday={"weekday": 0})
+    seen: list[tuple[str, datetime]] = []
+
+    @job(instances=True, name="t.digest", exclude=["de"])
+    def digest(run):
+        seen.append((run.job.key, run.scheduled_for))
+
+    fake_clock.set(datetime(2026, 12, 24, 12, 0, tzinfo=UTC))
+    for key, own in (("a", []), ("b", ["quiet"])):
+        JobInstance.objects.create(
+            job="t.digest", key=key, cron="0 6 * * *", timezone="Europe/Berlin", exclude=own
+        )
+    loop.tick()
+    for day in (25, 26, 27, 28):
+        fake_clock.set(datetime(2026, 12, day, 5, 0, 5, tzinfo=UTC))
+        loop.tick()
+    assert sorted(seen) == [
+        ("a", datetime(2026, 12, 27, 5, 0, tzinfo=UTC)),  # 25, 26: holidays
+        ("a", datetime(2026, 12, 28, 5, 0, tzinfo=UTC)),
+        ("b", datetime(2026, 12, 27, 5, 0, tzinfo=UTC)),  # 28: a Monday
+    ]
+    excluded = JobRun.objects.filter(job="t.digest[b]", outcome=Outcome.EXCLUDED)
+    assert sorted(excluded.values_list("error", flat=True)) == [
+        "calendar 'de': Christmas Day",
+        "calendar 'de': Second Day of Christmas",
+        "calendar 'quiet': monday",
+    ]
+
+
+def test_a_calendar_that_does_not_exist_fails_each_slot_loudly(jobs):
+    seen = _weekday_job(exclude=["nowhere"])
+    fake_clock.set(datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
+    loop.tick()
+    fake_clock.set(datetime(2026, 12, 2, 5, 0, 5, tzinfo=UTC))
+    loop.tick()
+    assert seen == []
+    (run,) = JobRun.objects.filter(job="t.payroll")
+    assert (run.outcome, run.error) == (
+        Outcome.FAILED,
+        "Not run: calendar 'nowhere' does not exist.",
+    )
+    assert JobLease.objects.get(name="t.payroll").consecutive_failures == 1
+
+
+def test_the_database_check_names_a_missing_calendar_and_one_that_excludes_every_slot(jobs):
+    _calendar("weekend", "Europe/Berlin", sat={"weekday": 5}, sun={"weekday": 6})
+
+    @job("0 6 * * 6,0", name="t.never", exclude=["weekend"])
+    def never(run):
+        pass
+
+    @job("0 6 * * *", name="t.typo", exclude=["weekdn"])
+    def typo(run):
+        pass
+
+    @job("0 6 * * *", name="t.fine", exclude=["weekend"])
+    def fine(run):
+        pass
+
+    assert checks.check_calendars() == []  # without the database: nothing asked
+    found = sorted((m.id, m.msg) for m in checks.check_calendars(databases=["default"]))
+    assert [check_id for check_id, _ in found] == [CheckId.CALENDAR, CheckId.CALENDAR_EXCLUDES_ALL]
+    assert found[0][1] == "job 't.typo': calendar 'weekdn' does not exist."
+    assert found[1][1].startswith("job 't.never': its calendars exclude every one of its next")
+
+
+def test_a_calendar_and_its_rows_refuse_what_means_nothing():
+    with pytest.raises(ValidationError, match="not a known IANA zone"):
+        Calendar(name="x", timezone="Mars/Olympus").full_clean()
+    with pytest.raises(ValidationError, match="needs its country"):
+        Calendar(name="x", holidays_subdivision="BY").full_clean()
+    with pytest.raises(ValidationError, match="does not know this country"):
+        Calendar(name="x", holidays_country="XX").full_clean()
+    calendar = _calendar("ok")
+    for fields, message in (
+        ({}, "excludes nothing"),
+        ({"month": 2}, "needs both its month and its day"),
+        ({"month": 2, "day": 30}, "is no date"),
+        ({"starts": time(1)}, "needs both its start and its end"),
+        ({"starts": time(1), "ends": time(1)}, "ends when it starts"),
+    ):
+        with pytest.raises(ValidationError, match=message):
+            CalendarExclusion(calendar=calendar, **fields).full_clean()
+    CalendarExclusion(calendar=calendar, month=2, day=29).full_clean()
+
+
+def test_the_admin_edits_a_calendar_and_a_jobs_page_names_its_calendars(jobs):
+    _calendar("de", "Europe/Berlin", "DE", "BY")
+    _weekday_job(exclude=["de"])
+    loop.tick()
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+    calendar = Calendar.objects.get(name="de")
+    page = client.get(reverse("admin:fencedjobs_calendar_change", args=[calendar.pk]))
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Corpus Christi" in text  # a holiday of Bavaria's, not of every German state
+    assert "t.payroll" in text  # named by
+    lease = JobLease.objects.get(name="t.payroll")
+    page = client.get(reverse("admin:fencedjobs_joblease_change", args=[lease.pk]))
+    assert page.status_code == 200
+    assert ">de</a>" in page.content.decode()
