@@ -190,11 +190,25 @@ def validate(instance: JobInstance) -> None:
     except UnknownJob as exc:
         raise ValidationError({"job": ValidationError(str(exc), code="unknown_job")}) from None
     if job.check_id is None:
+        _validate_calendars(instance, job)
         return
     error = ValidationError(f"{job.schedule_error} ({job.check_id})", code=str(job.check_id))
     every = getattr(job.schedule_error, "argument", None) == "every"
     field = "every" if job.check_id == CheckId.CRON and every else _FIELD_OF.get(job.check_id)
     raise ValidationError({field: error} if field else error)
+
+
+def _validate_calendars(instance: JobInstance, job: Job) -> None:
+    """The calendars an instance names exist and leave it a slot in the year ahead."""
+    if not job.exclude or job.schedule is None:
+        return
+    from django_fencedjobs import calendars
+
+    found = calendars.schedule_problem(job.exclude, job.schedule.fire_times, clock.now())
+    if found is not None:
+        check_id, message = found
+        error = ValidationError(f"{message} ({check_id})", code=str(check_id))
+        raise ValidationError({"exclude": error})
 
 
 @receiver(post_save, sender=JobInstance)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django_fencedjobs.instants import format_with_utc
@@ -170,6 +170,20 @@ def _weekday(text: str) -> str:
     return _WEEKDAYS[int(text) % 7 if text.isdigit() else _WEEKDAY_NUMBERS[text]]
 
 
+def _verdict(job: Job, at: datetime) -> tuple[str, str] | None:
+    """What the calendars of ``job`` make of a slot at ``at`` (:mod:`.calendars`)."""
+    if not job.exclude:
+        return None
+    from django.db import DatabaseError
+
+    from django_fencedjobs import calendars
+
+    try:
+        return calendars.load(job.exclude).verdict(job.exclude, at)
+    except DatabaseError as exc:
+        return "unknown", f"its calendars could not be read: {exc}"
+
+
 def describe_jobs(jobs: Sequence[Job], *, count: int = 3) -> str:
     """Each job, its schedule, and its next ``count`` fire times in its zone and in UTC."""
     from django_fencedjobs import clock  # Django: only when jobs are listed
@@ -192,8 +206,12 @@ def describe_jobs(jobs: Sequence[Job], *, count: int = 3) -> str:
             f"  timeout {job.run_timeout}, lease {job.lease_ttl}, max_batches {job.max_batches}, "
             f"grace {job.grace}, exclusion {job.exclusion}"
         )
+        if job.exclude:
+            lines.append(f"  avoids the calendars: {', '.join(job.exclude)}")
         when = now
         for _ in range(count):
             when = schedule.next_after(when)
-            lines.append(f"  next: {format_with_utc(when, schedule.tz)}")
+            verdict = _verdict(job, when)
+            note = f" ({verdict[0]}: {verdict[1]})" if verdict else ""
+            lines.append(f"  next: {format_with_utc(when, schedule.tz)}{note}")
     return "\n".join(lines)

@@ -7,12 +7,14 @@ on the fake clock, on every database."""
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
+from io import StringIO
 from zoneinfo import ZoneInfo
 
 import holidays
 import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
@@ -266,3 +268,50 @@ def test_the_admin_edits_a_calendar_and_a_jobs_page_names_its_calendars(jobs):
     page = client.get(reverse("admin:fencedjobs_joblease_change", args=[lease.pk]))
     assert page.status_code == 200
     assert ">de</a>" in page.content.decode()
+
+
+def test_the_instance_preview_marks_excluded_slots_and_the_form_refuses_an_unknown_calendar(
+    jobs,
+):
+    _calendar("de", "Europe/Berlin", "DE")
+
+    @job(instances=True, name="t.digest", timeout=timedelta(seconds=30))
+    def digest(run):
+        pass
+
+    fake_clock.set(datetime(2026, 12, 23, 12, 0, tzinfo=UTC))
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+    fields = {"job": "t.digest", "key": "a", "cron": "0 6 * * *", "timezone": "Europe/Berlin"}
+    url = reverse("admin:fencedjobs_jobinstance_preview")
+    answer = client.get(url, {**fields, "exclude": '["de"]'}).json()
+    marked = [(t["local"][:10], t["kind"], t["note"]) for t in answer["times"][:4]]
+    assert marked == [
+        ("2026-12-24", "", ""),
+        ("2026-12-25", "excluded", "excluded: calendar 'de': Christmas Day"),
+        ("2026-12-26", "excluded", "excluded: calendar 'de': Second Day of Christmas"),
+        ("2026-12-27", "", ""),
+    ]
+    assert "Christmas Day" in answer["html"]
+    answer = client.get(url, {**fields, "exclude": '["nowhere"]'}).json()
+    assert (answer["field"], answer["error"]) == (
+        "exclude",
+        "calendar 'nowhere' does not exist (fencedjobs.E018)",
+    )
+    with pytest.raises(ValidationError) as refused:
+        JobInstance(exclude=["nowhere"], **fields).full_clean()
+    assert refused.value.message_dict == {
+        "exclude": ["calendar 'nowhere' does not exist (fencedjobs.E018)"]
+    }
+
+
+def test_runjobs_list_names_the_calendars_and_marks_an_excluded_slot(jobs):
+    _calendar("early", "Europe/Berlin", dawn={"starts": time(5), "ends": time(7)})
+    _weekday_job(exclude=["early"])
+    out = StringIO()
+    call_command("runjobs", "--list", stdout=out)
+    text = out.getvalue()
+    assert "  avoids the calendars: early" in text
+    nexts = [line for line in text.splitlines() if line.startswith("  next: ")]
+    assert len(nexts) == 3
+    assert all(line.endswith("(excluded: calendar 'early': dawn)") for line in nexts), nexts

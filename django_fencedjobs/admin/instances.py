@@ -32,7 +32,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from django_fencedjobs import clock, db, health, operations, runners
+from django_fencedjobs import calendars, clock, db, health, operations, runners
 from django_fencedjobs.admin.display import (
     admin_urls,
     badge,
@@ -137,12 +137,13 @@ def preview(instance: JobInstance, now: datetime, count: int = PREVIEW_TIMES) ->
     schedule = job.schedule or job.parsed_schedule
     if schedule is None:  # never: a problem other than the arguments' was returned above
         return Preview(error=str(job.schedule_error))
-    return Preview(
-        times=tuple(fire_times(schedule, now, count)),
-        tz=schedule.tz,
-        words=describe_schedule(schedule),
-        hint=hint,
-    )
+    times = fire_times(schedule, now, count)
+    if job.exclude:  # what its calendars do to each, as a runner would judge it
+        book = calendars.load(job.exclude)
+        for i, t in enumerate(times):
+            if verdict := book.verdict(job.exclude, t.at):
+                times[i] = FireTime(t.at, "excluded", f"{verdict[0]}: {verdict[1]}")
+    return Preview(times=tuple(times), tz=schedule.tz, words=describe_schedule(schedule), hint=hint)
 
 
 def _schedule_problem(instance: JobInstance) -> tuple[str, str] | None:
@@ -534,6 +535,7 @@ class JobInstanceAdmin(_ModelAdmin):
     fieldsets = (
         (None, {"fields": ("job", "key", "enabled")}),
         (_("Schedule"), {"fields": ("cron", "every", "timezone", "jitter", "fire_preview")}),
+        (_("Calendars"), {"fields": ("exclude",)}),
         (_("Limits"), {"fields": ("timeout", "grace")}),
         (_("Arguments"), {"fields": ("kwargs",)}),
     )
@@ -865,6 +867,13 @@ def _instance_from(values: Any) -> tuple[JobInstance, tuple[str, str] | None]:
     except ValueError:
         kwargs = {}
     instance.kwargs = kwargs if isinstance(kwargs, dict) else {}
+    try:
+        exclude = json.loads(values.get("exclude", "") or "[]")
+    except ValueError:
+        exclude = []
+    instance.exclude = (
+        [n for n in exclude if isinstance(n, str)] if isinstance(exclude, list) else []
+    )
     return instance, None
 
 

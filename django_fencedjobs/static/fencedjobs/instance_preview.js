@@ -4,8 +4,8 @@
    markup comes from the server, escaped there: the same as the page's own. */
 "use strict";
 (function () {
-  const FIELDS = ["job", "key", "cron", "every", "timezone", "jitter", "kwargs"];
-  const WATCHED = ["job", "key", "cron", "every", "timezone", "jitter"];
+  const FIELDS = ["job", "key", "cron", "every", "timezone", "jitter", "kwargs", "exclude"];
+  const WATCHED = ["job", "key", "cron", "every", "timezone", "jitter", "exclude"];
   const PAUSE_MS = 250;
 
   function start() {
