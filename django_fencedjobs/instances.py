@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -308,9 +308,11 @@ class Instances:
         kwargs: dict[str, Any] | None = None,
         timeout: timedelta | None = None,
         grace: timedelta | None = None,
+        exclude: Sequence[str] = (),
     ) -> JobInstance:
         """Create the instance ``key``, or change it to exactly these values (``timeout``
-        and ``grace`` None: the job's), in one transaction with its lease row; an operator's
+        and ``grace`` None: the job's; ``exclude``: calendars besides the job's), in one
+        transaction with its lease row; an operator's
         pause stays as it is. An invalid instance raises ``ValidationError`` with the system
         check's message, and nothing is written. Two processes creating the same new key at
         once both succeed: the second changes what the first made."""
@@ -323,6 +325,7 @@ class Instances:
             "kwargs": kwargs if kwargs is not None else {},
             "timeout": timeout,
             "grace": grace,
+            "exclude": list(exclude),
         }
         try:
             return self._write(key, values)

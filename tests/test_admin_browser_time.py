@@ -8,18 +8,26 @@ registry with the test. Django's ORM is used only outside the Playwright block.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import override_settings
 from django.urls import reverse
 
-from django_fencedjobs import job
+from django_fencedjobs import job, loop
 from django_fencedjobs.clock import fake_clock
-from django_fencedjobs.models import Backfill, JobLease, JobRun, Outcome, RunKind
+from django_fencedjobs.models import (
+    Backfill,
+    Calendar,
+    CalendarExclusion,
+    JobLease,
+    JobRun,
+    Outcome,
+    RunKind,
+)
 from django_fencedjobs.registry import registry
-from tests.test_admin_browser import assert_fits, launch, log_in, require_browser
+from tests.test_admin_browser import SCREENS, assert_fits, launch, log_in, require_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -110,3 +118,80 @@ def test_a_backfill_is_dry_run_then_queued_from_its_form_and_opens_its_page(hour
         "admin",
     )
     assert JobLease.objects.filter(backfill=made, kind=RunKind.BACKFILL).count() == 5
+
+
+@pytest.fixture
+def payroll():
+    """At 09:00:30 UTC on Monday 28 December: payroll.export, weekdays at 06:00 in Berlin,
+    avoiding Bavaria's public holidays and a maintenance calendar; its slots of Christmas
+    Day and the Second Day of Christmas were recorded excluded, Thursday's and today's ran."""
+    with (
+        registry.isolated(),
+        override_settings(FENCEDJOBS={"CLOCK": "django_fencedjobs.clock.fake_clock"}),
+    ):
+        Calendar.objects.create(
+            name="de-by", timezone="Europe/Berlin", holidays_country="DE", holidays_subdivision="BY"
+        )
+        maintenance = Calendar.objects.create(name="maintenance", timezone="Europe/Berlin")
+        CalendarExclusion.objects.create(
+            calendar=maintenance,
+            label="Saturday maintenance",
+            weekday=5,
+            starts=time(22),
+            ends=time(2),
+        )
+
+        avoid = ["de-by", "maintenance"]
+
+        @job("0 6 * * 1-5", name="payroll.export", timezone="Europe/Berlin", exclude=avoid)
+        def export(run):
+            pass
+
+        fake_clock.set(datetime(2026, 12, 23, 12, 0, tzinfo=UTC))
+        loop.tick()
+        for day in (24, 25, 28):
+            fake_clock.set(datetime(2026, 12, day, 5, 0, 30, tzinfo=UTC))
+            loop.tick()
+        fake_clock.set(datetime(2026, 12, 28, 9, 0, 30, tzinfo=UTC))
+        yield
+
+
+def test_a_calendar_and_a_job_that_avoids_it_read_well_at_both_screens(payroll, live_server):
+    """The calendar's page (its exclusions inline, this year's holidays of Bavaria, the jobs
+    that name it) and the job's page (its calendars, linked; its excluded slot on the
+    timeline, saying by what) at 1366x768 and 1920x1080: nothing overflows or is cut."""
+    sync_playwright = require_browser()
+    User.objects.create_superuser("admin", "admin@example.com", "correct horse")
+    excluded = list(
+        JobRun.objects.filter(job="payroll.export", outcome=Outcome.EXCLUDED).values_list(
+            "error", flat=True
+        )
+    )
+    assert excluded == ["calendar 'de-by': Christmas Day"]  # the 26th is a Saturday
+    calendar = Calendar.objects.get(name="de-by")
+    calendar_url = reverse("admin:fencedjobs_calendar_change", args=[calendar.pk])
+    job_url = reverse(
+        "admin:fencedjobs_joblease_change",
+        args=[JobLease.objects.get(name="payroll.export").pk],
+    )
+    with sync_playwright() as playwright:  # type: ignore[operator]
+        browser = launch(playwright)
+        try:
+            for screen in SCREENS:
+                page = log_in(browser, live_server, screen)
+                page.goto(f"{live_server.url}{calendar_url}")
+                holidays = page.locator(".field-holidays_this_year .readonly").inner_text()
+                assert "Corpus Christi" in holidays and "Christmas Day" in holidays
+                assert "payroll.export" in page.locator(".field-named_by").inner_text()
+                assert_fits(page, f"a calendar's page ({screen})")
+                page.goto(f"{live_server.url}{job_url}")
+                calendars = page.locator(".field-calendars .readonly")
+                assert calendars.inner_text() == "de-by, maintenance"
+                assert "excluded by calendar 'de-by': Christmas Day" in page.content()
+                assert_fits(page, f"a job's page with its calendars ({screen})")
+                calendars.locator("a", has_text="maintenance").click()
+                page.wait_for_url("**/calendar/?name=maintenance")
+                assert page.locator("#result_list tbody tr").count() == 1
+                page.close()
+        finally:
+            browser.close()

@@ -315,3 +315,17 @@ def test_runjobs_list_names_the_calendars_and_marks_an_excluded_slot(jobs):
     nexts = [line for line in text.splitlines() if line.startswith("  next: ")]
     assert len(nexts) == 3
     assert all(line.endswith("(excluded: calendar 'early': dawn)") for line in nexts), nexts
+
+
+def test_upsert_gives_an_instance_calendars_of_its_own(jobs):
+    _calendar("nl", "Europe/Amsterdam", "NL")
+
+    @job(instances=True, name="t.digest")
+    def digest(run):
+        pass
+
+    instance = digest.instances.upsert("t-1", cron="0 6 * * *", exclude=["nl"])
+    assert instance.exclude == ["nl"]
+    with pytest.raises(ValidationError, match="fencedjobs.E018"):
+        digest.instances.upsert("t-2", cron="0 6 * * *", exclude=["xx"])
+    assert list(JobInstance.objects.values_list("key", flat=True)) == ["t-1"]
