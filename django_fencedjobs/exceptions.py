@@ -67,6 +67,12 @@ class DuplicateDelivery(FenceLost):
     writes nothing. The task's record counts it as a duplicate."""
 
 
+class RunReplaced(RunAborted):
+    """The job's next slot came while this run was still going, and the job is declared
+    ``overlap="replace"``: the new slot's run takes the lease over, so this run's writes can
+    no longer commit."""
+
+
 class JobTimeout(RunAborted):
     """The run overran its timeout: its fence was revoked, so its writes can no longer commit.
     Raise the job's timeout, or make each run do less (max_batches)."""

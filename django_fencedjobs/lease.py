@@ -26,7 +26,7 @@ from typing import Any
 from django.db import IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Case, Count, Exists, F, Max, Min, OuterRef, Q, Value, When
-from django.db.models.functions import Greatest
+from django.db.models.functions import Greatest, Least
 
 from django_fencedjobs import clock, outcomes
 from django_fencedjobs.db import bounded_rows, bounded_wait, first_statement, lease_db
@@ -906,16 +906,27 @@ def try_advisory_xact_lock(
     return _held(connection, first_statement(connection, sql, [advisory_key(name)]))
 
 
-def renew(name: str, fence: int, until: datetime) -> bool:
+def renew(name: str, fence: int, until: datetime, *, to_next_slot: bool = False) -> bool:
     """Extend the lease to ``until``; False when the fence is no longer ours (a superseded
     run cannot extend its successor's). ``Greatest``: renewals out of order never move it
-    backwards. Run it in ``bounded_wait``: the run's own fenced transaction may hold the row."""
+    backwards. ``to_next_slot`` (``overlap="replace"``): never past the row's next slot, so
+    that the slot's run can take the lease over then, from a holder paused or gone too. Run
+    it in ``bounded_wait``: the run's own fenced transaction may hold the row."""
+    bound: Any = Least(Value(until), F("next_run_at")) if to_next_slot else until
     return (
         JobLease.objects.using(lease_db())
         .filter(name=name, fence=fence)
-        .update(lease_until=Greatest("lease_until", until))
+        .update(lease_until=Greatest("lease_until", bound))
         == 1
     )
+
+
+def mark_replaced(names: list[str], now: datetime) -> None:
+    """The runs of ``names`` (``overlap="replace"`` jobs whose held row a claim just took
+    over at its next slot) that the claim recorded abandoned are replaced instead."""
+    JobRun.objects.using(lease_db()).filter(
+        job__in=names, kind=RunKind.SCHEDULED, outcome=Outcome.ABANDONED, finished_at=now
+    ).update(outcome=Outcome.REPLACED, error=outcomes.REPLACED_BY_CLAIM)
 
 
 @dataclass(frozen=True)

@@ -252,6 +252,8 @@ class Outcome(models.TextChoices):
     #: The slot falls in a date or window a calendar of the job excludes: not run, on purpose.
     EXCLUDED = "excluded", _("excluded")
     ABANDONED = "abandoned", _("abandoned")
+    #: ``overlap="replace"``: the next slot came while it was still going, and took over.
+    REPLACED = "replaced", _("replaced")
     INTERRUPTED = "interrupted", _("interrupted")
 
 

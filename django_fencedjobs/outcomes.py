@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
-from django_fencedjobs.exceptions import FenceLost, JobTimeout, RunAborted
+from django_fencedjobs.exceptions import FenceLost, JobTimeout, RunAborted, RunReplaced
 from django_fencedjobs.models import Outcome
 
 if TYPE_CHECKING:
@@ -46,6 +46,22 @@ def not_run_again(outcome: str) -> str:
         f"Not run: the attempt before committed its fenced work, then {ended}; running the "
         "slot again would redo that work, and no watermark says where it stopped. Backfill "
         "the slot or run it once again to redo it."
+    )
+
+
+#: A run of an ``overlap="replace"`` job that still held the lease when its next slot's run
+#: took it over (by another runner: this one's own stops it first, :func:`replaced`).
+REPLACED_BY_CLAIM = (
+    "Replaced: the job's next slot came while this run still held the lease (running, "
+    "paused or gone), and that slot's run took it over (overlap='replace'); nothing this "
+    "run wrote after that was committed."
+)
+
+
+def replaced(job: Job) -> str:
+    return (
+        "Replaced: the job's next slot came while this run was still going, and its run "
+        "took the lease over (overlap='replace'), so no later write of this run can commit."
     )
 
 
@@ -125,6 +141,8 @@ def decide(
     message the caller gives (the traceback)."""
     if fired is JobTimeout or isinstance(exc, JobTimeout):
         return Outcome.TIMED_OUT, timed_out(job)
+    if fired is RunReplaced or isinstance(exc, RunReplaced):
+        return Outcome.REPLACED, replaced(job)
     if fired is FenceLost:  # its interrupt carries no account of its own
         return Outcome.FENCE_LOST, fence_lost(fence)
     if isinstance(exc, FenceLost):
@@ -141,10 +159,12 @@ __all__ = [
     "ABANDONED",
     "ABANDONED_ORPHAN",
     "INTERRUPTED",
+    "REPLACED_BY_CLAIM",
     "decide",
     "end_refused",
     "fence_gone",
     "fence_lost",
     "fence_refused",
     "not_run_again",
+    "replaced",
 ]

@@ -29,6 +29,7 @@ Exclusion = Literal["lease", "advisory"]
 InstanceSeries = Literal["aggregated", "each"]
 #: How slots missed while nothing ran are caught up (docs/time.md).
 Catchup = Literal["coalesce", "each", "latest"]
+Overlap = Literal["buffer_one", "replace"]
 #: Why a job is invalid.
 JobError = ScheduleError | JobDefinitionError
 
@@ -76,6 +77,10 @@ class JobOptions:
     retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
     #: The calendars (:mod:`.calendars`, by name) whose dates and windows its slots avoid.
     exclude: tuple[str, ...] = ()
+    #: A slot that comes while a run of the job is still going: run as soon as that run
+    #: ends (``"buffer_one"``), or run at once, the other fenced off and stopped
+    #: (``"replace"``: docs/time.md, "Overlap").
+    overlap: Overlap = "buffer_one"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -158,7 +163,7 @@ class Job(JobOptions):
 
 def _schedule_problem(job: Job, schedule: Schedule) -> tuple[CheckId, JobError] | None:
     interval = schedule.min_interval()
-    if job.timeout is not None and job.timeout >= interval:
+    if job.timeout is not None and job.timeout >= interval and job.overlap != "replace":
         return CheckId.TIMEOUT, JobDefinitionError(
             f"job {job.name!r}: timeout {job.timeout} is not shorter than the shortest "
             f"interval between its runs ({interval}); a slow run would overlap the next."
@@ -402,6 +407,7 @@ def job(
     retries: int = 0,
     retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF,
     exclude: Sequence[str] = (),
+    overlap: Overlap = "buffer_one",
 ) -> Callable[[F], F]: ...
 def job(
     cron: str | F | None = None, /, *, name: str | None = None, **options: Any
@@ -556,8 +562,11 @@ def _argument_problem(
         ("instances", (True, False)),
         ("instance_series", typing.get_args(InstanceSeries)),
         ("exclusion", typing.get_args(Exclusion)),
+        ("overlap", typing.get_args(Overlap)),
     ):
         wrong.append(_choice(field_name, fields[field_name], allowed))
+    if fields["overlap"] == "replace" and fields["exclusion"] == "advisory":
+        wrong.append("overlap='replace' needs exclusion='lease': an advisory lock cannot fence")
     messages = [message for message in wrong if message]
     if messages:
         return CheckId.ARGUMENT, JobDefinitionError(f"job {job_name!r}: {'; '.join(messages)}")

@@ -61,6 +61,8 @@ class Acquired:
     watermarks: dict[str, WatermarkValue]
     #: The lease row the run holds: the job's own (default), or a backfill slot's or one-off's.
     lease_name: str = ""
+    #: ``overlap="replace"``: the next slot, when this run is stopped and recorded replaced.
+    replace_at: datetime | None = None
 
     def __post_init__(self) -> None:
         self.lease_name = self.lease_name or self.job.name
@@ -124,6 +126,7 @@ def run_acquired(
         watermarks=acquired.watermarks,
         stop_requested=stop,
         lease_name=acquired.lease_name,
+        replace_at=acquired.replace_at,
     )
     return _execute(state, now, Unrecorded() if unrecorded is None else unrecorded, on_abandon)
 
@@ -155,8 +158,24 @@ def claim(
             )
         for take in recorded:
             _end_if_not_run(take.row.name, take.record)
-    found = {take.row.name: (job, marks) for take, job, marks in planned}
-    return [Acquired(found[t.row.name][0], t.record, now, found[t.row.name][1]) for t in recorded]
+        found = {take.row.name: (job, marks) for take, job, marks in planned}
+        replacing = [
+            take.row.name
+            for take in recorded
+            if found[take.row.name][0].overlap == "replace" and take.row.lease_until != LEASE_FREE
+        ]
+        if replacing:  # the runs still going when their next slot came
+            lease.mark_replaced(replacing, now)
+    return [
+        Acquired(
+            found[t.row.name][0],
+            t.record,
+            now,
+            found[t.row.name][1],
+            replace_at=t.next_run_at if found[t.row.name][0].overlap == "replace" else None,
+        )
+        for t in recorded
+    ]
 
 
 def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
@@ -259,10 +278,13 @@ def _plan(
             continue
         slot = slots.plan(job, item.row, now, resumable=bool(item.watermarks))
         record = _new_record(job, item.row.fence + 1, owner, now, slot, item.watermarks)
+        until = now + job.lease_ttl
+        if job.overlap == "replace":  # never past the next slot, whose run takes it over
+            until = min(until, slot.next_run_at)
         take = lease.Take(
             item.row,
             slot.next_run_at,
-            now + job.lease_ttl,
+            until,
             record,
             run_slot=slot.run_slot,
             attempt=slot.next_attempt,

@@ -52,8 +52,11 @@ class RunState:
         watermarks: dict[str, WatermarkValue],
         stop_requested: threading.Event | None = None,
         lease_name: str | None = None,
+        replace_at: datetime | None = None,
     ) -> None:
         self.job = job
+        #: ``overlap="replace"``: the next slot, when the supervisor stops the run.
+        self.replace_at = replace_at
         #: The lease row the run holds (fence, renewals, end, watermarks): the job's own,
         #: or a backfill slot's or one-off's.
         self.lease_name = job.name if lease_name is None else lease_name

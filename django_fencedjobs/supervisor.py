@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, connections
 
 from django_fencedjobs import clock, db, lease, outcomes
-from django_fencedjobs.exceptions import FenceLost, JobTimeout, RunAborted
+from django_fencedjobs.exceptions import FenceLost, JobTimeout, RunAborted, RunReplaced
 from django_fencedjobs.models import Outcome
 
 if TYPE_CHECKING:
@@ -104,6 +104,11 @@ class Supervisor(threading.Thread):
     def run(self) -> None:
         run = self.state
         deadline = time.monotonic() + run.job.run_timeout.total_seconds()
+        reason: type[RunAborted] = JobTimeout
+        if run.replace_at is not None:  # overlap="replace": over at the next slot
+            until_slot = (run.replace_at - clock.now()).total_seconds()
+            if time.monotonic() + until_slot < deadline:
+                deadline, reason = time.monotonic() + until_slot, RunReplaced
         interval = max(run.job.lease_ttl.total_seconds() / 3, MIN_RENEW_INTERVAL)
         wait = interval
         try:
@@ -115,7 +120,7 @@ class Supervisor(threading.Thread):
                     # A process paused past its lease meets its deadline when it resumes,
                     # too: if a successor has taken over meanwhile, that is what ended it.
                     lost = self._renew(REVOKE_WAIT) is False
-                    self._stop_handler(FenceLost if lost else JobTimeout)
+                    self._stop_handler(FenceLost if lost else reason)
                     return
                 renewed = self._renew(min(interval, max(deadline - time.monotonic(), 0.01)))
                 if renewed is False:
@@ -132,7 +137,9 @@ class Supervisor(threading.Thread):
         run = self.state
         try:
             with db.bounded_wait(wait):
-                return lease.renew(run.lease_name, run.fence, clock.now() + run.job.lease_ttl)
+                until = clock.now() + run.job.lease_ttl
+                capped = run.replace_at is not None
+                return lease.renew(run.lease_name, run.fence, until, to_next_slot=capped)
         except DatabaseError as exc:
             if db.is_lock_timeout(exc):
                 return None
@@ -157,7 +164,14 @@ class Supervisor(threading.Thread):
                 run.job.run_timeout,
                 extra={"event": "run_timed_out", "job": run.job.name, "fence": run.fence},
             )
-            self._revoke()
+            self._revoke(Outcome.TIMED_OUT, outcomes.timed_out(run.job))
+        elif reason is RunReplaced:
+            logger.warning(
+                "run of %s is still going at the job's next slot: replaced by that slot's run",
+                run.job.name,
+                extra={"event": "run_replaced", "job": run.job.name, "fence": run.fence},
+            )
+            self._revoke(Outcome.REPLACED, outcomes.replaced(run.job))
         else:
             logger.warning(
                 "fence lost: another run took over job %s; stopping this run",
@@ -171,24 +185,25 @@ class Supervisor(threading.Thread):
                 return
             self._interrupt(reason)
 
-    def _revoke(self) -> None:
-        """Revoke the lease and record the run ``timed_out``: the handler may hold the lease
-        row (inside a fenced transaction); after :data:`REVOKE_WAIT`, end its session."""
+    def _revoke(self, outcome: str, error: str) -> None:
+        """Revoke the lease and record the run ``outcome`` (timed out, replaced): the
+        handler may hold the lease row (inside a fenced transaction); after
+        :data:`REVOKE_WAIT`, end its session."""
         run = self.state
-        error = outcomes.timed_out(run.job)
         try:
-            self._end(run, Outcome.TIMED_OUT, error, wait=REVOKE_WAIT)
+            self._end(run, outcome, error, wait=REVOKE_WAIT)
             return
         except DatabaseError:
             connections[db.lease_db()].close()
         self._end_transaction()
         try:
-            self._end(run, Outcome.TIMED_OUT, error, wait=db.LOCK_WAIT)
+            self._end(run, outcome, error, wait=db.LOCK_WAIT)
         except DatabaseError as exc:
             # The runner records it when the handler returns, or on giving up.
             connections[db.lease_db()].close()
             logger.warning(
-                "could not revoke the timed-out run of %s yet: %s",
+                "could not revoke the %s run of %s yet: %s",
+                outcome,
                 run.job.name,
                 exc,
                 extra={"event": "revoke_deferred", "job": run.job.name, "fence": run.fence},
@@ -213,6 +228,8 @@ class Supervisor(threading.Thread):
         self._end_transaction()
         if reason is JobTimeout:
             outcome, error = Outcome.TIMED_OUT, outcomes.timed_out(run.job)
+        elif reason is RunReplaced:
+            outcome, error = Outcome.REPLACED, outcomes.replaced(run.job)
         else:
             outcome, error = Outcome.FENCE_LOST, outcomes.fence_lost(run.fence)
         try:

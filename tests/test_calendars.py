@@ -326,6 +326,6 @@ def test_upsert_gives_an_instance_calendars_of_its_own(jobs):
 
     instance = digest.instances.upsert("t-1", cron="0 6 * * *", exclude=["nl"])
     assert instance.exclude == ["nl"]
-    with pytest.raises(ValidationError, match="fencedjobs.E018"):
+    with pytest.raises(ValidationError, match=r"fencedjobs\.E018"):
         digest.instances.upsert("t-2", cron="0 6 * * *", exclude=["xx"])
     assert list(JobInstance.objects.values_list("key", flat=True)) == ["t-1"]

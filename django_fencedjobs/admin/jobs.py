@@ -67,6 +67,13 @@ else:  # not subscriptable at run time
     _ModelAdmin = admin.ModelAdmin
 
 
+#: A job's ``overlap``, as its page says it.
+_OVERLAP = {
+    "buffer_one": "runs as soon as the run ends (buffer_one)",
+    "replace": "replaces the run: fenced off, stopped, recorded replaced (replace)",
+}
+
+
 def may_operate(request: HttpRequest) -> bool:
     """Run now, pause, resume, skip (a job's or an instance's): the change permission on jobs."""
     return request.user.has_perm(f"{JobLease._meta.app_label}.change_joblease")
@@ -182,7 +189,7 @@ class JobLeaseAdmin(ReadOnly, _ModelAdmin):
     search_fields = ("name",)
     actions = ("run_now", "pause", "resume", "skip_next_slot")
     fieldsets = (
-        (None, {"fields": ("name", "state", "reason", "schedule", "calendars")}),
+        (None, {"fields": ("name", "state", "reason", "schedule", "calendars", "overlap")}),
         (_("Slots"), {"fields": ("slot_timeline",)}),
         (_("Timing"), {"fields": ("next_run", "expected_by", "last_success", "next_fire_times")}),
         (_("Last run"), {"fields": ("last_outcome", "consecutive_failures")}),
@@ -331,6 +338,15 @@ class JobLeaseAdmin(ReadOnly, _ModelAdmin):
     def schedule(self, row: JobLease) -> str:
         h = health_of(row)
         return (h.schedule or "not declared in code") if h else "-"
+
+    @admin.display(description=_("a slot during a run"))
+    def overlap(self, row: JobLease) -> str:
+        declared = (
+            registry.get(row.parent or row.name) if (row.parent or row.name) in registry else None
+        )
+        if declared is None:
+            return "-"
+        return _OVERLAP[declared.overlap]
 
     @admin.display(description=_("calendars to avoid"))
     def calendars(self, row: JobLease) -> SafeString | str:

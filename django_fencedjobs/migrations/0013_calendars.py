@@ -36,7 +36,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='jobrun',
             name='outcome',
-            field=models.CharField(choices=[('running', 'running'), ('succeeded', 'succeeded'), ('failed', 'failed'), ('timed_out', 'timed out'), ('fence_lost', 'fence lost'), ('missed', 'missed'), ('skipped', 'skipped'), ('excluded', 'excluded'), ('abandoned', 'abandoned'), ('interrupted', 'interrupted')], default='running', max_length=16, verbose_name='outcome'),
+            field=models.CharField(choices=[('running', 'running'), ('succeeded', 'succeeded'), ('failed', 'failed'), ('timed_out', 'timed out'), ('fence_lost', 'fence lost'), ('missed', 'missed'), ('skipped', 'skipped'), ('excluded', 'excluded'), ('abandoned', 'abandoned'), ('replaced', 'replaced'), ('interrupted', 'interrupted')], default='running', max_length=16, verbose_name='outcome'),
         ),
         migrations.CreateModel(
             name='CalendarExclusion',

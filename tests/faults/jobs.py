@@ -53,6 +53,9 @@ RECONNECT = "faults.reconnect"
 #: instances whose runs hold until released.
 INSTANCES = "faults.instances"
 HOLDING_INSTANCES = "faults.holding_instances"
+#: ``overlap="replace"`` every 3 s (tests/test_overlap.py): a run still going at the next
+#: slot is fenced off and replaced by that slot's run.
+REPLACE = "faults.replace"
 #: ``fleet=N`` registers N jobs named ``faults.fleet.000`` ... (every ``fleet_every`` s).
 FLEET_PREFIX = "faults.fleet."
 
@@ -549,6 +552,27 @@ def _spin(deadline: float) -> None:
         total = (total * 31 + 7) % 1_000_003
 
 
+def replaced_writer(run: Run) -> None:
+    """Role ``A``: commits one write, then opens a second fenced block, inserts, reports
+    ``inside`` (the test SIGSTOPs it there, the lease row locked) and stays in the block
+    until ``released`` exists, then tries to commit. Any other role, or once released:
+    one write, acknowledged after its commit."""
+    with fenced_atomic():
+        Write.objects.create(job=REPLACE, fence=run.fence, seq=1)
+    report("ack", fence=run.fence, seq=1)
+    if CONFIG.get("role") != "A" or exists("released"):
+        return
+    try:
+        with fenced_atomic():
+            Write.objects.create(job=REPLACE, fence=run.fence, seq=2)
+            report("inside", fence=run.fence)
+            wait_until(lambda: exists("released"))
+        report("ack", fence=run.fence, seq=2)
+    except BaseException as exc:
+        report("refused", fence=run.fence, error=type(exc).__name__)
+        raise
+
+
 def register() -> None:
     """Declare the jobs in the current registry. Idempotent (same functions, same names)."""
     job(every=HOURLY, name=PAUSED_WRITER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(paused_writer)
@@ -570,6 +594,13 @@ def register() -> None:
         overrun
     )
     job(every=HOURLY, name=BYSTANDER, lease_ttl=SHORT_TTL, timeout=LONG_TIMEOUT)(bystander)
+    job(
+        every=timedelta(seconds=3),
+        name=REPLACE,
+        lease_ttl=timedelta(seconds=2),
+        timeout=LONG_TIMEOUT,
+        overlap="replace",
+    )(replaced_writer)
     job(every=timedelta(seconds=2), name=FAST, lease_ttl=timedelta(seconds=5))(fast)
     job(every=timedelta(minutes=1), name=SLOW, timeout=timedelta(seconds=30))(slow)
     job(every=HOURLY, name=TASK_DOUBLE_FIRE, lease_ttl=timedelta(seconds=5), timeout=LONG_TIMEOUT)(
