@@ -172,10 +172,17 @@ def claim(
             t.record,
             now,
             found[t.row.name][1],
-            replace_at=t.next_run_at if found[t.row.name][0].overlap == "replace" else None,
+            replace_at=_replaced_at(found[t.row.name][0], t.next_run_at, now),
         )
         for t in recorded
     ]
+
+
+def _replaced_at(job: Job, next_slot: datetime, now: datetime) -> datetime | None:
+    """``overlap="replace"``: when the run is over, its lease never renewed past it: the
+    next slot, if it is still to come (a run of a backlog, ``catchup="each"``, is not
+    replaced by the next one of that backlog)."""
+    return next_slot if job.overlap == "replace" and next_slot > now else None
 
 
 def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
@@ -279,8 +286,8 @@ def _plan(
         slot = slots.plan(job, item.row, now, resumable=bool(item.watermarks))
         record = _new_record(job, item.row.fence + 1, owner, now, slot, item.watermarks)
         until = now + job.lease_ttl
-        if job.overlap == "replace":  # never past the next slot, whose run takes it over
-            until = min(until, slot.next_run_at)
+        if replace_at := _replaced_at(job, slot.next_run_at, now):
+            until = min(until, replace_at)  # never past the next slot: its run takes over
         take = lease.Take(
             item.row,
             slot.next_run_at,
