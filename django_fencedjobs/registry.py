@@ -29,7 +29,7 @@ Exclusion = Literal["lease", "advisory"]
 InstanceSeries = Literal["aggregated", "each"]
 #: How slots missed while nothing ran are caught up (docs/time.md).
 Catchup = Literal["coalesce", "each", "latest"]
-Overlap = Literal["buffer_one", "replace"]
+Overlap = Literal["buffer_one", "skip", "replace"]
 #: Why a job is invalid.
 JobError = ScheduleError | JobDefinitionError
 
@@ -78,8 +78,8 @@ class JobOptions:
     #: The calendars (:mod:`.calendars`, by name) whose dates and windows its slots avoid.
     exclude: tuple[str, ...] = ()
     #: A slot that comes while a run of the job is still going: run as soon as that run
-    #: ends (``"buffer_one"``), or run at once, the other fenced off and stopped
-    #: (``"replace"``: docs/time.md, "Overlap").
+    #: ends (``"buffer_one"``), recorded skipped (``"skip"``), or run at once, the other
+    #: fenced off and stopped (``"replace"``: docs/time.md, "Overlap").
     overlap: Overlap = "buffer_one"
 
 
@@ -163,7 +163,7 @@ class Job(JobOptions):
 
 def _schedule_problem(job: Job, schedule: Schedule) -> tuple[CheckId, JobError] | None:
     interval = schedule.min_interval()
-    if job.timeout is not None and job.timeout >= interval and job.overlap != "replace":
+    if job.timeout is not None and job.timeout >= interval and job.overlap == "buffer_one":
         return CheckId.TIMEOUT, JobDefinitionError(
             f"job {job.name!r}: timeout {job.timeout} is not shorter than the shortest "
             f"interval between its runs ({interval}); a slow run would overlap the next."

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django_fencedjobs import calendars, outcomes, retries
+from django_fencedjobs.db import lease_db
 from django_fencedjobs.lease import LeaseRow
-from django_fencedjobs.models import FAILURE_OUTCOMES, Outcome, RunKind
+from django_fencedjobs.models import FAILURE_OUTCOMES, JobRun, Outcome, RunKind
 from django_fencedjobs.registry import Job
 from django_fencedjobs.schedule import Schedule
 
@@ -105,10 +106,31 @@ def _plan(job: Job, row: LeaseRow, now: datetime, resumable: bool) -> Slot:
     count, tail = _due(schedule, first, now, keep=job.catchup_limit if job.catchup == "each" else 1)
     if job.catchup == "each":
         nxt = tail[1] if len(tail) > 1 else after
-        return Slot(tail[0], count - len(tail), None, 1, RunKind.SCHEDULED, nxt, None, 1, dropped)
+        oldest = Slot(tail[0], count - len(tail), None, 1, RunKind.SCHEDULED, nxt, None, 1, dropped)
+        return _skipped_if_overlapping(job, oldest)
     coalesced = count > 1 and job.catchup == "coalesce"
     start = schedule.previous_before(first) if coalesced else None
-    return Slot(tail[-1], count - 1, start, 1, RunKind.SCHEDULED, after, None, 1, dropped)
+    latest = Slot(tail[-1], count - 1, start, 1, RunKind.SCHEDULED, after, None, 1, dropped)
+    return _skipped_if_overlapping(job, latest)
+
+
+def _skipped_if_overlapping(job: Job, slot: Slot) -> Slot:
+    """``overlap="skip"``: a slot that came while a run of the job was going (one that ran
+    to an end: a dead one's slot is not lost) is recorded skipped, naming that run."""
+    if job.overlap != "skip":
+        return slot
+    during = (
+        JobRun.objects.using(lease_db())
+        .filter(job=job.name, kind=RunKind.SCHEDULED, started_at__lt=slot.scheduled_for)
+        .filter(finished_at__gte=slot.scheduled_for)
+        .exclude(outcome=Outcome.ABANDONED)
+        .values_list("scheduled_for", flat=True)
+        .first()
+    )
+    if during is None:
+        return slot
+    why = f"Not run: the run of {during.isoformat()} was still going (overlap='skip')."
+    return dataclasses.replace(slot, not_run=(Outcome.SKIPPED, why))
 
 
 def _due(

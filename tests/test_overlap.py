@@ -68,7 +68,7 @@ def test_replace_allows_a_timeout_past_the_interval_and_refuses_an_advisory_lock
     def advisory(run):
         pass
 
-    @job(every=timedelta(minutes=1), name="t.unknown", overlap="skip")
+    @job(every=timedelta(minutes=1), name="t.unknown", overlap="forbid")
     def unknown(run):
         pass
 
@@ -79,7 +79,7 @@ def test_replace_allows_a_timeout_past_the_interval_and_refuses_an_advisory_lock
         registry.get("t.advisory").schedule_error
     )
     assert registry.get("t.unknown").check_id == CheckId.ARGUMENT
-    assert "overlap must be 'buffer_one' or 'replace', got 'skip'" in str(
+    assert "overlap must be 'buffer_one', 'skip' or 'replace', got 'forbid'" in str(
         registry.get("t.unknown").schedule_error
     )
 
@@ -99,6 +99,32 @@ def test_by_default_a_slot_that_came_during_a_run_runs_as_soon_as_it_ends(jobs):
         (10, 10, Outcome.SUCCEEDED),
         (20, 22, Outcome.SUCCEEDED),  # buffered: run at the first look after the run's end
     ]
+
+
+def test_skip_records_a_slot_that_came_during_a_run_and_runs_the_one_after(jobs):
+    @job("*/10 * * * *", name="t.slow", timeout=timedelta(minutes=15), overlap="skip")
+    def slow(run):
+        if run.scheduled_for.minute == 10:
+            fake_clock.advance(timedelta(minutes=12))  # still going at the next slot
+
+    fake_clock.set(datetime(2026, 11, 29, 9, 0, 1, tzinfo=UTC))
+    loop.tick()
+    fake_clock.set(datetime(2026, 11, 29, 9, 10, 5, tzinfo=UTC))
+    loop.tick()  # the 09:10 run, to 09:22:05: the 09:20 slot comes meanwhile
+    loop.tick()
+    fake_clock.set(datetime(2026, 11, 29, 9, 30, 5, tzinfo=UTC))
+    loop.tick()
+    runs = JobRun.objects.filter(job="t.slow").order_by("scheduled_for")
+    assert [(r.scheduled_for.minute, r.outcome) for r in runs] == [
+        (10, Outcome.SUCCEEDED),
+        (20, Outcome.SKIPPED),
+        (30, Outcome.SUCCEEDED),
+    ]
+    assert runs[1].error == (
+        "Not run: the run of 2026-11-29T09:10:00+00:00 was still going (overlap='skip')."
+    )
+    assert runs[1].started_at is None
+    assert JobLease.objects.get(name="t.slow").consecutive_failures == 0
 
 
 @pytest.mark.postgres_only

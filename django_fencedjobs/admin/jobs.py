@@ -70,6 +70,7 @@ else:  # not subscriptable at run time
 #: A job's ``overlap``, as its page says it.
 _OVERLAP = {
     "buffer_one": "runs as soon as the run ends (buffer_one)",
+    "skip": "is recorded skipped, not run (skip)",
     "replace": "replaces the run: fenced off, stopped, recorded replaced (replace)",
 }
 

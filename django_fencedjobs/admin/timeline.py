@@ -421,16 +421,24 @@ def _no_run(event: _Event, tz: tzinfo, late_after: Callable[[datetime], datetime
     return "did not run"
 
 
+def _not_run(run: JobRun) -> str:
+    """A slot recorded as not run: skipped by an operator, or by a rule (the error says
+    which), or excluded by a calendar."""
+    if run.outcome == Outcome.EXCLUDED:
+        return f"did not run; excluded by {run.error}"
+    if run.error.startswith("Not run: "):
+        return f"did not run; {run.error.removeprefix('Not run: ')}"
+    n = run.missed_slots
+    with_others = f" with {plural(n, 'earlier slot')}" if n else ""
+    return f"did not run; skipped by {run.owner or 'an operator'}{with_others}"
+
+
 def _ran(event: _Event, run: JobRun, tz: tzinfo, *, compact: bool) -> str:
     """How the slot's run went, and on a job's page a failure's error."""
     if run.outcome == Outcome.RUNNING and run.started_at is not None:
         parts = [f"running since {format_instant(run.started_at, tz, ref=event.at)}"]
-    elif run.outcome == Outcome.SKIPPED:
-        n = run.missed_slots
-        with_others = f" with {plural(n, 'earlier slot')}" if n else ""
-        return f"did not run; skipped by {run.owner or 'an operator'}{with_others}"
-    elif run.outcome == Outcome.EXCLUDED:
-        return f"did not run; excluded by {run.error}"
+    elif run.outcome in (Outcome.SKIPPED, Outcome.EXCLUDED):
+        return _not_run(run)
     else:
         parts = [str(Outcome(run.outcome).label)]
         if run.duration is not None:
