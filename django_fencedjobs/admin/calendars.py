@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from django import forms
 from django.contrib import admin
 from django.utils import timezone
 from django.utils.html import format_html_join
@@ -23,10 +24,27 @@ else:
     _ModelAdmin = admin.ModelAdmin
 
 
+class ExclusionForm(forms.ModelForm):  # type: ignore[type-arg]
+    """Compact inputs (the browser's own date and time pickers), so that a row of the
+    inline table fits a laptop's screen."""
+
+    class Meta:
+        model = CalendarExclusion
+        fields = ("label", "on_date", "month", "day", "weekday", "starts", "ends")
+        widgets = {
+            "label": forms.TextInput(attrs={"size": 24}),
+            "on_date": forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
+            "month": forms.NumberInput(attrs={"min": 1, "max": 12, "style": "width: 4em"}),
+            "day": forms.NumberInput(attrs={"min": 1, "max": 31, "style": "width: 4em"}),
+            "starts": forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),
+            "ends": forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),
+        }
+
+
 class ExclusionInline(_Inline):
     model = CalendarExclusion
+    form = ExclusionForm
     extra = 1
-    fields = ("label", "on_date", "month", "day", "weekday", "starts", "ends")
 
 
 @admin.register(Calendar)
