@@ -980,7 +980,7 @@ def _healthy(f: JobFacts, job: Job) -> Verdict:
         slot = f.at(f.awaited_slot) if f.awaited_slot else "?"
         deadline = f.at(f.expected_by, ref=f.awaited_slot) if f.expected_by else "?"
         reason = f"no successful run yet; first slot {slot}, expected by {deadline}"
-        return State.NEVER_RUN, Severity.HEALTHY, reason
+        return State.NEVER_RUN, Severity.HEALTHY, reason + _excluded(f)
     if f.last_finished_run is not None and f.last_finished_run.capped:
         return (
             State.CAPPED,
@@ -992,7 +992,16 @@ def _healthy(f: JobFacts, job: Job) -> Verdict:
     if f.next_run_at is not None:
         next_run = "due now" if f.next_run_at <= f.checked_at else f.at(f.next_run_at, f.checked_at)
     reason = f"last success {f.at(f.last_success_at)}; next run {next_run}"
-    return State.OK, Severity.HEALTHY, reason
+    return State.OK, Severity.HEALTHY, reason + _excluded(f)
+
+
+def _excluded(f: JobFacts) -> str:
+    """``; the slot of <when> was excluded by <calendar>: <why>``, when the job's latest
+    end was a slot a calendar excluded: not late, on purpose."""
+    last = f.last_finished_run
+    if last is None or last.outcome != Outcome.EXCLUDED:
+        return ""
+    return f"; the slot of {f.at(last.scheduled_for)} was excluded by {last.error_excerpt}"
 
 
 def _last_failure(f: JobFacts) -> str:

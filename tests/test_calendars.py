@@ -159,6 +159,7 @@ def test_an_excluded_slot_is_recorded_as_such_not_run_and_never_late(jobs):
     health = job_health("t.payroll")
     assert health.state not in (State.LATE, State.FAILING), health.reason
     assert health.awaited_slot == datetime(2026, 12, 28, 5, 0, tzinfo=UTC)
+    assert health.reason.endswith("was excluded by calendar 'de': Christmas Day"), health.reason
     fake_clock.set(datetime(2026, 12, 28, 5, 0, 5, tzinfo=UTC))
     loop.tick()
     assert seen == [datetime(2026, 12, 28, 5, 0, tzinfo=UTC)]
