@@ -109,7 +109,7 @@ def test_the_wheel_carries_the_one_version_and_the_extras(wheel: zipfile.ZipFile
     metadata = wheel_metadata(wheel)
     assert metadata["Version"] == version
     assert metadata["Requires-Python"] == ">=3.11"
-    assert {"postgres", "sentry", "prometheus", "tasks"} <= set(
+    assert {"postgres", "sentry", "prometheus", "tasks", "holidays"} <= set(
         metadata.get_all("Provides-Extra") or []
     )
     requires = metadata.get_all("Requires-Dist") or []
