@@ -16,7 +16,7 @@ from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.clock import fake_clock
 from django_fencedjobs.models import JobLease, JobRun, Outcome
 from django_fencedjobs.registry import registry
-from tests.faults.harness import prepare
+from tests.faults.harness import lease_row, prepare
 from tests.faults.jobs import REPLACE
 from tests.testapp.models import Write
 
@@ -130,14 +130,18 @@ def test_skip_records_a_slot_that_came_during_a_run_and_runs_the_one_after(jobs)
 @pytest.mark.postgres_only
 def test_the_new_slots_run_takes_over_from_a_run_stopped_inside_its_fenced_block(spawn):
     """Runner A's run is SIGSTOPped inside its fenced block, the lease row locked, its
-    insert not committed. At the next slot runner B's run cannot take the row while A's
-    transaction holds it; the server ends that transaction once it has been idle for the
-    lease's length, and B takes over. A's write never commits, B's does, A's run reads
+    insert not committed; its lease reaches no further than the next slot, though its
+    lease_ttl is longer than the interval. At the next slot runner B's run cannot take the
+    row while A's transaction holds it; the server ends that transaction once it has been
+    idle for lease_ttl, and B takes over. A's write never commits, B's does, A's run reads
     replaced; resumed, A's block fails."""
     prepare(REPLACE)
     a = spawn("loop", REPLACE, "A", workers=1, role="A")
     (inside,) = a.wait_for("inside")
     a.signal(signal.SIGSTOP)
+    # Its lease (6 s) reaches no further than the next slot (3 s at most away).
+    row = lease_row(REPLACE)
+    assert row.fence == inside["fence"] and row.lease_until <= row.next_run_at
     b = spawn("loop", REPLACE, "B", workers=1, role="B")
     (taken,) = b.wait_for("ack")
     assert taken["fence"] > inside["fence"]

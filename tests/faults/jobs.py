@@ -597,7 +597,7 @@ def register() -> None:
     job(
         every=timedelta(seconds=3),
         name=REPLACE,
-        lease_ttl=timedelta(seconds=2),
+        lease_ttl=timedelta(seconds=6),  # longer than the interval: capped at the next slot
         timeout=LONG_TIMEOUT,
         overlap="replace",
     )(replaced_writer)
