@@ -126,7 +126,7 @@ def run_acquired(
         watermarks=acquired.watermarks,
         stop_requested=stop,
         lease_name=acquired.lease_name,
-        replace_at=acquired.replace_at,
+        replace_in=(acquired.replace_at - now).total_seconds() if acquired.replace_at else None,
     )
     return _execute(state, now, Unrecorded() if unrecorded is None else unrecorded, on_abandon)
 

@@ -5,6 +5,7 @@ supervisor and its fenced blocks, whose fence holder it is."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,11 +53,12 @@ class RunState:
         watermarks: dict[str, WatermarkValue],
         stop_requested: threading.Event | None = None,
         lease_name: str | None = None,
-        replace_at: datetime | None = None,
+        replace_in: float | None = None,
     ) -> None:
         self.job = job
-        #: ``overlap="replace"``: the next slot, when the supervisor stops the run.
-        self.replace_at = replace_at
+        #: ``overlap="replace"``: when the supervisor stops the run (the next slot), on the
+        #: monotonic clock; its lease is never renewed past that slot.
+        self.replace_by = None if replace_in is None else time.monotonic() + replace_in
         #: The lease row the run holds (fence, renewals, end, watermarks): the job's own,
         #: or a backfill slot's or one-off's.
         self.lease_name = job.name if lease_name is None else lease_name

@@ -105,10 +105,8 @@ class Supervisor(threading.Thread):
         run = self.state
         deadline = time.monotonic() + run.job.run_timeout.total_seconds()
         reason: type[RunAborted] = JobTimeout
-        if run.replace_at is not None:  # overlap="replace": over at the next slot
-            until_slot = (run.replace_at - clock.now()).total_seconds()
-            if time.monotonic() + until_slot < deadline:
-                deadline, reason = time.monotonic() + until_slot, RunReplaced
+        if run.replace_by is not None and run.replace_by < deadline:  # overlap="replace"
+            deadline, reason = run.replace_by, RunReplaced
         interval = max(run.job.lease_ttl.total_seconds() / 3, MIN_RENEW_INTERVAL)
         wait = interval
         try:
@@ -138,7 +136,7 @@ class Supervisor(threading.Thread):
         try:
             with db.bounded_wait(wait):
                 until = clock.now() + run.job.lease_ttl
-                capped = run.replace_at is not None
+                capped = run.replace_by is not None
                 return lease.renew(run.lease_name, run.fence, until, to_next_slot=capped)
         except DatabaseError as exc:
             if db.is_lock_timeout(exc):
