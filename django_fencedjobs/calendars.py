@@ -15,7 +15,7 @@ excluded one is recorded ``excluded``, naming the calendar and what excluded it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
@@ -143,7 +143,7 @@ def public_holidays(country: str, subdivision: str, year: int) -> dict[date, str
 
 
 def schedule_problem(
-    names: tuple[str, ...], fire_times: Any, now: datetime
+    names: Sequence[str], fire_times: Any, now: datetime
 ) -> tuple[CheckId, str] | None:
     """What is wrong with the calendars ``names`` of a job whose schedule's
     ``fire_times(start, end, limit)`` is given, as a check says it: one does not exist or

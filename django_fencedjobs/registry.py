@@ -76,7 +76,7 @@ class JobOptions:
     retries: int = 0
     retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
     #: The calendars (:mod:`.calendars`, by name) whose dates and windows its slots avoid.
-    exclude: tuple[str, ...] = ()
+    exclude: Sequence[str] = ()
     #: A slot that comes while a run of the job is still going: run as soon as that run
     #: ends (``"buffer_one"``), recorded skipped (``"skip"``), or run at once, the other
     #: fenced off and stopped (``"replace"``: docs/time.md, "Overlap").

@@ -8,7 +8,7 @@ with the row: the state filter and the worst-first ordering are SQL over it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -351,7 +351,7 @@ class JobLeaseAdmin(ReadOnly, _ModelAdmin):
 
     @admin.display(description=_("calendars to avoid"))
     def calendars(self, row: JobLease) -> SafeString | str:
-        names: tuple[str, ...] = ()
+        names: Sequence[str] = ()
         if row.name in registry:
             names = registry.get(row.name).exclude
         elif row.instance is not None and row.parent in registry:
