@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.db.models import Max
+
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.lease import LeaseRow, Retry
 from django_fencedjobs.models import FAILURE_OUTCOMES, JobRun, Outcome, RunKind
@@ -43,6 +45,17 @@ def interval_start(job: Job, slot: datetime, attempt: int) -> datetime | None:
         .values_list("interval_start", flat=True)
         .first()
     )
+
+
+def latest_recorded(job: Job, slot: datetime) -> datetime:
+    """The latest slot of ``job``'s schedule recorded at or after ``slot`` (run, or skipped
+    by an operator): what a pending retry of ``slot`` comes after."""
+    latest: datetime | None = (
+        JobRun.objects.using(lease_db())
+        .filter(job=job.name, kind=RunKind.SCHEDULED, scheduled_for__gte=slot)
+        .aggregate(latest=Max("scheduled_for"))["latest"]
+    )
+    return latest or slot
 
 
 #: The ends a handler chose, after which running its slot again is what it asked for: it
@@ -90,4 +103,11 @@ def _tried(record: JobRun) -> int:
 #: An interrupted run (the runner was stopping) or one that lost its lease is not.
 FINAL_OUTCOMES = frozenset({"succeeded", "failed", "timed_out", "missed"})
 
-__all__ = ["FINAL_OUTCOMES", "MAX_DOUBLINGS", "interval_start", "next_attempt", "redoes"]
+__all__ = [
+    "FINAL_OUTCOMES",
+    "MAX_DOUBLINGS",
+    "interval_start",
+    "latest_recorded",
+    "next_attempt",
+    "redoes",
+]

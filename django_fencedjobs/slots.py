@@ -97,7 +97,9 @@ def _plan(job: Job, row: LeaseRow, now: datetime, resumable: bool) -> Slot:
     first = row.next_run_at
     dropped = False
     if row.run_slot is not None:
-        later = schedule.fire_times(row.run_slot, now, limit=1)
+        # The slots after the latest one recorded: an operator may have skipped some while
+        # the attempt ran (the retry's statement then moved the row back to the retry).
+        later = schedule.fire_times(retries.latest_recorded(job, row.run_slot), now, limit=1)
         if not later:  # nothing later due yet: the retry runs, over the same interval
             start = retries.interval_start(job, row.run_slot, row.attempt)
             slot = row.run_slot, 0, start, row.attempt, RunKind.SCHEDULED, after, None, 1

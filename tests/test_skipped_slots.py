@@ -126,6 +126,27 @@ def test_a_pending_retry_that_is_skipped_is_recorded_as_its_attempt_skipped(jobs
     assert _unaccounted(_h(9)) == []
 
 
+def test_a_slot_skipped_during_a_run_whose_retry_a_later_slot_drops_is_counted_once(jobs):
+    """The 10:00 run skips the 11:00 slot, then fails: its retry is due at 10:10, before the
+    row's next slot (12:00, after the skip). The runners are down until 12:01, so the 12:00
+    slot drops the retry; it must not count 11:00 again, which the skip recorded (found by
+    the soak's A1, seed 443178 behind PgBouncer)."""
+    _hourly(retries=1, retry_backoff=timedelta(minutes=10))
+    loop.tick()
+    SKIPS_WHILE_RUNNING.append(1)
+    fake_clock.set(_h(10) + timedelta(seconds=30))
+    loop.tick()
+    assert JobLease.objects.get(name=NAME).run_slot == _h(10)  # the retry is pending
+    fake_clock.set(_h(12, 1))
+    loop.tick()
+    assert [(slot, attempt, outcome, missed) for slot, attempt, outcome, missed, _ in _runs()] == [
+        (_h(10), 1, Outcome.FAILED, 0),
+        (_h(11), 1, Outcome.SKIPPED, 0),
+        (_h(12), 1, Outcome.FAILED, 0),
+    ]
+    assert _unaccounted(_h(9)) == []
+
+
 def test_resume_from_now_records_the_slots_due_while_paused_as_skipped(jobs):
     _hourly()
     loop.tick()
