@@ -135,10 +135,15 @@ def _zone(name: str) -> ZoneInfo:
 @functools.lru_cache(maxsize=256)
 def public_holidays(country: str, subdivision: str, year: int) -> dict[date, str]:
     """The public holidays of ``country`` (and its ``subdivision``) in ``year``, by date, as
-    the ``holidays`` package knows them (several on one day: their names joined)."""
+    the ``holidays`` package knows them (several on one day: their names joined), named in
+    English where it can."""
     import holidays  # the holidays extra; its absence is a check error (fencedjobs.E020)
 
-    found = holidays.country_holidays(country, subdiv=subdivision or None, years=year)
+    # Names in English whatever the host's locale, where the package has them (it does
+    # for most countries); else in the country's own language.
+    found = holidays.country_holidays(
+        country, subdiv=subdivision or None, years=year, language="en_US"
+    )
     return {day: "; ".join(found.get_list(day)) for day in found}
 
 
