@@ -72,7 +72,8 @@ class Rule:
 class Book:
     """Calendars as one claim read them, by name (:func:`load`)."""
 
-    zones: dict[str, ZoneInfo]
+    #: None: a zone no longer known (written past ``clean()``).
+    zones: dict[str, ZoneInfo | None]
     rules: dict[str, tuple[Rule, ...]]
     holidays: dict[str, tuple[str, str]]
 
@@ -85,7 +86,10 @@ class Book:
         for name in names:
             if name not in self.zones:
                 return Outcome.FAILED, f"Not run: calendar {name!r} does not exist."
-            local = instant.astimezone(self.zones[name])
+            zone = self.zones[name]
+            if zone is None:
+                return Outcome.FAILED, f"Not run: calendar {name!r} has an unknown timezone."
+            local = instant.astimezone(zone)
             for rule in self.rules[name]:
                 if rule.matches(local):
                     return Outcome.EXCLUDED, f"calendar {name!r}: {rule.label or 'excluded'}"
@@ -125,11 +129,11 @@ def load(names: Iterable[str]) -> Book:
     )
 
 
-def _zone(name: str) -> ZoneInfo:
+def _zone(name: str) -> ZoneInfo | None:
     try:
         return resolve_zone(name)
     except ScheduleError:
-        return ZoneInfo("UTC")  # a row written past clean(): its check says so (E018)
+        return None
 
 
 @functools.lru_cache(maxsize=256)
@@ -137,7 +141,7 @@ def public_holidays(country: str, subdivision: str, year: int) -> dict[date, str
     """The public holidays of ``country`` (and its ``subdivision``) in ``year``, by date, as
     the ``holidays`` package knows them (several on one day: their names joined), named in
     English where it can."""
-    import holidays  # the holidays extra; its absence is a check error (fencedjobs.E020)
+    import holidays  # the holidays extra; its absence is a check error (fencedjobs.E018)
 
     # Names in English whatever the host's locale, where the package has them (it does
     # for most countries); else in the country's own language.

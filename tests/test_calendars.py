@@ -209,6 +209,12 @@ def test_a_calendar_that_does_not_exist_fails_each_slot_loudly(jobs):
         "Not run: calendar 'nowhere' does not exist.",
     )
     assert JobLease.objects.get(name="t.payroll").consecutive_failures == 1
+    # One whose zone is no longer known (written past clean()) fails the same way.
+    Calendar.objects.create(name="nowhere", timezone="Mars/Olympus")
+    assert calendars.load(["nowhere"]).verdict(["nowhere"], run.scheduled_for) == (
+        Outcome.FAILED,
+        "Not run: calendar 'nowhere' has an unknown timezone.",
+    )
 
 
 def test_the_database_check_names_a_missing_calendar_and_one_that_excludes_every_slot(jobs):
