@@ -403,13 +403,14 @@ def check_calendars(
     from django.db import DatabaseError
 
     from django_fencedjobs import calendars, clock, instances
+    from django_fencedjobs.exceptions import UnknownJob
     from django_fencedjobs.models import JobInstance
 
-    now = clock.now()
     jobs = [job for job in registry.all() if job.exclude and job.schedule is not None]
     try:
+        now = clock.now()
         for instance in JobInstance.objects.exclude(exclude=[]).order_by("job", "key"):
-            with contextlib.suppress(Exception):  # an unknown job is E-id'd elsewhere
+            with contextlib.suppress(UnknownJob):  # an instance of no job: checked elsewhere
                 jobs.append(instances.instance_job(instances.declared(instance.job), instance))
         found: list[checks.CheckMessage] = []
         for job in jobs:

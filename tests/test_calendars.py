@@ -232,11 +232,23 @@ def test_the_database_check_names_a_missing_calendar_and_one_that_excludes_every
     def fine(run):
         pass
 
+    @job(instances=True, name="t.digest")
+    def digest(run):
+        pass
+
+    # Written with the ORM, past the form's check.
+    JobInstance.objects.create(job="t.digest", key="a", cron="0 6 * * *", exclude=["nope"])
+    JobInstance.objects.create(job="t.digest", key="b", cron="0 6 * * *")
     assert checks.check_calendars() == []  # without the database: nothing asked
     found = sorted((m.id, m.msg) for m in checks.check_calendars(databases=["default"]))
-    assert [check_id for check_id, _ in found] == [CheckId.CALENDAR, CheckId.CALENDAR_EXCLUDES_ALL]
-    assert found[0][1] == "job 't.typo': calendar 'weekdn' does not exist."
-    assert found[1][1].startswith("job 't.never': its calendars exclude every one of its next")
+    assert [check_id for check_id, _ in found] == [
+        CheckId.CALENDAR,
+        CheckId.CALENDAR,
+        CheckId.CALENDAR_EXCLUDES_ALL,
+    ]
+    assert found[0][1] == "job 't.digest[a]': calendar 'nope' does not exist."
+    assert found[1][1] == "job 't.typo': calendar 'weekdn' does not exist."
+    assert found[2][1].startswith("job 't.never': its calendars exclude every one of its next")
 
 
 def test_a_calendar_and_its_rows_refuse_what_means_nothing():
