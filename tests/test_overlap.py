@@ -84,16 +84,22 @@ def test_replace_allows_a_timeout_past_the_interval_and_refuses_an_advisory_lock
     )
 
 
+def _run_past_the_next_slot() -> None:
+    """The job's row at 09:00, its 09:10 run lasting to 09:22:05 (its handler moves the
+    fake clock on), so that the 09:20 slot comes meanwhile; then the next look."""
+    fake_clock.set(datetime(2026, 11, 29, 9, 0, 1, tzinfo=UTC))
+    loop.tick()
+    fake_clock.set(datetime(2026, 11, 29, 9, 10, 5, tzinfo=UTC))
+    loop.tick()
+    loop.tick()
+
+
 def test_by_default_a_slot_that_came_during_a_run_runs_as_soon_as_it_ends(jobs):
     @job("*/10 * * * *", name="t.slow", timeout=timedelta(minutes=9))
     def slow(run):
         fake_clock.advance(timedelta(minutes=12))  # still going at the next slot
 
-    fake_clock.set(datetime(2026, 11, 29, 9, 0, 1, tzinfo=UTC))
-    loop.tick()
-    fake_clock.set(datetime(2026, 11, 29, 9, 10, 5, tzinfo=UTC))
-    loop.tick()  # the 09:10 run, to 09:22:05: the 09:20 slot comes meanwhile
-    loop.tick()
+    _run_past_the_next_slot()
     runs = JobRun.objects.filter(job="t.slow").order_by("scheduled_for")
     assert [(r.scheduled_for.minute, r.started_at.minute, r.outcome) for r in runs] == [
         (10, 10, Outcome.SUCCEEDED),
@@ -107,11 +113,7 @@ def test_skip_records_a_slot_that_came_during_a_run_and_runs_the_one_after(jobs)
         if run.scheduled_for.minute == 10:
             fake_clock.advance(timedelta(minutes=12))  # still going at the next slot
 
-    fake_clock.set(datetime(2026, 11, 29, 9, 0, 1, tzinfo=UTC))
-    loop.tick()
-    fake_clock.set(datetime(2026, 11, 29, 9, 10, 5, tzinfo=UTC))
-    loop.tick()  # the 09:10 run, to 09:22:05: the 09:20 slot comes meanwhile
-    loop.tick()
+    _run_past_the_next_slot()
     fake_clock.set(datetime(2026, 11, 29, 9, 30, 5, tzinfo=UTC))
     loop.tick()
     runs = JobRun.objects.filter(job="t.slow").order_by("scheduled_for")
