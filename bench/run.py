@@ -5,7 +5,7 @@ all of them.
         [--smoke] [--only P1,P3] [--output HISTORY] [--summary PAGE]
 
 Creates a database of its own on the ``DATABASE_URL`` server (dropped at the end), runs
-the ceiling, P1 ... P13 (see each module's docstring; P11, about 20 minutes, only when
+the ceiling, P1 ... P15 (see each module's docstring; P11, about 20 minutes, only when
 ``--only`` names it), prints every figure as it comes, then adds the run's section
 (machine, versions, the command, a table of the goals, each benchmark's figures) at the top
 of ``docs/benchmarks-history.md`` and rewrites the current figures of
@@ -40,6 +40,7 @@ MODULES = [
     ("P3", "bench.p3_once"),
     ("P4", "bench.p4_lateness"),
     ("P4L", "bench.p4_under_load"),
+    ("P15", "bench.p15_buffer_one"),
     ("P6", "bench.p6_memory"),
     ("P7", "bench.p7_fleet"),
     ("P8", "bench.p8_tasks"),

@@ -18,14 +18,18 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from django_fencedjobs.checkids import CheckId
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.exceptions import ScheduleError
+from django_fencedjobs.instants import format_instant
 from django_fencedjobs.models import Calendar, CalendarExclusion, Outcome
-from django_fencedjobs.schedule import resolve_zone
+from django_fencedjobs.schedule import resolve_zone, wall_instant
+
+if TYPE_CHECKING:
+    from django_fencedjobs.registry import Job
 
 #: How far ahead a job's slots are checked for one that some calendar leaves to run.
 LOOKAHEAD = timedelta(days=366)
@@ -67,6 +71,26 @@ class Rule:
             return False
         return self.weekday is None or day.weekday() == self.weekday
 
+    def window_end(self, local: datetime) -> datetime | None:
+        """The naive wall time at which the window holding ``local`` (matched) ends; None
+        for a rule of whole days."""
+        if self.starts is None or self.ends is None:
+            return None
+        day = local.date()
+        if self.ends <= self.starts and local.time().replace(tzinfo=None) >= self.starts:
+            day += timedelta(days=1)  # before midnight, in a window that runs past it
+        return datetime.combine(day, self.ends)
+
+
+class Verdict(NamedTuple):
+    """What the calendars make of a slot that does not run as scheduled: ``excluded``, or
+    ``failed`` (a calendar missing or unreadable), and why; ``deferred_to``: the instant an
+    excluded slot runs instead (``defer_excluded``)."""
+
+    outcome: str
+    why: str
+    deferred_to: datetime | None = None
+
 
 @dataclass(frozen=True)
 class Book:
@@ -77,32 +101,84 @@ class Book:
     rules: dict[str, tuple[Rule, ...]]
     holidays: dict[str, tuple[str, str]]
 
-    def verdict(self, names: Iterable[str], instant: datetime) -> tuple[str, str] | None:
+    def verdict(self, names: Iterable[str], instant: datetime) -> Verdict | None:
         """Whether a slot at ``instant`` runs, by the calendars ``names``: None, or how it
         is recorded instead: ``excluded`` by the first that excludes it, saying why
         (``"calendar 'x': label"``); ``failed`` when one of them does not exist or its
         holidays cannot be read, so that a job never runs against a calendar nobody wrote,
         nor skips its slots unseen (``manage.py check`` says which, fencedjobs.E018)."""
+        found = self._find(names, instant)
+        return None if found is None else found[0]
+
+    def next_allowed(
+        self, names: Sequence[str], slot: datetime, tz: ZoneInfo, before: datetime
+    ) -> datetime | None:
+        """The first instant after the excluded ``slot`` that the calendars ``names`` allow,
+        stepping past what excludes each: a window to its end, a whole day to ``slot``'s
+        wall-clock time in ``tz`` on the next day. None when there is none before
+        ``before`` (the schedule's next slot), or a calendar cannot be read."""
+        time_of_day = slot.astimezone(tz).time().replace(tzinfo=None)
+        at = slot
+        for _ in range(LOOKAHEAD_SLOTS):  # each step moves forward; bounded all the same
+            found = self._find(names, at)
+            if found is None:
+                return at
+            verdict, ends = found
+            if verdict.outcome != Outcome.EXCLUDED:
+                return None
+            if ends is None:
+                ends = wall_instant(
+                    datetime.combine(at.astimezone(tz).date() + timedelta(days=1), time_of_day),
+                    tz,
+                )
+            at = ends
+            if at >= before:
+                return None
+        return None
+
+    def _find(
+        self, names: Iterable[str], instant: datetime
+    ) -> tuple[Verdict, datetime | None] | None:
+        """:meth:`verdict`, and the instant the window that excludes ``instant`` ends (None:
+        a whole day, or a failure)."""
         for name in names:
             if name not in self.zones:
-                return Outcome.FAILED, f"Not run: calendar {name!r} does not exist."
+                return Verdict(Outcome.FAILED, f"Not run: calendar {name!r} does not exist."), None
             zone = self.zones[name]
             if zone is None:
-                return Outcome.FAILED, f"Not run: calendar {name!r} has an unknown timezone."
+                why = f"Not run: calendar {name!r} has an unknown timezone."
+                return Verdict(Outcome.FAILED, why), None
             local = instant.astimezone(zone)
             for rule in self.rules[name]:
                 if rule.matches(local):
-                    return Outcome.EXCLUDED, f"calendar {name!r}: {rule.label or 'excluded'}"
+                    why = f"calendar {name!r}: {rule.label or 'excluded'}"
+                    ends = rule.window_end(local)
+                    return Verdict(Outcome.EXCLUDED, why), ends and wall_instant(ends, zone)
             country, subdivision = self.holidays[name]
             if not country:
                 continue
             try:
                 holiday = public_holidays(country, subdivision, local.year).get(local.date())
             except (ImportError, NotImplementedError) as exc:
-                return Outcome.FAILED, f"Not run: the holidays of calendar {name!r}: {exc}"
+                why = f"Not run: the holidays of calendar {name!r}: {exc}"
+                return Verdict(Outcome.FAILED, why), None
             if holiday is not None:
-                return Outcome.EXCLUDED, f"calendar {name!r}: {holiday}"
+                return Verdict(Outcome.EXCLUDED, f"calendar {name!r}: {holiday}"), None
         return None
+
+
+def judge(book: Book, job: Job, slot: datetime) -> Verdict | None:
+    """What ``job``'s calendars (in ``book``) make of its ``slot``: None (it runs), or its
+    :class:`Verdict`; with ``defer_excluded``, an excluded slot runs at the next time they
+    allow before the schedule's next slot (:meth:`Book.next_allowed`), if there is one."""
+    found = book.verdict(job.exclude, slot)
+    if found is None or found.outcome != Outcome.EXCLUDED or not job.defer_excluded:
+        return found
+    schedule = job.valid_schedule
+    to = book.next_allowed(job.exclude, slot, schedule.tz, schedule.next_after(slot))
+    if to is None:
+        return found._replace(why=f"{found.why}; nothing allowed before the next slot")
+    return Verdict(found.outcome, f"{found.why}; deferred to {format_instant(to, schedule.tz)}", to)
 
 
 def load(names: Iterable[str]) -> Book:
@@ -176,6 +252,8 @@ def schedule_problem(
 __all__ = [
     "Book",
     "Rule",
+    "Verdict",
+    "judge",
     "load",
     "public_holidays",
     "schedule_problem",

@@ -742,12 +742,14 @@ def assess(
     # The dead man's switch: the first slot after the last success (never succeeded: after
     # the job was first seen) must succeed by its deadline; a slot an operator skipped since
     # (the job's latest end, recorded skipped) or a calendar excluded is not awaited, the
-    # one after it is.
+    # one after it is; or, when the excluded slot was deferred, its run at that instant.
     since = lease.last_success_at or lease.created_at
     skipped = facts.last_finished_run
     if skipped is not None and skipped.outcome in (Outcome.SKIPPED, Outcome.EXCLUDED):
         since = max(since, skipped.scheduled_for)
     awaited = schedule.next_after(since)
+    if skipped and skipped.outcome == Outcome.EXCLUDED and skipped.scheduled_for == lease.run_slot:
+        awaited = lease.next_run_at  # deferred (defer_excluded): its run then
     facts = replace(facts, awaited_slot=awaited, expected_by=job.late_after(awaited))
     if lease.paused:
         return facts.judged(*_paused(facts, lease))

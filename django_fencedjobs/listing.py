@@ -179,7 +179,8 @@ def _verdict(job: Job, at: datetime) -> tuple[str, str] | None:
     from django_fencedjobs import calendars
 
     try:
-        return calendars.load(job.exclude).verdict(job.exclude, at)
+        verdict = calendars.judge(calendars.load(job.exclude), job, at)
+        return None if verdict is None else (verdict.outcome, verdict.why)
     except DatabaseError as exc:
         return "unknown", f"its calendars could not be read: {exc}"
 

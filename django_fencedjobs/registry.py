@@ -77,6 +77,9 @@ class JobOptions:
     retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
     #: The calendars (:mod:`.calendars`, by name) whose dates and windows its slots avoid.
     exclude: Sequence[str] = ()
+    #: A slot its calendars exclude runs instead at the next time they allow, before the
+    #: schedule's next slot (docs/schedules.md, "Calendars"), rather than not at all.
+    defer_excluded: bool = False
     #: A slot that comes while a run of the job is still going: run as soon as that run
     #: ends (``"buffer_one"``), recorded skipped (``"skip"``), or run at once, the other
     #: fenced off and stopped (``"replace"``: docs/time.md, "Overlap").
@@ -407,6 +410,7 @@ def job(
     retries: int = 0,
     retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF,
     exclude: Sequence[str] = (),
+    defer_excluded: bool = False,
     overlap: Overlap = "buffer_one",
 ) -> Callable[[F], F]: ...
 def job(
@@ -534,6 +538,19 @@ def build(
     )
 
 
+def _combination_problem(fields: dict[str, Any]) -> str | None:
+    """What is wrong with the options that go together: ``exclude`` and
+    ``defer_excluded``; ``overlap`` and ``exclusion``. None: nothing."""
+    exclude = fields["exclude"]
+    if not isinstance(exclude, tuple) or not all(isinstance(n, str) and n for n in exclude):
+        return f"exclude must be a list of calendar names, got {exclude!r}"
+    if fields["defer_excluded"] is True and not exclude and not fields["instances"]:
+        return "defer_excluded=True defers the slots its calendars exclude: name them in exclude="
+    if fields["overlap"] == "replace" and fields["exclusion"] == "advisory":
+        return "overlap='replace' needs exclusion='lease': an advisory lock cannot fence"
+    return None
+
+
 def _argument_problem(
     job_name: str, fields: dict[str, Any], wrong: list[str | None]
 ) -> tuple[CheckId, JobError] | None:
@@ -554,19 +571,16 @@ def _argument_problem(
     retries = fields["retries"]
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         wrong.append(f"retries must be an int of 0 or more, got {retries!r}")
-    exclude = fields["exclude"]
-    if not isinstance(exclude, tuple) or not all(isinstance(n, str) and n for n in exclude):
-        wrong.append(f"exclude must be a list of calendar names, got {exclude!r}")
+    wrong.append(_combination_problem(fields))
     for field_name, allowed in (
         ("catchup", typing.get_args(Catchup)),
         ("instances", (True, False)),
+        ("defer_excluded", (True, False)),
         ("instance_series", typing.get_args(InstanceSeries)),
         ("exclusion", typing.get_args(Exclusion)),
         ("overlap", typing.get_args(Overlap)),
     ):
         wrong.append(_choice(field_name, fields[field_name], allowed))
-    if fields["overlap"] == "replace" and fields["exclusion"] == "advisory":
-        wrong.append("overlap='replace' needs exclusion='lease': an advisory lock cannot fence")
     messages = [message for message in wrong if message]
     if messages:
         return CheckId.ARGUMENT, JobDefinitionError(f"job {job_name!r}: {'; '.join(messages)}")

@@ -5,7 +5,7 @@ statement that releases its lease schedules it (:func:`django_fencedjobs.lease.e
 if the end plus the backoff is before the row's next slot: a retry never runs at or past
 it. Attempt ``n`` waits ``retry_backoff * 2 ** (n - 1)`` (30 s, 1 min, 2 min... by
 default); a retried failure does not count towards ``consecutive_failures``. A retry
-redoes exactly its attempt's data interval (:func:`interval_start`). One that would redo
+redoes exactly its attempt's data interval (:func:`attempt_before`). One that would redo
 work its attempt committed before timing out is recorded, not run (:func:`redoes`).
 """
 
@@ -28,23 +28,24 @@ def next_attempt(job: Job, record: JobRun, outcome: str) -> Retry | None:
     """The retry a run of ``job`` that ended ``outcome`` asks for, or None."""
     if outcome not in FAILURE_OUTCOMES or job.retries < 1:
         return None
-    tried = record.attempt if record.kind == RunKind.SCHEDULED else _tried(record)
+    tried = _tried(record)
     if tried > job.retries:
         return None
     backoff = job.retry_backoff * 2 ** min(tried - 1, MAX_DOUBLINGS)
     return Retry(backoff=backoff, slot=record.scheduled_for, attempt=record.attempt + 1)
 
 
-def interval_start(job: Job, slot: datetime, attempt: int) -> datetime | None:
-    """Where the data interval of ``job``'s retry ``attempt`` of ``slot`` starts: where the
-    attempt before it started, by its record. None when that is the slot before (or the
-    record is gone)."""
-    return (
+def attempt_before(job: Job, slot: datetime, attempt: int) -> tuple[str, datetime | None] | None:
+    """The outcome of ``job``'s attempt before ``attempt`` at ``slot`` (``excluded``: the
+    slot was deferred), and where its data interval started, which a retry redoes (None:
+    the slot before). None when its record is gone."""
+    found: tuple[str, datetime | None] | None = (
         JobRun.objects.using(lease_db())
-        .filter(job=job.name, scheduled_for=slot, attempt=attempt - 1)
-        .values_list("interval_start", flat=True)
+        .filter(job=job.name, kind=RunKind.SCHEDULED, scheduled_for=slot, attempt=attempt - 1)
+        .values_list("outcome", "interval_start")
         .first()
     )
+    return found
 
 
 def latest_recorded(job: Job, slot: datetime) -> datetime:
@@ -83,8 +84,9 @@ def redoes(job: Job, row: LeaseRow) -> str | None:
 
 
 def _tried(record: JobRun) -> int:
-    """The attempts a backfill slot or one-off made, this one included: its failed runs
-    before it (its attempt numbers start after the slot's earlier runs)."""
+    """The tries of the run's slot of its kind, this one included: its failed runs before
+    it (attempt numbers count more: a deferred slot's first attempt was recorded excluded,
+    a backfill's start after the slot's earlier runs)."""
     earlier = (
         JobRun.objects.using(record._state.db)
         .filter(
@@ -106,7 +108,7 @@ FINAL_OUTCOMES = frozenset({"succeeded", "failed", "timed_out", "missed"})
 __all__ = [
     "FINAL_OUTCOMES",
     "MAX_DOUBLINGS",
-    "interval_start",
+    "attempt_before",
     "latest_recorded",
     "next_attempt",
     "redoes",

@@ -323,11 +323,11 @@ def _new_record(
     """The run's row, not saved yet: running; recorded not run as the slot says
     (:attr:`slots.Slot.not_run`); missed when it starts past the job's starting deadline (a
     backfill's slot has none: it is in the past by design)."""
-    scheduled_for = slot.scheduled_for
+    scheduled_for, due = slot.scheduled_for, slot.due or slot.scheduled_for
     too_late = (
         job.starting_deadline is not None
         and slot.kind != RunKind.BACKFILL
-        and now - scheduled_for > job.starting_deadline
+        and now - due > job.starting_deadline
     )
     if slot.not_run is not None:
         outcome, error = slot.not_run
@@ -336,6 +336,7 @@ def _new_record(
             scheduled_for=scheduled_for,
             attempt=slot.attempt,
             kind=slot.kind,
+            interval_start=slot.interval_start,
             finished_at=now,
             outcome=outcome,
             fence=fence,
@@ -358,7 +359,7 @@ def _new_record(
         watermark_before=watermark_text(watermarks.get("")),
         # Until a fenced block of the run moves it (RunState.save_progress).
         watermark_after=watermark_text(watermarks.get("")),
-        error=outcomes.missed(now - scheduled_for, job) if too_late else "",
+        error=outcomes.missed(now - due, job) if too_late else "",
     )
 
 

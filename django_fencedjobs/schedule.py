@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django_fencedjobs.exceptions import ScheduleError
 from django_fencedjobs.instants import is_utc
 
-__all__ = ["SEARCH_HORIZON_YEARS", "Schedule"]
+__all__ = ["SEARCH_HORIZON_YEARS", "Schedule", "wall_instant"]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -467,6 +467,24 @@ def _wall_offset(instant: datetime, tz: tzinfo) -> timedelta:
     return _wall(instant, tz) - instant.replace(tzinfo=None)
 
 
+def wall_instant(wall: datetime, tz: tzinfo) -> datetime:
+    """The instant (aware UTC) of the naive wall time ``wall`` in ``tz``: its first
+    occurrence, or if the clock skips it the first instant after the gap: the first wall
+    minute after it that exists (03:00 in New York's 02:00-03:00 gap), so that several wall
+    times in one gap collapse into one. A gap is at most a day long (Samoa skipped
+    2011-12-30), so the search is bounded."""
+    first = wall.replace(tzinfo=tz).astimezone(UTC)
+    if _wall(first, tz) == wall:
+        return first
+    candidate = wall.replace(second=0, microsecond=0)
+    for _ in range(2 * 1440):
+        candidate += _ONE_MINUTE
+        instant = candidate.replace(tzinfo=tz).astimezone(UTC)
+        if _wall(instant, tz) == candidate:
+            return instant
+    raise ScheduleError(f"wall time {wall} is in a gap of {tz} longer than two days.")  # never
+
+
 def _strictly_after(instants: Iterable[datetime], after: datetime) -> Iterator[datetime]:
     """``instants`` (ascending, repeats allowed) later than ``after``, each once."""
     last = after
@@ -545,14 +563,8 @@ class _CronRule:
             return _strictly_after((wall.replace(tzinfo=UTC) for wall in walls), after)
         walls = self.walls(self._start_wall(after))
         if self.fields.fixed_time:
-            return _strictly_after(map(self._first_occurrence, walls), after)
+            return _strictly_after((wall_instant(wall, self.tz) for wall in walls), after)
         return _strictly_after(self._real_instants(walls), after)
-
-    def _first_occurrence(self, wall: datetime) -> datetime:
-        """A fixed time's instant: its first occurrence, or if the clock skips it the first
-        instant after the gap (so several wall times in one gap collapse into one)."""
-        first = wall.replace(tzinfo=self.tz).astimezone(UTC)
-        return first if _wall(first, self.tz) == wall else self._after_gap(wall)
 
     def _real_instants(self, walls: Iterable[datetime]) -> Iterator[datetime]:
         """Every real instant of each wall time: none in a gap, two in a repeated hour. The
@@ -572,21 +584,6 @@ class _CronRule:
             if second != first:
                 seconds.append(second)
         yield from seconds
-
-    def _after_gap(self, wall: datetime) -> datetime:
-        """The first real instant after a wall time the clock skipped: the first wall minute
-        after it that exists (03:00 in New York's 02:00-03:00 gap). A gap is at most a day
-        long (Samoa skipped 2011-12-30), so the loop is bounded."""
-        tz = self.tz
-        candidate = wall
-        for _ in range(2 * 1440):
-            candidate += _ONE_MINUTE
-            instant = candidate.replace(tzinfo=tz).astimezone(UTC)
-            if _wall(instant, tz) == candidate:
-                return instant
-        raise ScheduleError(  # never: no zone has a gap this long
-            f"cron {self.expr!r}: wall time {wall} is in a gap longer than two days."
-        )
 
     @functools.cached_property
     def min_interval(self) -> timedelta:

@@ -61,6 +61,9 @@ class Slot:
     #: ``excluded``: a calendar of the job excludes its slot (:mod:`.calendars`);
     #: ``failed``: a calendar it names does not exist.
     not_run: tuple[str, str] | None = None
+    #: When the run was due, from which ``starting_deadline`` counts (None: its slot): a
+    #: retry's backoff's end, the instant an excluded slot was deferred to.
+    due: datetime | None = None
 
 
 def plan(job: Job, row: LeaseRow, now: datetime, *, resumable: bool = False) -> Slot:
@@ -69,8 +72,20 @@ def plan(job: Job, row: LeaseRow, now: datetime, *, resumable: bool = False) -> 
     slot = _plan(job, row, now, resumable)
     if job.exclude and slot.not_run is None and slot.attempt == 1 and row.kind != RunKind.ONCE:
         # A slot of the schedule (a backfill's too), not a retry of one that was allowed.
-        verdict = calendars.load(job.exclude).verdict(job.exclude, slot.scheduled_for)
-        return dataclasses.replace(slot, not_run=verdict)
+        verdict = calendars.judge(calendars.load(job.exclude), job, slot.scheduled_for)
+        if verdict is None:
+            return slot
+        slot = dataclasses.replace(slot, not_run=verdict[:2])
+        if (
+            verdict.deferred_to is not None
+            and row.kind == RunKind.SCHEDULED
+            and slot.next_run_at > now
+        ):
+            # Its run is due at the deferred instant, as the slot's next attempt. (When the
+            # next slot is due already, that slot stands for it: nothing to defer.)
+            return dataclasses.replace(
+                slot, next_run_at=verdict.deferred_to, run_slot=slot.scheduled_for, next_attempt=2
+            )
     return slot
 
 
@@ -95,24 +110,31 @@ def _plan(job: Job, row: LeaseRow, now: datetime, resumable: bool) -> Slot:
         )
     after = schedule.next_after(now)
     first = row.next_run_at
-    dropped = False
+    dropped, lost = False, 0
     if row.run_slot is not None:
+        # A retry, or an excluded slot's deferred run (its first attempt, recorded excluded).
+        before = retries.attempt_before(job, row.run_slot, row.attempt)
+        deferred = before is not None and before[0] == Outcome.EXCLUDED
         # The slots after the latest one recorded: an operator may have skipped some while
         # the attempt ran (the retry's statement then moved the row back to the retry).
         later = schedule.fire_times(retries.latest_recorded(job, row.run_slot), now, limit=1)
-        if not later:  # nothing later due yet: the retry runs, over the same interval
-            start = retries.interval_start(job, row.run_slot, row.attempt)
+        if not later:  # nothing later due yet: it runs, over the same interval
+            start = None if before is None else before[1]
             slot = row.run_slot, 0, start, row.attempt, RunKind.SCHEDULED, after, None, 1
-            return Slot(*slot, dropped_retry=redoes is not None, not_run=not_run)
-        first, dropped = later[0], True  # a later slot supersedes the retry
+            due = row.next_run_at  # its backoff's end, or the instant it was deferred to
+            return Slot(*slot, dropped_retry=redoes is not None, not_run=not_run, due=due)
+        # A later slot supersedes it: a dropped retry counts as its slot's failure; a dropped
+        # deferred run, as a slot missed.
+        first, dropped, lost = later[0], not deferred, int(deferred)
     count, tail = _due(schedule, first, now, keep=job.catchup_limit if job.catchup == "each" else 1)
     if job.catchup == "each":
         nxt = tail[1] if len(tail) > 1 else after
-        oldest = Slot(tail[0], count - len(tail), None, 1, RunKind.SCHEDULED, nxt, None, 1, dropped)
+        missed = count - len(tail) + lost
+        oldest = Slot(tail[0], missed, None, 1, RunKind.SCHEDULED, nxt, None, 1, dropped)
         return _skipped_if_overlapping(job, oldest)
     coalesced = count > 1 and job.catchup == "coalesce"
     start = schedule.previous_before(first) if coalesced else None
-    latest = Slot(tail[-1], count - 1, start, 1, RunKind.SCHEDULED, after, None, 1, dropped)
+    latest = Slot(tail[-1], count - 1 + lost, start, 1, RunKind.SCHEDULED, after, None, 1, dropped)
     return _skipped_if_overlapping(job, latest)
 
 

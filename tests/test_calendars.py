@@ -120,7 +120,11 @@ def test_a_year_of_slots_is_excluded_exactly_as_the_holidays_and_windows_say(
     if cron.startswith("0 */4"):
         assert sum(v is not None and "night" in v[1] for v in verdicts) > 300
         noon = datetime(2026, 12, 25, 11, 0, tzinfo=UTC)  # 12:00 in Berlin: no window
-        assert book.verdict(["cal"], noon) == (Outcome.EXCLUDED, "calendar 'cal': Christmas Day")
+        assert book.verdict(["cal"], noon) == (
+            Outcome.EXCLUDED,
+            "calendar 'cal': Christmas Day",
+            None,
+        )
     else:
         assert [slot for slot, v in zip(slots, verdicts, strict=True) if v is None] == (
             _ALLOWED_BY_DST[zone]
@@ -211,7 +215,7 @@ def test_a_calendar_that_does_not_exist_fails_each_slot_loudly(jobs):
     assert JobLease.objects.get(name="t.payroll").consecutive_failures == 1
     # One whose zone is no longer known (written past clean()) fails the same way.
     Calendar.objects.create(name="nowhere", timezone="Mars/Olympus")
-    assert calendars.load(["nowhere"]).verdict(["nowhere"], run.scheduled_for) == (
+    assert calendars.load(["nowhere"]).verdict(["nowhere"], run.scheduled_for)[:2] == (
         Outcome.FAILED,
         "Not run: calendar 'nowhere' has an unknown timezone.",
     )
@@ -273,7 +277,7 @@ def test_a_calendar_and_its_rows_refuse_what_means_nothing():
 
 def test_the_admin_edits_a_calendar_and_a_jobs_page_names_its_calendars(jobs):
     _calendar("de", "Europe/Berlin", "DE", "BY")
-    _weekday_job(exclude=["de"])
+    _weekday_job(exclude=["de"], defer_excluded=True)
     loop.tick()
     client = Client()
     client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
@@ -286,7 +290,7 @@ def test_the_admin_edits_a_calendar_and_a_jobs_page_names_its_calendars(jobs):
     lease = JobLease.objects.get(name="t.payroll")
     page = client.get(reverse("admin:fencedjobs_joblease_change", args=[lease.pk]))
     assert page.status_code == 200
-    assert ">de</a>" in page.content.decode()
+    assert ">de</a><br>an excluded slot runs at the next allowed time" in page.content.decode()
 
 
 def test_the_instance_preview_marks_excluded_slots_and_the_form_refuses_an_unknown_calendar(
@@ -348,3 +352,218 @@ def test_upsert_gives_an_instance_calendars_of_its_own(jobs):
     with pytest.raises(ValidationError, match=r"fencedjobs\.E018"):
         digest.instances.upsert("t-2", cron="0 6 * * *", exclude=["xx"])
     assert list(JobInstance.objects.values_list("key", flat=True)) == ["t-1"]
+
+
+def _first_business_day(year: int, month: int, public) -> date:
+    day = date(year, month, 1)
+    while day.weekday() >= 5 or day in public:
+        day += timedelta(days=1)
+    return day
+
+
+def test_a_deferred_slot_runs_on_the_first_business_day_at_its_own_time_as_the_model_says(jobs):
+    """``0 6 1 * *`` in Berlin avoiding weekends and Bavaria's holidays, deferred: for every
+    month of 2026 and 2027 (both DST changes each year), the 1st runs at 06:00 on the first
+    business day on or after it, by a model written from the holidays package alone."""
+    _calendar("bavaria", "Europe/Berlin", "DE", "BY", sat={"weekday": 5}, sun={"weekday": 6})
+
+    @job("0 6 1 * *", timezone="Europe/Berlin", exclude=["bavaria"], defer_excluded=True)
+    def payroll(run):
+        pass
+
+    book = calendars.load(["bavaria"])
+    berlin = ZoneInfo("Europe/Berlin")
+    public = holidays.country_holidays("DE", subdiv="BY", years=[2026, 2027])
+    deferred = 0
+    for year in (2026, 2027):
+        for month in range(1, 13):
+            slot = datetime(year, month, 1, 6, tzinfo=berlin).astimezone(UTC)
+            verdict = calendars.judge(book, payroll.job, slot)
+            runs_on = _first_business_day(year, month, public)
+            if runs_on.day == 1:
+                assert verdict is None, slot
+                continue
+            deferred += 1
+            assert verdict.outcome == Outcome.EXCLUDED
+            assert verdict.deferred_to == datetime.combine(runs_on, time(6), berlin), slot
+            assert verdict.why.endswith(f"deferred to {runs_on} 06:00:00 Europe/Berlin")
+    assert deferred >= 8  # New Year's Day, 1 May, weekends
+
+
+@pytest.mark.parametrize(
+    ("zone", "cron", "window"),
+    [
+        # Sundays 01:00-03:00 in New York; 8 March skips 02:00-03:00, 1 November repeats
+        # 01:00-02:00: a 01:30 slot is moved to the window's end, 03:00, both days.
+        ("America/New_York", "30 1 * * *", (time(1), time(3))),
+        # Sundays 01:00-02:30 in Berlin; on 29 March 02:30 does not exist: the window ends
+        # at the first instant after the gap, 03:00 CEST.
+        ("Europe/Berlin", "15 1 * * *", (time(1), time(2, 30))),
+    ],
+)
+def test_a_slot_deferred_out_of_a_window_runs_at_the_first_minute_after_it_across_dst(
+    zone, cron, window
+):
+    """Every slot of 2026, judged with ``defer_excluded``: a Sunday slot inside the window
+    runs at the first instant after it, by a model that walks the minutes of real time
+    and reads each on the wall clock (zoneinfo alone); any other slot runs as scheduled."""
+    starts, ends = window
+    _calendar("night", zone, sunday={"weekday": 6, "starts": starts, "ends": ends})
+
+    @job(cron, name="t.nightly", timezone=zone, exclude=["night"], defer_excluded=True)
+    def nightly(run):
+        pass
+
+    from django_fencedjobs.registry import registry
+
+    nightly_job = registry.get("t.nightly")
+    tz = ZoneInfo(zone)
+    book = calendars.load(["night"])
+
+    def excluded(instant: datetime) -> bool:
+        wall = instant.astimezone(tz)
+        return wall.weekday() == 6 and starts <= wall.time().replace(tzinfo=None) < ends
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    slots = nightly_job.valid_schedule.fire_times(start, start + timedelta(days=365))
+    moved = 0
+    for slot in slots:
+        verdict = calendars.judge(book, nightly_job, slot)
+        if not excluded(slot):
+            assert verdict is None, slot
+            continue
+        expected = slot
+        while excluded(expected):
+            expected += timedelta(minutes=1)
+        assert verdict is not None and verdict.deferred_to == expected, slot
+        moved += 1
+    assert moved == 52
+    sundays = {
+        "America/New_York": [(date(2026, 3, 8), 7), (date(2026, 11, 1), 8)],
+        # 02:30 first happens at 00:30 UTC on 25 October (CEST), the first instant after.
+        "Europe/Berlin": [(date(2026, 3, 29), 1), (date(2026, 10, 25), 0.5)],
+    }
+    for day, utc_hours in sundays[zone]:  # the DST Sundays, spelled out
+        (slot,) = [s for s in slots if s.astimezone(tz).date() == day]
+        verdict = calendars.judge(book, nightly_job, slot)
+        expected = datetime.combine(day, time(0), UTC) + timedelta(hours=utc_hours)
+        assert verdict.deferred_to == expected, day
+
+
+def _payroll_of_the_1st(**options):
+    """A job run on the 1st of each month at 06:00 in Berlin, not on weekends, deferred."""
+    _calendar("weekend", "Europe/Berlin", sat={"weekday": 5}, sun={"weekday": 6})
+    seen: list[tuple[datetime, int]] = []
+
+    @job(
+        "0 6 1 * *",
+        name="t.payroll",
+        timezone="Europe/Berlin",
+        exclude=["weekend"],
+        defer_excluded=True,
+        **options,
+    )
+    def payroll(run):
+        seen.append((run.scheduled_for, run.attempt))
+        if options.get("retries") and len(seen) == 1:
+            raise RuntimeError("the bank's server is down")
+
+    return seen
+
+
+AUG_1 = datetime(2026, 8, 1, 4, 0, tzinfo=UTC)  # a Saturday, 06:00 in Berlin
+AUG_3 = datetime(2026, 8, 3, 4, 0, tzinfo=UTC)  # the Monday after
+
+
+def test_a_deferred_slot_runs_at_its_new_time_is_awaited_there_and_its_retry_follows(jobs):
+    """The 1st is a Saturday: the slot is recorded excluded, naming where it went; its run
+    comes on Monday at 06:00 as the slot's next attempt (not missed by a starting deadline
+    counted from Saturday), health awaits it there, and its failure is retried."""
+    seen = _payroll_of_the_1st(starting_deadline=timedelta(minutes=10), retries=1)
+    fake_clock.set(datetime(2026, 7, 31, 12, 0, tzinfo=UTC))
+    loop.tick()
+    fake_clock.set(AUG_1 + timedelta(seconds=5))
+    loop.tick()
+    assert seen == []
+    (excluded,) = JobRun.objects.filter(job="t.payroll")
+    assert (excluded.outcome, excluded.attempt, excluded.error) == (
+        Outcome.EXCLUDED,
+        1,
+        "calendar 'weekend': sat; deferred to 2026-08-03 06:00:00 Europe/Berlin",
+    )
+    assert JobLease.objects.get(name="t.payroll").next_run_at == AUG_3
+
+    fake_clock.set(datetime(2026, 8, 2, 12, 0, tzinfo=UTC))
+    health = job_health("t.payroll")
+    assert health.state not in (State.LATE, State.FAILING), health.reason
+    assert health.awaited_slot == AUG_3, health.reason
+    assert "deferred to 2026-08-03" in health.reason
+    late = job_health("t.payroll", now=health.expected_by + timedelta(seconds=1))
+    assert late.state == State.LATE, late.reason  # its deferred run is what is awaited
+
+    fake_clock.set(AUG_3 + timedelta(minutes=5))  # two days after the slot, 5 min after its run
+    loop.tick()
+    assert seen == [(AUG_1, 2)]
+    fake_clock.advance(timedelta(minutes=1))  # the retry's backoff (30 s) is over
+    loop.tick()
+    assert seen == [(AUG_1, 2), (AUG_1, 3)]
+    runs = JobRun.objects.filter(job="t.payroll").order_by("attempt")
+    assert [(r.scheduled_for, r.attempt, r.outcome) for r in runs] == [
+        (AUG_1, 1, Outcome.EXCLUDED),
+        (AUG_1, 2, Outcome.FAILED),
+        (AUG_1, 3, Outcome.SUCCEEDED),
+    ]
+    row = JobLease.objects.get(name="t.payroll")
+    assert row.next_run_at == datetime(2026, 9, 1, 4, 0, tzinfo=UTC)
+    assert row.consecutive_failures == 0
+    assert job_health("t.payroll").state == State.OK
+
+
+def test_a_deferred_run_that_never_came_before_the_next_slot_is_counted_missed_by_it(jobs):
+    """The runners are down from the Saturday until the next 1st: the deferred run is
+    dropped, counted as a missed slot by the run that supersedes it, not as a failure."""
+    seen = _payroll_of_the_1st()
+    fake_clock.set(datetime(2026, 7, 31, 12, 0, tzinfo=UTC))
+    loop.tick()
+    fake_clock.set(AUG_1 + timedelta(seconds=5))
+    loop.tick()
+    september = datetime(2026, 9, 1, 4, 0, tzinfo=UTC)  # a Tuesday
+    fake_clock.set(september + timedelta(seconds=5))
+    loop.tick()
+    assert seen == [(september, 1)]
+    run = JobRun.objects.get(job="t.payroll", scheduled_for=september)
+    assert (run.outcome, run.missed_slots) == (Outcome.SUCCEEDED, 1)
+    assert JobLease.objects.get(name="t.payroll").consecutive_failures == 0
+
+
+def test_defer_excluded_is_refused_without_calendars_and_the_list_shows_where_a_slot_goes(jobs):
+    from django_fencedjobs.registry import registry
+
+    @job("0 6 1 * *", name="t.nothing", defer_excluded=True)
+    def nothing(run):
+        pass
+
+    problem = registry.get("t.nothing")
+    assert problem.check_id == CheckId.ARGUMENT
+    assert "defer_excluded=True" in str(problem.schedule_error)
+    _calendar("early", "Europe/Berlin", dawn={"weekday": 0, "starts": time(5), "ends": time(7)})
+
+    @job(
+        "0 6 * * 1",
+        name="t.weekly",
+        timezone="Europe/Berlin",
+        exclude=["early"],
+        defer_excluded=True,
+    )
+    def weekly(run):
+        pass
+
+    out = StringIO()
+    call_command("runjobs", "--list", stdout=out)
+    nexts = [line for line in out.getvalue().splitlines() if line.startswith("  next: ")]
+    assert len(nexts) == 3
+    assert all(
+        "(excluded: calendar 'early': dawn; deferred to " in line
+        and line.endswith(" 07:00:00 Europe/Berlin)")
+        for line in nexts
+    ), nexts

@@ -149,6 +149,34 @@ def test_a_failed_run_is_retried_with_backoff_before_the_next_slot(jobs):
     assert (row.run_slot, row.next_run_at, row.consecutive_failures) == (None, _h(11), 0)
 
 
+def test_a_retrys_starting_deadline_counts_from_its_backoff_not_from_its_slot(jobs):
+    """The retry is due 15 minutes after the slot, by its backoff; a 10-minute starting
+    deadline counted from the slot would record it missed without running it."""
+
+    @job(
+        "0 * * * *",
+        name="t.flaky",
+        retries=2,
+        retry_backoff=timedelta(minutes=15),
+        starting_deadline=timedelta(minutes=10),
+    )
+    def flaky(run):
+        if run.attempt == 1:
+            raise RuntimeError("attempt 1 fails")
+
+    loop.tick()  # its row, next slot 10:00
+    fake_clock.set(_h(10) + timedelta(seconds=1))
+    loop.tick()
+    fake_clock.advance(timedelta(minutes=15, seconds=5))  # 5 s after the retry was due
+    loop.tick()
+    fake_clock.advance(timedelta(minutes=29))  # no second retry is made: it succeeded
+    loop.tick()
+    assert [(a, o) for _, a, _, o, _ in _runs("t.flaky")] == [
+        (1, Outcome.FAILED),
+        (2, Outcome.SUCCEEDED),
+    ]
+
+
 def test_a_retry_that_would_reach_the_next_slot_is_not_made(jobs, caplog):
     @job("0 * * * *", name="t.flaky", retries=5, retry_backoff=timedelta(minutes=40))
     def flaky(run):

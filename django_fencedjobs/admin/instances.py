@@ -141,7 +141,7 @@ def preview(instance: JobInstance, now: datetime, count: int = PREVIEW_TIMES) ->
     if job.exclude:  # what its calendars do to each, as a runner would judge it
         book = calendars.load(job.exclude)
         for i, t in enumerate(times):
-            if verdict := book.verdict(job.exclude, t.at):
+            if verdict := calendars.judge(book, job, t.at):
                 times[i] = FireTime(t.at, "excluded", f"{verdict[0]}: {verdict[1]}")
     return Preview(times=tuple(times), tz=schedule.tz, words=describe_schedule(schedule), hint=hint)
 

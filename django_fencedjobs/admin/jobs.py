@@ -352,14 +352,17 @@ class JobLeaseAdmin(ReadOnly, _ModelAdmin):
     @admin.display(description=_("calendars to avoid"))
     def calendars(self, row: JobLease) -> SafeString | str:
         names: Sequence[str] = ()
+        declared = None
         if row.name in registry:
-            names = registry.get(row.name).exclude
+            declared = registry.get(row.name)
+            names = declared.exclude
         elif row.instance is not None and row.parent in registry:
+            declared = registry.get(row.parent)
             own = row.instance.exclude if isinstance(row.instance.exclude, list) else []
-            names = (*registry.get(row.parent).exclude, *own)
+            names = (*declared.exclude, *own)
         if not names:
             return "-"
-        return format_html_join(
+        links = format_html_join(
             ", ",
             '<a href="{}">{}</a>',
             (
@@ -367,6 +370,11 @@ class JobLeaseAdmin(ReadOnly, _ModelAdmin):
                 for n in names
             ),
         )
+        if declared is not None and declared.defer_excluded:
+            return format_html(
+                "{}<br>{}", links, _("an excluded slot runs at the next allowed time")
+            )
+        return links
 
     @admin.display(description=_("next run"), ordering="next_run_at")
     def next_run(self, row: JobLease) -> SafeString | str:
