@@ -18,7 +18,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from zoneinfo import ZoneInfo
 
 from django_fencedjobs.checkids import CheckId
@@ -172,9 +172,11 @@ def judge(book: Book, job: Job, slot: datetime) -> Verdict | None:
     :class:`Verdict`; with ``defer_excluded``, an excluded slot runs at the next time they
     allow before the schedule's next slot (:meth:`Book.next_allowed`), if there is one."""
     found = book.verdict(job.exclude, slot)
+    schedule = job.parsed_schedule  # an invalid job's too: the instance preview shows it
     if found is None or found.outcome != Outcome.EXCLUDED or not job.defer_excluded:
         return found
-    schedule = job.valid_schedule
+    if schedule is None:  # never for a job that runs
+        return found
     to = book.next_allowed(job.exclude, slot, schedule.tz, schedule.next_after(slot))
     if to is None:
         return found._replace(why=f"{found.why}; nothing allowed before the next slot")
@@ -227,12 +229,11 @@ def public_holidays(country: str, subdivision: str, year: int) -> dict[date, str
     return {day: "; ".join(found.get_list(day)) for day in found}
 
 
-def schedule_problem(
-    names: Sequence[str], fire_times: Any, now: datetime
-) -> tuple[CheckId, str] | None:
-    """What is wrong with the calendars ``names`` of a job whose schedule's
-    ``fire_times(start, end, limit)`` is given, as a check says it: one does not exist or
-    is invalid (E018), or they exclude every one of its slots in the year ahead (E019)."""
+def schedule_problem(job: Job, now: datetime) -> tuple[CheckId, str] | None:
+    """What is wrong with the calendars of ``job`` (its ``exclude``; a valid schedule), as a
+    check says it: one does not exist or is invalid (E018), or they leave none of its slots
+    in the year ahead to run, at its time or deferred (E019)."""
+    names = job.exclude
     calendars = {c.name: c for c in Calendar.objects.using(lease_db()).filter(name__in=names)}
     missing = [name for name in names if name not in calendars]
     if missing:
@@ -242,11 +243,15 @@ def schedule_problem(
         if problem:
             return CheckId.CALENDAR, f"calendar {calendar.name!r}: {problem}"
     book = load(names)
-    slots = fire_times(now, now + LOOKAHEAD, limit=LOOKAHEAD_SLOTS)
-    if slots and all(book.verdict(names, slot) for slot in slots):
+    slots = job.valid_schedule.fire_times(now, now + LOOKAHEAD, limit=LOOKAHEAD_SLOTS)
+    if slots and all(_never_runs(judge(book, job, slot)) for slot in slots):
         message = f"its calendars exclude every one of its next {len(slots)} slots"
         return CheckId.CALENDAR_EXCLUDES_ALL, message
     return None
+
+
+def _never_runs(verdict: Verdict | None) -> bool:
+    return verdict is not None and verdict.deferred_to is None
 
 
 __all__ = [

@@ -416,7 +416,7 @@ def check_calendars(
         for job in jobs:
             if job.schedule is None or not job.exclude:
                 continue
-            problem = calendars.schedule_problem(job.exclude, job.schedule.fire_times, now)
+            problem = calendars.schedule_problem(job, now)
             if problem is not None:
                 check_id, message = problem
                 found.append(

@@ -204,7 +204,7 @@ def _validate_calendars(instance: JobInstance, job: Job) -> None:
         return
     from django_fencedjobs import calendars
 
-    found = calendars.schedule_problem(job.exclude, job.schedule.fire_times, clock.now())
+    found = calendars.schedule_problem(job, clock.now())
     if found is not None:
         check_id, message = found
         error = ValidationError(f"{message} ({check_id})", code=str(check_id))

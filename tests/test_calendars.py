@@ -236,6 +236,11 @@ def test_the_database_check_names_a_missing_calendar_and_one_that_excludes_every
     def fine(run):
         pass
 
+    # Each Sunday's slot is deferred to Monday (Saturday's would reach Sunday's slot): runs.
+    @job("0 6 * * 6,0", name="t.deferred", exclude=["weekend"], defer_excluded=True)
+    def deferred(run):
+        pass
+
     @job(instances=True, name="t.digest")
     def digest(run):
         pass
