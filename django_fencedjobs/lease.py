@@ -1068,7 +1068,7 @@ _RETRYING = (
 )
 #: :data:`_RETRYING` as ``RETURNING`` reads it, from the row as updated (its
 #: ``next_run_at`` is the retry's by then, never before it): the row holds the retry. A
-#: scheduled row's ``run_slot`` is set only while a retry of it is pending.
+#: scheduled row's ``run_slot`` is set only while a retry (or deferred run) of it is pending.
 _RETRIED = (
     f"(ending.retry_at IS NOT NULL AND (lease.kind <> '{RunKind.SCHEDULED}'"
     " OR lease.run_slot IS NOT NULL))"
