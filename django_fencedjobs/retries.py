@@ -41,7 +41,7 @@ def attempt_before(job: Job, slot: datetime, attempt: int) -> tuple[str, datetim
     the slot before). None when its record is gone."""
     found: tuple[str, datetime | None] | None = (
         JobRun.objects.using(lease_db())
-        .filter(job=job.name, kind=RunKind.SCHEDULED, scheduled_for=slot, attempt=attempt - 1)
+        .filter(job=job.name, scheduled_for=slot, attempt=attempt - 1)
         .values_list("outcome", "interval_start")
         .first()
     )

@@ -17,7 +17,10 @@ Neither a retry nor a one-shot's next attempt runs when it would redo fenced wor
 attempt before it committed and did not ask to redo (it timed out, or its runner died
 before recording its end), unless a watermark says where that work stopped: the attempt is
 recorded skipped instead (:attr:`Slot.not_run`, docs/time.md). Nor does a slot that a
-calendar of the job excludes (:mod:`django_fencedjobs.calendars`): it is recorded excluded.
+calendar of the job excludes (:mod:`django_fencedjobs.calendars`): it is recorded excluded,
+and with ``defer_excluded`` its run is due at the next time the calendars allow, as the
+slot's next attempt: the row holds it as it holds a retry (``run_slot``), so it is claimed,
+superseded and fenced like one.
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ def _plan(job: Job, row: LeaseRow, now: datetime, resumable: bool) -> Slot:
         )
     after = schedule.next_after(now)
     first = row.next_run_at
-    dropped, lost = False, 0
+    dropped = False
     if row.run_slot is not None:
         # A retry, or an excluded slot's deferred run (its first attempt, recorded excluded).
         before = retries.attempt_before(job, row.run_slot, row.attempt)
@@ -118,23 +121,24 @@ def _plan(job: Job, row: LeaseRow, now: datetime, resumable: bool) -> Slot:
         # The slots after the latest one recorded: an operator may have skipped some while
         # the attempt ran (the retry's statement then moved the row back to the retry).
         later = schedule.fire_times(retries.latest_recorded(job, row.run_slot), now, limit=1)
-        if not later:  # nothing later due yet: it runs, over the same interval
+        if not later or deferred:
+            # Nothing later due yet: it runs, over the same interval. A deferred run runs
+            # even when the runners come to it late, the slots due since it after it: its
+            # slot has no other account.
             start = None if before is None else before[1]
-            slot = row.run_slot, 0, start, row.attempt, RunKind.SCHEDULED, after, None, 1
+            nxt = later[0] if later else after
+            slot = row.run_slot, 0, start, row.attempt, RunKind.SCHEDULED, nxt, None, 1
             due = row.next_run_at  # its backoff's end, or the instant it was deferred to
             return Slot(*slot, dropped_retry=redoes is not None, not_run=not_run, due=due)
-        # A later slot supersedes it: a dropped retry counts as its slot's failure; a dropped
-        # deferred run, as a slot missed.
-        first, dropped, lost = later[0], not deferred, int(deferred)
+        first, dropped = later[0], True  # a later slot supersedes the retry
     count, tail = _due(schedule, first, now, keep=job.catchup_limit if job.catchup == "each" else 1)
     if job.catchup == "each":
         nxt = tail[1] if len(tail) > 1 else after
-        missed = count - len(tail) + lost
-        oldest = Slot(tail[0], missed, None, 1, RunKind.SCHEDULED, nxt, None, 1, dropped)
+        oldest = Slot(tail[0], count - len(tail), None, 1, RunKind.SCHEDULED, nxt, None, 1, dropped)
         return _skipped_if_overlapping(job, oldest)
     coalesced = count > 1 and job.catchup == "coalesce"
     start = schedule.previous_before(first) if coalesced else None
-    latest = Slot(tail[-1], count - 1 + lost, start, 1, RunKind.SCHEDULED, after, None, 1, dropped)
+    latest = Slot(tail[-1], count - 1, start, 1, RunKind.SCHEDULED, after, None, 1, dropped)
     return _skipped_if_overlapping(job, latest)
 
 

@@ -524,9 +524,10 @@ def test_a_deferred_slot_runs_at_its_new_time_is_awaited_there_and_its_retry_fol
     assert job_health("t.payroll").state == State.OK
 
 
-def test_a_deferred_run_that_never_came_before_the_next_slot_is_counted_missed_by_it(jobs):
-    """The runners are down from the Saturday until the next 1st: the deferred run is
-    dropped, counted as a missed slot by the run that supersedes it, not as a failure."""
+def test_a_deferred_run_the_runners_come_to_late_still_runs_then_the_slots_due_since(jobs):
+    """The runners are down from the Saturday until after the next 1st: the deferred run of
+    1 August still runs, its slot accounted by its own record (it has no other), then
+    1 September's; neither counts a slot missed, nor a failure."""
     seen = _payroll_of_the_1st()
     fake_clock.set(datetime(2026, 7, 31, 12, 0, tzinfo=UTC))
     loop.tick()
@@ -534,11 +535,21 @@ def test_a_deferred_run_that_never_came_before_the_next_slot_is_counted_missed_b
     loop.tick()
     september = datetime(2026, 9, 1, 4, 0, tzinfo=UTC)  # a Tuesday
     fake_clock.set(september + timedelta(seconds=5))
-    loop.tick()
-    assert seen == [(september, 1)]
-    run = JobRun.objects.get(job="t.payroll", scheduled_for=september)
-    assert (run.outcome, run.missed_slots) == (Outcome.SUCCEEDED, 1)
-    assert JobLease.objects.get(name="t.payroll").consecutive_failures == 0
+    while loop.tick().runs:
+        pass
+    assert seen == [(AUG_1, 2), (september, 1)]
+    runs = JobRun.objects.filter(job="t.payroll").order_by("scheduled_for", "attempt")
+    assert [(r.scheduled_for, r.attempt, r.outcome, r.missed_slots) for r in runs] == [
+        (AUG_1, 1, Outcome.EXCLUDED, 0),
+        (AUG_1, 2, Outcome.SUCCEEDED, 0),
+        (september, 1, Outcome.SUCCEEDED, 0),
+    ]
+    row = JobLease.objects.get(name="t.payroll")
+    assert (row.next_run_at, row.run_slot, row.consecutive_failures) == (
+        datetime(2026, 10, 1, 4, 0, tzinfo=UTC),
+        None,
+        0,
+    )
 
 
 def test_defer_excluded_is_refused_without_calendars_and_the_list_shows_where_a_slot_goes(jobs):
