@@ -812,6 +812,9 @@ def _figures(data: dict[str, Any], seen: Outcomes, found: Findings) -> None:
     }
     events = [e for e in data["events"] if e["job"] in SPECS]
     windows = Counter(job for job, *_ in data["windows"])
+    excluded = {(r["job"], r["scheduled_for"]) for r in data["runs"] if r["outcome"] == "excluded"}
+    later_attempts = [r for r in data["runs"] if r["attempt"] > 1 and r["kind"] == "scheduled"]
+    deferred = [r for r in later_attempts if (r["job"], r["scheduled_for"]) in excluded]
     gaps_during_faults: dict[str, float] = {}
     if seen.calm_at is None or seen.started_at is None:
         raise RuntimeError("the soak did not reach its quiet period")
@@ -837,7 +840,10 @@ def _figures(data: dict[str, Any], seen: Outcomes, found: Findings) -> None:
         slots=data.get("slots", 0),
         coalesced_slots=data.get("coalesced", 0),
         runs_by_kind=dict(sorted(Counter(r.get("kind", "") for r in data["runs"]).items())),
-        retries=sum(1 for r in data["runs"] if r["attempt"] > 1 and r["kind"] == "scheduled"),
+        # A deferred slot's attempts after its first (recorded excluded) are not retries.
+        retries=len(later_attempts) - len(deferred),
+        deferred_runs=sum(1 for r in deferred if r["attempt"] == 2),
+        excluded_records=len(excluded),
         instance_runs=sum(1 for r in data["runs"] if "[" in r["job"]),
         skipped_records=sum(1 for r in data["runs"] if r["outcome"] == "skipped"),
         lease_rows_deleted=sum(1 for e in data["events"] if e.get("op") == "deleted"),

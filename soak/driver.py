@@ -590,11 +590,35 @@ class Driver:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         call_command("migrate", verbosity=0)
         JobTick.objects.bulk_create([JobTick(job=name) for name in SPECS], ignore_conflicts=True)
+        self.quiet_minutes()
         self.produce(INITIAL_ITEMS)
         self.seen.started_at = self.db_now()
         self.seen.server_version = self.db(
             lambda cursor: _fetch(cursor, "SELECT version()", [])[0][0], ""
         ).split(" on ")[0]
+
+    def quiet_minutes(self) -> None:
+        """The calendar ``soak.retrying`` avoids: a window over the first seconds of each
+        minute from the start to well past the end (a window of the day recurs daily; the
+        soak is shorter than a day)."""
+        from django_fencedjobs.models import Calendar, CalendarExclusion
+        from soak.specs import QUIET, QUIET_SECONDS
+
+        calendar, _ = Calendar.objects.get_or_create(name=QUIET, defaults={"timezone": "UTC"})
+        minute = self.origin.replace(second=0) - timedelta(minutes=1)
+        end = self.origin + timedelta(seconds=self.plan.seconds + self.plan.quiet + 1800)
+        windows = []
+        while minute < end and len(windows) < 1440:
+            windows.append(
+                CalendarExclusion(
+                    calendar=calendar,
+                    label=f"quiet {minute:%H:%M}",
+                    starts=minute.time(),
+                    ends=(minute + timedelta(seconds=QUIET_SECONDS)).time(),
+                )
+            )
+            minute += timedelta(minutes=1)
+        CalendarExclusion.objects.bulk_create(windows)
 
     def run(self) -> Outcomes:
         began = time.monotonic()

@@ -111,7 +111,9 @@ def text(report: dict[str, Any]) -> str:
         f"{fig['items_pending']} pending",
         f"windows: {_counts(fig['windows'])}; counter chain: {fig['counter_chain']}",
         f"operations: {_counts(fig['operations'])}",
-        f"runs by kind: {_counts(fig['runs_by_kind'])}; retries {fig['retries']}; instance "
+        f"runs by kind: {_counts(fig['runs_by_kind'])}; retries {fig['retries']}; excluded "
+        f"slots {fig.get('excluded_records', 0)}, of which run deferred "
+        f"{fig.get('deferred_runs', 0)}; instance "
         f"runs {fig['instance_runs']}; skipped records {fig['skipped_records']}; lease rows "
         f"deleted {fig['lease_rows_deleted']}; slot rows {fig['slot_rows']}; backfill "
         f"windows {fig['backfill_windows']}",
@@ -177,6 +179,10 @@ def markdown(report: dict[str, Any]) -> str:
             "retries / instance runs / skipped records / lease rows deleted",
             f"{fig['retries']} / {fig['instance_runs']} / {fig['skipped_records']} / "
             f"{fig['lease_rows_deleted']}",
+        ),
+        (
+            "slots excluded by a calendar / of which run deferred",
+            f"{fig.get('excluded_records', 0)} / {fig.get('deferred_runs', 0)}",
         ),
         ("backfill windows", str(fig["backfill_windows"])),
         ("slots (coalesced)", f"{fig['slots']} ({fig['coalesced_slots']})"),

@@ -66,6 +66,11 @@ SPECS = {
 
 #: ``soak.retrying``: each attempt after a failure waits this long (then twice that...).
 RETRY_BACKOFF = _s(0.3)
+#: ``soak.retrying`` avoids this calendar (``defer_excluded=True``): a window over the first
+#: :data:`QUIET_SECONDS` of every minute of the soak, so that its slot at :00 is excluded
+#: (the window ends after the next slot) and the one at :04 is deferred to :06.
+QUIET = "soak-quiet"
+QUIET_SECONDS = 6
 #: The declared job of the instances (not in :data:`SPECS`: it has no schedule, its
 #: instances have theirs), its lease and timeout; and the keys the plan draws from (few,
 #: so that a key deleted is soon created again).

@@ -86,11 +86,12 @@ def test_two_minutes_of_random_faults_break_no_invariant(tmp_path, via):
     assert figures["items_done"] > 100 and all(n > 20 for n in figures["windows"].values())
     assert figures["takeovers"] > 0, output
     # The operations ran under the faults: instances' runs, a row deleted (and created
-    # again), backfill runs, one-offs, retries and skipped slots.
+    # again), backfill runs, one-offs, retries, skipped slots and slots a calendar excluded.
     kinds = figures["runs_by_kind"]
     assert figures["instance_runs"] > 0 and figures["lease_rows_deleted"] > 0, output
     assert kinds.get("backfill") and kinds.get("once") and figures["retries"] > 0, output
     assert figures["skipped_records"] > 0, output
+    assert figures["excluded_records"] > 0, output  # soak.retrying's calendar
 
 
 # -- the plan ---------------------------------------------------------------------------------

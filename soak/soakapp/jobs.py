@@ -17,7 +17,9 @@ faults many runs are taken over, time out or lose their fence.
 * ``soak.retrying`` (``retries=2``): an attempt's fenced block writes a :class:`SlotRow`
   for its slot (with the data interval its handler sees); a failing attempt writes one
   that is not done, then raises, and the next attempt runs through the lease. The plan's
-  operator skips and one-offs are of this job, and half its backfills.
+  operator skips and one-offs are of this job, and half its backfills. It avoids the
+  calendar ``soak-quiet`` (the first seconds of every minute) with ``defer_excluded``, so
+  that some of its slots are recorded excluded and others run deferred, as next attempts.
 * ``soak.inst`` (``instances=True``): the plan creates, edits (schedule and arguments),
   disables, enables, deletes and re-creates its instances; each run writes a
   :class:`SlotRow` with its arguments' generation, and sometimes sleeps inside the block.
@@ -61,6 +63,7 @@ from soak.specs import (
     INSTANCE_SPEC,
     INSTANCES,
     ITEMS,
+    QUIET,
     RETRY_BACKOFF,
     RETRYING,
     SLOW,
@@ -336,7 +339,7 @@ def _busy(handler: Callable[..., None]) -> Callable[..., None]:
     return busy
 
 
-def _declare(name: str, handler: Callable[[Run], None]) -> None:
+def _declare(name: str, handler: Callable[[Run], None], **more: Any) -> None:
     spec = SPECS[name]
     job(
         every=spec.every,
@@ -346,6 +349,7 @@ def _declare(name: str, handler: Callable[[Run], None]) -> None:
         max_batches=spec.max_batches,
         retries=spec.retries,
         retry_backoff=RETRY_BACKOFF,
+        **more,
     )(_busy(handler))
 
 
@@ -354,7 +358,7 @@ _declare(WINDOWS_KEYED, windows_keyed)
 _declare(ITEMS, items)
 _declare(SLOW, slow)
 _declare(FAILING, failing)
-_declare(RETRYING, retrying)
+_declare(RETRYING, retrying, exclude=[QUIET], defer_excluded=True)
 job(
     instances=True,
     name=INSTANCES,
