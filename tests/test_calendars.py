@@ -200,6 +200,34 @@ def test_an_instance_avoids_its_jobs_calendars_and_its_own(jobs):
     ]
 
 
+def test_an_instance_defers_the_slots_its_own_calendar_excludes_when_its_job_says_so(jobs):
+    """A job with instances and no calendar of its own, ``defer_excluded=True``: each
+    instance's slot that its own calendar excludes runs at the next allowed time, through
+    the batch claim of instances."""
+    _calendar("dawn", "Europe/Berlin", early={"starts": time(6), "ends": time(6, 30)})
+    seen: list[tuple[str, datetime, int]] = []
+
+    @job(instances=True, name="t.digest", defer_excluded=True)
+    def digest(run):
+        seen.append((run.job.key, run.scheduled_for, run.attempt))
+
+    fake_clock.set(datetime(2026, 12, 24, 12, 0, tzinfo=UTC))
+    for key, own in (("a", []), ("b", ["dawn"])):
+        JobInstance.objects.create(
+            job="t.digest", key=key, cron="0 6 * * *", timezone="Europe/Berlin", exclude=own
+        )
+    loop.tick()
+    six = datetime(2026, 12, 25, 5, 0, tzinfo=UTC)  # 06:00 in Berlin
+    for at in (six, six + timedelta(minutes=30)):
+        fake_clock.set(at + timedelta(seconds=5))
+        loop.tick()
+    assert sorted(seen) == [("a", six, 1), ("b", six, 2)]  # b's at 06:30, the window's end
+    (b,) = JobRun.objects.filter(job="t.digest[b]", attempt=2)
+    assert b.started_at == six + timedelta(minutes=30, seconds=5)
+    (excluded,) = JobRun.objects.filter(job="t.digest[b]", outcome=Outcome.EXCLUDED)
+    assert excluded.error == "calendar 'dawn': early; deferred to 2026-12-25 06:30:00 Europe/Berlin"
+
+
 def test_a_calendar_that_does_not_exist_fails_each_slot_loudly(jobs):
     seen = _weekday_job(exclude=["nowhere"])
     fake_clock.set(datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
