@@ -78,7 +78,7 @@ def plan(job: Job, row: LeaseRow, now: datetime, *, resumable: bool = False) -> 
         verdict = calendars.judge(calendars.load(job.exclude), job, slot.scheduled_for)
         if verdict is None:
             return slot
-        slot = dataclasses.replace(slot, not_run=verdict[:2])
+        slot = dataclasses.replace(slot, not_run=(verdict.outcome, verdict.why))
         if (
             verdict.deferred_to is not None
             and row.kind == RunKind.SCHEDULED

@@ -142,7 +142,7 @@ def preview(instance: JobInstance, now: datetime, count: int = PREVIEW_TIMES) ->
         book = calendars.load(job.exclude)
         for i, t in enumerate(times):
             if verdict := calendars.judge(book, job, t.at):
-                times[i] = FireTime(t.at, "excluded", f"{verdict[0]}: {verdict[1]}")
+                times[i] = FireTime(t.at, "excluded", f"{verdict.outcome}: {verdict.why}")
     return Preview(times=tuple(times), tz=schedule.tz, words=describe_schedule(schedule), hint=hint)
 
 
