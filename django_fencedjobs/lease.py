@@ -18,7 +18,7 @@ import functools
 import hashlib
 import json
 import struct
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
@@ -330,17 +330,21 @@ def _marks(connection: BaseDatabaseWrapper) -> str:
     )
 
 
-def claim_instances(parents: list[str], now: datetime, limit: int) -> list[DueRow]:
+def claim_instances(
+    parents: list[str], now: datetime, limit: int, held: Collection[str] = ()
+) -> list[DueRow]:
     """Lock up to ``limit`` due instances of the jobs ``parents``, for :func:`take` in the
     same transaction: earliest first within each job, the jobs in the order given. By the
     partial index on ``(parent, next_run_at)`` of unpaused instance rows, whose first
     entries are a job's earliest: the cost of ``limit`` rows, however many instances (bench
-    P10). Locked as :func:`claim_named` locks; on PostgreSQL one statement per job."""
+    P10). Locked as :func:`claim_named` locks; on PostgreSQL one statement per job. The rows
+    ``held`` (by the claiming runner's own workers) are passed by, expired or not: a runner
+    paused past their leases never takes a run over from itself."""
     claimed: list[DueRow] = []
     for parent in parents:
         if len(claimed) >= limit:
             break
-        claimed += _claim_of(parent, now, limit - len(claimed))
+        claimed += _claim_of(parent, now, limit - len(claimed), tuple(held))
     return claimed
 
 
@@ -350,15 +354,19 @@ _INSTANCE_FIELDS = "id job key cron every timezone jitter enabled timeout grace"
 _INSTANCE_JSON = ("kwargs", "exclude")
 
 
-def _claim_of(parent: str, now: datetime, limit: int) -> list[DueRow]:
+def _claim_of(parent: str, now: datetime, limit: int, held: tuple[str, ...]) -> list[DueRow]:
     connection = connections[lease_db()]
     if connection.vendor != "postgresql":
-        rows = JobLease.objects.using(lease_db()).filter(
-            parent=parent,
-            instance__isnull=False,
-            paused=False,
-            next_run_at__lte=now,
-            lease_until__lt=now,
+        rows = (
+            JobLease.objects.using(lease_db())
+            .filter(
+                parent=parent,
+                instance__isnull=False,
+                paused=False,
+                next_run_at__lte=now,
+                lease_until__lt=now,
+            )
+            .exclude(name__in=held)
         )
         claim = rows.select_related("instance").order_by("next_run_at")[:limit]
         return _with_watermarks(list(claim), instance=True)
@@ -371,9 +379,10 @@ def _claim_of(parent: str, now: datetime, limit: int) -> list[DueRow]:
         f" JOIN {_table(connection, JobInstance)} AS instance ON instance.id = lease.instance_id"
         " WHERE lease.parent = %s AND lease.instance_id IS NOT NULL AND NOT lease.paused"
         "  AND lease.next_run_at <= %s AND lease.lease_until < %s"
+        "  AND NOT lease.name = ANY(%s::text[])"
         " ORDER BY lease.next_run_at LIMIT %s"
         " FOR UPDATE OF lease SKIP LOCKED",
-        [parent, now, now, limit],
+        [parent, now, now, list(held), limit],
     )
     width = len(_ROW_FIELDS)
     claimed = []
@@ -452,13 +461,16 @@ class DueOneShot:
     kwargs: dict[str, Any] | None
 
 
-def claim_oneshots(parents: list[str], now: datetime, limit: int) -> list[DueOneShot]:
+def claim_oneshots(
+    parents: list[str], now: datetime, limit: int, held: Collection[str] = ()
+) -> list[DueOneShot]:
     """Lock up to ``limit`` due backfill slots and one-offs of the jobs ``parents``, earliest
     first, for :func:`acquire` in the same transaction (``SKIP LOCKED``, by their partial
     index), each backfill kept to its ``concurrency`` under a lock on its ``Backfill`` row
     (:func:`_backfill_room`): of two runners claiming one backfill's slots at once, one
     counts the rows held and claims, the other claims none of them at this pass. Together
-    they never exceed it, and neither waits."""
+    they never exceed it, and neither waits. The rows ``held`` are passed by, as
+    :func:`claim_instances` passes them by."""
     alias = lease_db()
     features = connections[alias].features
     rows = list(
@@ -466,6 +478,7 @@ def claim_oneshots(parents: list[str], now: datetime, limit: int) -> list[DueOne
         .select_for_update(skip_locked=features.has_select_for_update_skip_locked)
         .filter(parent__in=parents, paused=False, next_run_at__lte=now, lease_until__lt=now)
         .exclude(kind=RunKind.SCHEDULED)
+        .exclude(name__in=held)
         .order_by("next_run_at")
         .values_list(*_ROW_FIELDS, "kwargs", "backfill_id")[:limit]
     )

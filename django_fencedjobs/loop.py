@@ -362,7 +362,7 @@ class Dispatcher:
         free = pool.free()
         if self._due_oneshots and free and not self.stop.is_set():
             # Backfill slots and one-offs, claimed as instances are.
-            oneshots = claim_oneshots(self._due_oneshots, free)
+            oneshots = claim_oneshots(self._due_oneshots, free, held=pool.busy())
             for acquired in oneshots:
                 pool.submit(acquired)
             if len(oneshots) < free:
@@ -376,7 +376,7 @@ class Dispatcher:
         window = self._backlog[: free * OFFERED_PER_WORKER]
         named = {row.name: self._by_name[row.name] for row in window}
         bases = {name: self._bases[name] for name in self._due_parents}
-        claimed = claim(free, named=named, bases=bases)
+        claimed = claim(free, named=named, bases=bases, held=pool.busy())
         for acquired in claimed:
             pool.submit(acquired)
         taken = {acquired.lease_name for acquired in claimed}

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -132,21 +133,27 @@ def run_acquired(
 
 
 def claim(
-    limit: int, *, named: dict[str, Job] | None = None, bases: dict[str, Job] | None = None
+    limit: int,
+    *,
+    named: dict[str, Job] | None = None,
+    bases: dict[str, Job] | None = None,
+    held: Collection[str] = (),
 ) -> list[Acquired]:
     """Acquire up to ``limit`` due rows, earliest first: those of the jobs ``named``, then
     due instances of the jobs ``bases``, in one transaction and one :func:`lease.take`: the
     one way a due row is acquired. Each row gets its own fence; a slot is recorded at most
     once; earlier runs of a row still running are marked abandoned. An invalid instance
-    (changed without ``save()``) is paused; the others of the batch run."""
+    (changed without ``save()``) is paused; the others of the batch run. The rows ``held``
+    (by the caller's own workers) are not taken, even when their leases expired: a runner
+    paused past them does not take its own runs over."""
     named, bases = named or {}, bases or {}
     if limit < 1 or not (named or bases):
         return []
     with transaction.atomic(using=db.lease_db()):
         now = clock.now()  # the database's clock goes with BEGIN
         owner = get_settings().owner
-        due = lease.claim_named(list(named), now, limit)
-        due += lease.claim_instances(list(bases), now, limit - len(due))
+        due = lease.claim_named([name for name in named if name not in held], now, limit)
+        due += lease.claim_instances(list(bases), now, limit - len(due), held)
         planned = _plan(named, bases, due, now, owner)
         recorded, skipped = lease.take([take for take, _, _ in planned], now)
         for take in skipped:  # moved past the slot by the take, no fence handed out
@@ -185,10 +192,11 @@ def _replaced_at(job: Job, next_slot: datetime, now: datetime) -> datetime | Non
     return next_slot if job.overlap == "replace" and next_slot > now else None
 
 
-def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
+def claim_oneshots(parents: list[str], limit: int, held: Collection[str] = ()) -> list[Acquired]:
     """Acquire up to ``limit`` due backfill slots and one-offs of the jobs ``parents``,
     earliest first, each backfill kept to its concurrency: one transaction, each row taken
-    by :func:`lease.acquire`'s compare-and-set and recorded as its target's run."""
+    by :func:`lease.acquire`'s compare-and-set and recorded as its target's run; the rows
+    ``held`` passed by, as :func:`claim` passes them by."""
     if limit < 1 or not parents:
         return []
     alias = db.lease_db()
@@ -196,7 +204,7 @@ def claim_oneshots(parents: list[str], limit: int) -> list[Acquired]:
     with transaction.atomic(using=alias):
         now = clock.now()
         owner = get_settings().owner
-        for item in lease.claim_oneshots(parents, now, limit):
+        for item in lease.claim_oneshots(parents, now, limit, held):
             row = item.row
             try:
                 job = oneshots.job_for(row.name, item.kwargs)

@@ -619,6 +619,48 @@ def test_a_claim_waits_a_moment_for_more_free_workers_while_most_are_busy(jobs, 
         pool.shutdown()
 
 
+@pytest.mark.parametrize("kind", ["instance", "one-off"])
+def test_a_runner_does_not_take_over_a_row_its_own_worker_still_runs(jobs, kind, monkeypatch):
+    """The runner's process was paused past the lease of a run its worker holds (found by
+    the soak): on waking, its claim passes that row by instead of taking it over from
+    itself, which left a run recorded running that no worker could start ("no free worker")
+    and the runs claimed with it unstarted. The worker's run goes on and ends as usual."""
+    import threading
+
+    from django_fencedjobs.backfills import run_once
+    from django_fencedjobs.loop import Dispatcher
+
+    release = threading.Event()
+
+    @job(instances=True, timeout=timedelta(minutes=3), name="t.held")
+    def held(run):
+        release.wait(30)
+
+    if kind == "instance":  # due at 09:04, and again at 09:08
+        held.instances.upsert("a", every=timedelta(minutes=4))
+        fake_clock.advance(timedelta(minutes=4))
+    else:  # its schedule not due in the test: the one-off alone
+        held.instances.upsert("a", every=timedelta(days=1))
+        run_once("t.held[a]", fake_clock() + timedelta(seconds=30))
+        fake_clock.advance(timedelta(minutes=1))
+    monkeypatch.setattr(loop, "CLAIM_GATHER", timedelta(0))  # claim for one free worker
+    dispatcher = Dispatcher([held.job], workers=2)
+    dispatcher.scan()
+    pool = dispatcher._pool()
+    try:
+        dispatcher.hand_out(pool)
+        assert JobRun.objects.filter(outcome=Outcome.RUNNING).count() == 1
+        fake_clock.advance(timedelta(minutes=4, seconds=30))  # past the 2-minute lease
+        dispatcher.scan()
+        dispatcher.hand_out(pool)  # raised RuntimeError: no free worker for the row
+        assert JobRun.objects.count() == 1
+    finally:
+        release.set()
+        pool.shutdown()
+    (run,) = JobRun.objects.all()
+    assert run.outcome == Outcome.SUCCEEDED
+
+
 def test_a_run_left_running_is_recorded_abandoned_once_no_acquisition_can_end_it(jobs):
     # A runner died holding a run of each instance; then one instance was deleted and the
     # other disabled, so no later run of theirs will take the lease and end the dead run.
