@@ -167,17 +167,24 @@ class Book:
         return None
 
 
-def judge(book: Book, job: Job, slot: datetime) -> Verdict | None:
+def judge(
+    book: Book, job: Job, slot: datetime, *, now: datetime | None = None, defer: bool = True
+) -> Verdict | None:
     """What ``job``'s calendars (in ``book``) make of its ``slot``: None (it runs), or its
     :class:`Verdict`; with ``defer_excluded``, an excluded slot runs at the next time they
-    allow before the schedule's next slot (:meth:`Book.next_allowed`), if there is one."""
+    allow before the schedule's next slot (:meth:`Book.next_allowed`), if there is one and
+    that slot is not due already at ``now``. ``defer``: False for a slot that is never
+    deferred (a backfill's)."""
     found = book.verdict(job.exclude, slot)
     schedule = job.parsed_schedule  # an invalid job's too: the instance preview shows it
-    if found is None or found.outcome != Outcome.EXCLUDED or not job.defer_excluded:
+    if found is None or found.outcome != Outcome.EXCLUDED or not (job.defer_excluded and defer):
         return found
     if schedule is None:  # never for a job that runs
         return found
-    to = book.next_allowed(job.exclude, slot, schedule.tz, schedule.next_after(slot))
+    before = schedule.next_after(slot)
+    if now is not None and before <= now:
+        return found._replace(why=f"{found.why}; not deferred: the next slot is due already")
+    to = book.next_allowed(job.exclude, slot, schedule.tz, before)
     if to is None:
         return found._replace(why=f"{found.why}; nothing allowed before the next slot")
     return Verdict(found.outcome, f"{found.why}; deferred to {format_instant(to, schedule.tz)}", to)

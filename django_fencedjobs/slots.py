@@ -75,17 +75,13 @@ def plan(job: Job, row: LeaseRow, now: datetime, *, resumable: bool = False) -> 
     slot = _plan(job, row, now, resumable)
     if job.exclude and slot.not_run is None and slot.attempt == 1 and row.kind != RunKind.ONCE:
         # A slot of the schedule (a backfill's too), not a retry of one that was allowed.
-        verdict = calendars.judge(calendars.load(job.exclude), job, slot.scheduled_for)
+        book, scheduled = calendars.load(job.exclude), row.kind == RunKind.SCHEDULED
+        verdict = calendars.judge(book, job, slot.scheduled_for, now=now, defer=scheduled)
         if verdict is None:
             return slot
         slot = dataclasses.replace(slot, not_run=(verdict.outcome, verdict.why))
-        if (
-            verdict.deferred_to is not None
-            and row.kind == RunKind.SCHEDULED
-            and slot.next_run_at > now
-        ):
-            # Its run is due at the deferred instant, as the slot's next attempt. (When the
-            # next slot is due already, that slot stands for it: nothing to defer.)
+        if verdict.deferred_to is not None:
+            # Its run is due at the deferred instant, as the slot's next attempt.
             return dataclasses.replace(
                 slot, next_run_at=verdict.deferred_to, run_slot=slot.scheduled_for, next_attempt=2
             )

@@ -580,6 +580,34 @@ def test_a_deferred_run_the_runners_come_to_late_still_runs_then_the_slots_due_s
     )
 
 
+def test_a_backfill_slot_or_a_backlog_slot_a_calendar_excludes_is_not_deferred_and_says_so(jobs):
+    """Deferral is for a slot of the schedule as it comes: a backfill's excluded slot is
+    recorded excluded, and so is one of a backlog run slot by slot whose next slot is due
+    already; neither record speaks of a deferral that never happens."""
+    from django_fencedjobs.backfills import backfill
+
+    seen = _payroll_of_the_1st(catchup="each")
+    fake_clock.set(datetime(2026, 7, 31, 12, 0, tzinfo=UTC))
+    loop.tick()
+    fake_clock.set(datetime(2026, 9, 1, 4, 0, 5, tzinfo=UTC))  # down since July: a backlog
+    while loop.tick().runs:
+        pass
+    september = datetime(2026, 9, 1, 4, 0, tzinfo=UTC)
+    assert seen == [(september, 1)]
+    (august,) = JobRun.objects.filter(scheduled_for=AUG_1)
+    assert (august.outcome, august.error) == (
+        Outcome.EXCLUDED,
+        "calendar 'weekend': sat; not deferred: the next slot is due already",
+    )
+    february = datetime(2026, 2, 1, 5, 0, tzinfo=UTC)  # a Sunday, never run: backfilled
+    backfill("t.payroll", february - timedelta(days=1), february + timedelta(days=1))
+    while loop.tick().runs:
+        pass
+    filled = JobRun.objects.get(scheduled_for=february, kind="backfill")
+    assert (filled.outcome, filled.error) == (Outcome.EXCLUDED, "calendar 'weekend': sun")
+    assert seen == [(september, 1)]
+
+
 def test_defer_excluded_is_refused_without_calendars_and_the_list_shows_where_a_slot_goes(jobs):
     from django_fencedjobs.registry import registry
 
