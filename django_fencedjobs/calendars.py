@@ -177,9 +177,9 @@ def judge(
     deferred (a backfill's)."""
     found = book.verdict(job.exclude, slot)
     schedule = job.parsed_schedule  # an invalid job's too: the instance preview shows it
-    if found is None or found.outcome != Outcome.EXCLUDED or not (job.defer_excluded and defer):
+    if found is None or found.outcome != Outcome.EXCLUDED or schedule is None:
         return found
-    if schedule is None:  # never for a job that runs
+    if not (job.defer_excluded and defer):
         return found
     before = schedule.next_after(slot)
     if now is not None and before <= now:

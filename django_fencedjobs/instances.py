@@ -134,9 +134,6 @@ def _instance_job(
     fields.update({k: v for k, v in (("timeout", timeout), ("grace", grace)) if v is not None})
     # Its calendars: the job's and its own.
     fields["exclude"] = (*base.exclude, *exclude) if isinstance(exclude, tuple) else exclude
-    # The job's defer_excluded is for the instances that name a calendar: nothing to defer
-    # for the others (and the check refuses defer_excluded without one).
-    fields["defer_excluded"] = base.defer_excluded and bool(fields["exclude"])
     wrong: list[str | None] = []
     if not isinstance(kwargs, dict):
         wrong.append(f"arguments must be a JSON object, got {kwargs_json}")

@@ -504,7 +504,7 @@ def build(
     wrong = [] if wrong is None else wrong
     schedule: Schedule | None = None
     if fields and problem is None:
-        problem = _argument_problem(job_name, fields, wrong)
+        problem = _argument_problem(job_name, fields, wrong, declared=not identity)
     if fields and problem is None and not fields.get("instances"):
         try:
             schedule = Schedule(
@@ -538,13 +538,15 @@ def build(
     )
 
 
-def _combination_problem(fields: dict[str, Any]) -> str | None:
+def _combination_problem(fields: dict[str, Any], declared: bool) -> str | None:
     """What is wrong with the options that go together: ``exclude`` and
-    ``defer_excluded``; ``overlap`` and ``exclusion``. None: nothing."""
+    ``defer_excluded`` (as declared: an instance may name no calendar); ``overlap`` and
+    ``exclusion``. None: nothing."""
     exclude = fields["exclude"]
     if not isinstance(exclude, tuple) or not all(isinstance(n, str) and n for n in exclude):
         return f"exclude must be a list of calendar names, got {exclude!r}"
-    if fields["defer_excluded"] is True and not exclude and not fields["instances"]:
+    nothing_to_defer = declared and not exclude and not fields["instances"]
+    if fields["defer_excluded"] is True and nothing_to_defer:
         return "defer_excluded=True defers the slots its calendars exclude: name them in exclude="
     if fields["overlap"] == "replace" and fields["exclusion"] == "advisory":
         return "overlap='replace' needs exclusion='lease': an advisory lock cannot fence"
@@ -552,7 +554,7 @@ def _combination_problem(fields: dict[str, Any]) -> str | None:
 
 
 def _argument_problem(
-    job_name: str, fields: dict[str, Any], wrong: list[str | None]
+    job_name: str, fields: dict[str, Any], wrong: list[str | None], *, declared: bool = True
 ) -> tuple[CheckId, JobError] | None:
     """Every argument of the wrong type or range (E013), else a lease_ttl that is not
     positive (E006), else None."""
@@ -571,7 +573,7 @@ def _argument_problem(
     retries = fields["retries"]
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         wrong.append(f"retries must be an int of 0 or more, got {retries!r}")
-    wrong.append(_combination_problem(fields))
+    wrong.append(_combination_problem(fields, declared))
     for field_name, allowed in (
         ("catchup", typing.get_args(Catchup)),
         ("instances", (True, False)),

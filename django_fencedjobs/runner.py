@@ -143,16 +143,17 @@ def claim(
     due instances of the jobs ``bases``, in one transaction and one :func:`lease.take`: the
     one way a due row is acquired. Each row gets its own fence; a slot is recorded at most
     once; earlier runs of a row still running are marked abandoned. An invalid instance
-    (changed without ``save()``) is paused; the others of the batch run. The rows ``held``
-    (by the caller's own workers) are not taken, even when their leases expired: a runner
-    paused past them does not take its own runs over."""
+    (changed without ``save()``) is paused; the others of the batch run. The instance rows
+    ``held`` (by the caller's own workers) are not taken, even when their leases expired: a
+    runner paused past them does not take its own runs over (its named jobs it does not
+    offer: :meth:`~django_fencedjobs.loop.Dispatcher.hand_out`)."""
     named, bases = named or {}, bases or {}
     if limit < 1 or not (named or bases):
         return []
     with transaction.atomic(using=db.lease_db()):
         now = clock.now()  # the database's clock goes with BEGIN
         owner = get_settings().owner
-        due = lease.claim_named([name for name in named if name not in held], now, limit)
+        due = lease.claim_named(list(named), now, limit)
         due += lease.claim_instances(list(bases), now, limit - len(due), held)
         planned = _plan(named, bases, due, now, owner)
         recorded, skipped = lease.take([take for take, _, _ in planned], now)
