@@ -365,6 +365,44 @@ def main(measure: Callable[[bool], Report], argv: Sequence[str] | None = None) -
     return 0
 
 
+# -- the loop, in this process ----------------------------------------------------------
+
+
+def loop_until(
+    declare: Callable[[], object], done: Callable[[Any], bool], *, seconds: float
+) -> None:
+    """Declare jobs with ``declare`` (in an isolated registry) and run ``loop.loop()`` over
+    them in this process, with the database clock, until ``done(record)`` is true of a run
+    that finished, or ``seconds`` pass."""
+    import threading
+
+    from django_fencedjobs import loop, signals
+    from django_fencedjobs.declared import runnable_jobs
+    from django_fencedjobs.registry import registry
+
+    dispatchers: list[Any] = []
+
+    def stop() -> None:
+        for dispatcher in dispatchers:
+            dispatcher.request_stop()
+
+    def on_finished(sender: Any, job: Any, record: Any, **kwargs: Any) -> None:
+        if done(record):
+            stop()
+
+    guard = threading.Timer(seconds, stop)
+    signals.run_finished.connect(on_finished, weak=False)
+    try:
+        with registry.isolated():
+            declare()
+            dispatchers.append(loop.Dispatcher(runnable_jobs()))
+            guard.start()
+            dispatchers[0].loop()
+    finally:
+        guard.cancel()
+        signals.run_finished.disconnect(on_finished)
+
+
 # -- many instances at once ---------------------------------------------------------------
 
 

@@ -20,7 +20,6 @@ the database's).
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -33,10 +32,8 @@ BACKOFF = timedelta(seconds=0.5)
 
 def measure(smoke: bool) -> common.Report:
     from bench.benchapp.models import Row
-    from django_fencedjobs import fenced_atomic, job, loop, signals
-    from django_fencedjobs.declared import runnable_jobs
+    from django_fencedjobs import fenced_atomic, job
     from django_fencedjobs.models import JobRun, Outcome
-    from django_fencedjobs.registry import registry
 
     every = timedelta(seconds=2 if smoke else 5)
     past_the_next_slot = timedelta(seconds=0.2)
@@ -47,11 +44,10 @@ def measure(smoke: bool) -> common.Report:
     common.clear_jobs(PREFIX)
     ended: list[int] = []
 
-    def on_finished(sender: Any, job: Any, record: JobRun, **kwargs: Any) -> None:
+    def done(record: JobRun) -> bool:
         if record.job == name and record.attempt == 2:
             ended.append(record.pk)
-            if len(ended) > wanted:  # the last one's buffered slot has started by now
-                dispatcher.request_stop()
+        return len(ended) > wanted  # the last one's buffered slot has started by now
 
     def handler(run: Any) -> None:
         if run.attempt == 1:
@@ -62,23 +58,16 @@ def measure(smoke: bool) -> common.Report:
         with fenced_atomic():
             Row.objects.create(seq=run.fence, note="p15")
 
-    guard = threading.Timer(limit, lambda: dispatcher.request_stop())
-    signals.run_finished.connect(on_finished, weak=False)
-    try:
-        with registry.isolated():
-            job(
-                every=every,
-                name=name,
-                timeout=every - timedelta(seconds=0.1),  # shorter than the interval: E004
-                retries=1,
-                retry_backoff=BACKOFF,
-            )(handler)
-            dispatcher = loop.Dispatcher(runnable_jobs())
-            guard.start()
-            dispatcher.loop()
-    finally:
-        guard.cancel()
-        signals.run_finished.disconnect(on_finished)
+    def declare() -> None:
+        job(
+            every=every,
+            name=name,
+            timeout=every - timedelta(seconds=0.1),  # shorter than the interval: E004
+            retries=1,
+            retry_backoff=BACKOFF,
+        )(handler)
+
+    common.loop_until(declare, done, seconds=limit)
 
     runs = {
         (slot, attempt): (started, finished, outcome, missed)

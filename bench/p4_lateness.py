@@ -11,7 +11,6 @@ Goal: p99 <= 0.5 s (p50 and p99 printed; the lower bound is 0).
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from typing import Any
 
@@ -22,10 +21,8 @@ PREFIX = "bench.p4."
 
 def measure(smoke: bool) -> common.Report:
     from bench.benchapp.models import Row
-    from django_fencedjobs import fenced_atomic, job, loop, signals
-    from django_fencedjobs.declared import runnable_jobs
+    from django_fencedjobs import fenced_atomic, job
     from django_fencedjobs.models import JobRun, Outcome
-    from django_fencedjobs.registry import registry
 
     jobs = 4 if smoke else 20
     every = timedelta(seconds=1 if smoke else 5)
@@ -35,30 +32,22 @@ def measure(smoke: bool) -> common.Report:
     common.clear_jobs(PREFIX)
     finished = []
 
-    def on_finished(sender: Any, job: Any, record: JobRun, **kwargs: Any) -> None:
+    def done(record: JobRun) -> bool:
         if record.job.startswith(PREFIX):
             finished.append(record.pk)
-            if len(finished) >= wanted:
-                dispatcher.request_stop()
+        return len(finished) >= wanted
 
     def handler(run: Any) -> None:
         with fenced_atomic():
             Row.objects.create(seq=run.fence, note="p4")
 
-    guard = threading.Timer(limit, lambda: dispatcher.request_stop())
-    signals.run_finished.connect(on_finished, weak=False)
-    try:
-        with registry.isolated():
-            for i in range(jobs):
-                # The jitter is shorter than the interval, as system check E005 requires.
-                spread = every - timedelta(milliseconds=100)
-                job(every=every, jitter=spread, name=f"{PREFIX}job{i:02d}")(handler)
-            dispatcher = loop.Dispatcher(runnable_jobs())
-            guard.start()
-            dispatcher.loop()
-    finally:
-        guard.cancel()
-        signals.run_finished.disconnect(on_finished)
+    def declare() -> None:
+        for i in range(jobs):
+            # The jitter is shorter than the interval, as system check E005 requires.
+            spread = every - timedelta(milliseconds=100)
+            job(every=every, jitter=spread, name=f"{PREFIX}job{i:02d}")(handler)
+
+    common.loop_until(declare, done, seconds=limit)
 
     records = list(
         JobRun.objects.filter(pk__in=finished).values_list(
