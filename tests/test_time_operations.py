@@ -379,7 +379,7 @@ def test_a_retry_never_redoes_work_its_attempt_committed_before_timing_out(
         name="t.wobbly",
         retries=2,
         retry_backoff=timedelta(minutes=1),
-        timeout=timedelta(seconds=0.3),
+        timeout=timedelta(seconds=2),
     )
     def wobbly(run):
         attempts.append(run.attempt)
