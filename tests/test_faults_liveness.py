@@ -168,7 +168,7 @@ def test_a_timed_out_run_keeps_its_watermark_after(jobs):
 
     start = datetime(2026, 11, 29, 6, 0, tzinfo=fake_clock().tzinfo)
 
-    @job(every=timedelta(hours=1), name="t.slow_windows", timeout=timedelta(seconds=1))
+    @job(every=timedelta(hours=1), name="t.slow_windows", timeout=timedelta(seconds=2))
     def slow(run):
         for window in run.windows(timedelta(hours=1), start=start):
             with fenced_atomic():
