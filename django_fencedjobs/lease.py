@@ -341,10 +341,11 @@ def claim_instances(
     ``held`` (by the claiming runner's own workers) are passed by, expired or not: a runner
     paused past their leases never takes a run over from itself."""
     claimed: list[DueRow] = []
+    passed_by = tuple(held)
     for parent in parents:
         if len(claimed) >= limit:
             break
-        claimed += _claim_of(parent, now, limit - len(claimed), tuple(held))
+        claimed += _claim_of(parent, now, limit - len(claimed), passed_by)
     return claimed
 
 

@@ -5,15 +5,16 @@ statement that releases its lease schedules it (:func:`django_fencedjobs.lease.e
 if the end plus the backoff is before the row's next slot: a retry never runs at or past
 it. Attempt ``n`` waits ``retry_backoff * 2 ** (n - 1)`` (30 s, 1 min, 2 min... by
 default); a retried failure does not count towards ``consecutive_failures``. A retry
-redoes exactly its attempt's data interval (:func:`attempt_before`). One that would redo
+redoes exactly its attempt's data interval (:func:`pending`). One that would redo
 work its attempt committed before timing out is recorded, not run (:func:`redoes`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
-from django.db.models import Max
+from django.db.models import Max, Q
 
 from django_fencedjobs.db import lease_db
 from django_fencedjobs.lease import LeaseRow, Retry
@@ -35,28 +36,40 @@ def next_attempt(job: Job, record: JobRun, outcome: str) -> Retry | None:
     return Retry(backoff=backoff, slot=record.scheduled_for, attempt=record.attempt + 1)
 
 
-def attempt_before(job: Job, slot: datetime, attempt: int) -> tuple[str, datetime | None] | None:
-    """The outcome of ``job``'s attempt before ``attempt`` at ``slot`` (``excluded``: the
-    slot was deferred), and where its data interval started, which a retry redoes (None:
-    the slot before). None when its record is gone."""
-    found: tuple[str, datetime | None] | None = (
-        JobRun.objects.using(lease_db())
-        .filter(job=job.name, scheduled_for=slot, attempt=attempt - 1)
-        .values_list("outcome", "interval_start")
-        .first()
-    )
-    return found
+class Pending(NamedTuple):
+    """What the records of a slot say of its pending attempt (a retry, or an excluded
+    slot's deferred run): :func:`pending`."""
+
+    #: The outcome of the attempt before it (``excluded``: the slot was deferred), None
+    #: when its record is gone.
+    before: str | None
+    #: Where that attempt's data interval started, which a retry redoes (None: the slot
+    #: before).
+    interval_start: datetime | None
+    #: The latest slot of the schedule recorded at or after this one (run, or skipped by an
+    #: operator): what the pending attempt comes after.
+    latest: datetime
+
+    @property
+    def deferred(self) -> bool:
+        return self.before == Outcome.EXCLUDED
 
 
-def latest_recorded(job: Job, slot: datetime) -> datetime:
-    """The latest slot of ``job``'s schedule recorded at or after ``slot`` (run, or skipped
-    by an operator): what a pending retry of ``slot`` comes after."""
-    latest: datetime | None = (
+def pending(job: Job, slot: datetime, attempt: int) -> Pending:
+    """The records of ``job`` from ``slot`` on, read for its pending ``attempt`` at ``slot``
+    in one query. Each aggregate over the attempt before it reads one row: ``(job,
+    scheduled_for, attempt)`` is unique."""
+    before = Q(scheduled_for=slot, attempt=attempt - 1)
+    found = (
         JobRun.objects.using(lease_db())
-        .filter(job=job.name, kind=RunKind.SCHEDULED, scheduled_for__gte=slot)
-        .aggregate(latest=Max("scheduled_for"))["latest"]
+        .filter(job=job.name, scheduled_for__gte=slot)
+        .aggregate(
+            before=Max("outcome", filter=before),
+            start=Max("interval_start", filter=before),
+            latest=Max("scheduled_for", filter=Q(kind=RunKind.SCHEDULED)),
+        )
     )
-    return latest or slot
+    return Pending(found["before"], found["start"], found["latest"] or slot)
 
 
 #: The ends a handler chose, after which running its slot again is what it asked for: it
@@ -108,8 +121,8 @@ FINAL_OUTCOMES = frozenset({"succeeded", "failed", "timed_out", "missed"})
 __all__ = [
     "FINAL_OUTCOMES",
     "MAX_DOUBLINGS",
-    "attempt_before",
-    "latest_recorded",
+    "Pending",
     "next_attempt",
+    "pending",
     "redoes",
 ]

@@ -112,17 +112,15 @@ def _plan(job: Job, row: LeaseRow, now: datetime, resumable: bool) -> Slot:
     dropped = False
     if row.run_slot is not None:
         # A retry, or an excluded slot's deferred run (its first attempt, recorded excluded).
-        before = retries.attempt_before(job, row.run_slot, row.attempt)
-        deferred = before is not None and before[0] == Outcome.EXCLUDED
+        pending = retries.pending(job, row.run_slot, row.attempt)
         # The slots after the latest one recorded: an operator may have skipped some while
         # the attempt ran (the retry's statement then moved the row back to the retry).
-        later = schedule.fire_times(retries.latest_recorded(job, row.run_slot), now, limit=1)
-        if not later or deferred:
+        later = schedule.fire_times(pending.latest, now, limit=1)
+        if not later or pending.deferred:
             # Nothing later due yet: it runs, over the same interval. A deferred run runs
             # even when the runners come to it late, the slots due since it after it: its
             # slot has no other account.
-            start = None if before is None else before[1]
-            nxt = later[0] if later else after
+            start, nxt = pending.interval_start, later[0] if later else after
             slot = row.run_slot, 0, start, row.attempt, RunKind.SCHEDULED, nxt, None, 1
             due = row.next_run_at  # its backoff's end, or the instant it was deferred to
             return Slot(*slot, dropped_retry=redoes is not None, not_run=not_run, due=due)
