@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
@@ -39,7 +40,13 @@ class FencedJobsConfig(AppConfig):
 
         # `migrate` with a job's code is the job's first sighting: its lease row, created
         # then, is the baseline from which a job that never ran becomes late.
-        from django_fencedjobs import baseline
+        from django_fencedjobs import baseline, db
+
+        # SQLite: a failed statement's cursor is closed in its own thread, never freed
+        # by another thread's garbage collection while that one holds the write lock.
+        connection_created.connect(
+            db.install_sqlite_wrapper, dispatch_uid="django_fencedjobs.sqlite_cursors"
+        )
 
         post_migrate.connect(
             baseline.record_on_migrate, sender=self, dispatch_uid="django_fencedjobs.baseline"

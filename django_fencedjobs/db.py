@@ -231,6 +231,36 @@ def _sqlite_busy_timeout(connection: BaseDatabaseWrapper, seconds: float) -> Ite
             cursor.execute(f"PRAGMA busy_timeout = {int(previous)}")
 
 
+def close_failed_cursors(
+    execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]
+) -> Any:
+    """An execute wrapper of every SQLite connection (``connection_created``, see
+    :class:`~django_fencedjobs.apps.FencedJobsConfig`): a statement that fails has its
+    cursor closed at once, in the thread that owns it.
+
+    Why: Django begins a transaction with a cursor it never closes, and the error it raises
+    when that ``BEGIN IMMEDIATE`` times out ("database is locked") is cyclic garbage that
+    holds the cursor, still open. Python's collector frees it in whichever thread collects,
+    and freeing an open cursor waits for its connection's mutex, which SQLite holds through
+    the owner's whole busy wait. A worker that collects inside its fenced block, holding
+    the write lock, while that owner waits for the lock again, would deadlock with it until
+    the owner's busy timeout failed its transaction. A closed cursor holds no statement:
+    freeing it waits for nothing (tests/test_sqlite_write_lock.py).
+    """
+    try:
+        return execute(sql, params, many, context)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the statement's own error is the one to see
+            context["cursor"].close()
+        raise
+
+
+def install_sqlite_wrapper(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+    """``connection_created`` receiver: :func:`close_failed_cursors` on a SQLite connection."""
+    if connection.vendor == "sqlite" and close_failed_cursors not in connection.execute_wrappers:
+        connection.execute_wrappers.append(close_failed_cursors)
+
+
 def isolation_problem() -> str | None:
     """Why the lease database cannot run jobs at its transaction isolation, or None.
 

@@ -61,6 +61,7 @@ DATABASE_INDEPENDENT_MODULES = frozenset(
         "test_schedule_dst.py",
         "test_schedule_properties.py",
         "test_soak.py",
+        "test_sqlite_write_lock.py",
         "test_throwaway_postgres_script.py",
     }
 )
