@@ -241,11 +241,11 @@ def close_failed_cursors(
     Why: Django begins a transaction with a cursor it never closes, and the error it raises
     when that ``BEGIN IMMEDIATE`` times out ("database is locked") is cyclic garbage that
     holds the cursor, still open. Python's collector frees it in whichever thread collects,
-    and freeing an open cursor waits for its connection's mutex, which SQLite holds through
-    the owner's whole busy wait. A worker that collects inside its fenced block, holding
-    the write lock, while that owner waits for the lock again, would deadlock with it until
-    the owner's busy timeout failed its transaction. A closed cursor holds no statement:
-    freeing it waits for nothing (tests/test_sqlite_write_lock.py).
+    and on Python 3.11 freeing an open cursor waits for its connection's mutex, which SQLite
+    holds through the owner's whole busy wait. A worker that collects inside its fenced
+    block, holding the write lock, while that owner waits for the lock again, would deadlock
+    with it until the owner's busy timeout failed its transaction. A closed cursor holds no
+    statement: freeing it waits for nothing (tests/test_sqlite_write_lock.py).
     """
     try:
         return execute(sql, params, many, context)

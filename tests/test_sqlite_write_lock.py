@@ -8,11 +8,11 @@ closes; when that ``BEGIN IMMEDIATE`` times out ("database is locked"), the exce
 Django raises is cyclic garbage that holds the cursor, still open. Python's collector then
 frees it in whichever thread happens to collect. If that thread holds the write lock (a
 worker inside its fenced block) while the cursor's owner waits for the lock again,
-freeing the cursor waits for the owner's mutex and the owner waits for the lock: a
-deadlock until the owner's busy timeout ends its wait with "database is locked". Under
-load, fenced writes failed that way after their full 20 s timeout, the holder stalled all
-along. The app closes a cursor whose statement failed, in its own thread
-(:func:`django_fencedjobs.db.close_failed_cursors`).
+freeing the cursor (on Python 3.11; 3.12 and 3.13 free it without waiting) waits for the
+owner's mutex and the owner waits for the lock: a deadlock until the owner's busy timeout
+ends its wait with "database is locked". Under load, fenced writes failed that way after
+their full 20 s timeout, the holder stalled all along. The app closes a cursor whose
+statement failed, in its own thread (:func:`django_fencedjobs.db.close_failed_cursors`).
 
 The test uses a database file of its own, whatever database the suite runs on.
 """
