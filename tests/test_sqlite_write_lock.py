@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 from django.db import DatabaseError
-from django.db.backends.sqlite3.base import DatabaseWrapper
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import ConnectionHandler
 
 
 @pytest.fixture
@@ -45,26 +46,13 @@ def collector_off(django_db_blocker) -> Iterator[None]:
             gc.enable()
 
 
-def sqlite_connection(path: Path, timeout: float) -> DatabaseWrapper:
-    """A Django connection as a runner's thread has one (``transaction_mode`` IMMEDIATE)."""
-    return DatabaseWrapper(
-        {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": str(path),
-            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": timeout},
-            "AUTOCOMMIT": True,
-            "ATOMIC_REQUESTS": False,
-            "CONN_MAX_AGE": 0,
-            "CONN_HEALTH_CHECKS": False,
-            "TIME_ZONE": None,
-            "USER": "",
-            "PASSWORD": "",
-            "HOST": "",
-            "PORT": "",
-            "TEST": {},
-        },
-        alias="write-lock-test",
-    )
+def sqlite_connection(path: Path, timeout: float) -> BaseDatabaseWrapper:
+    """A Django connection as a runner's thread has one (``transaction_mode`` IMMEDIATE),
+    Django's defaults for the rest of its settings; in a handler of its own, not the
+    suite's."""
+    options = {"transaction_mode": "IMMEDIATE", "timeout": timeout}
+    settings = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(path), "OPTIONS": options}
+    return ConnectionHandler({"default": settings})["default"]
 
 
 def test_a_lock_wait_that_timed_out_leaves_no_cursor_that_stalls_the_lock_holder(
