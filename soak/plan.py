@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 KINDS = ("stop", "stop_inside", "kill", "term", "pg_restart")
 WEIGHTS = (0.36, 0.26, 0.20, 0.06, 0.12)
@@ -267,4 +267,23 @@ def _ops(rng: random.Random, seconds: float) -> tuple[Op, ...]:
             spare = [i for i, op in enumerate(drawn) if counts[op.kind] > 1]
             index = rng.choice(spare)
             drawn[index] = _op(rng, drawn[index].at, kind)
+    _widest_backfill_of_all(drawn)
     return (*ops[: len(INSTANCE_KEYS)], *drawn)
+
+
+def _widest_backfill_of_all(drawn: list[Op]) -> None:
+    """The backfill with the widest window (its span, cut short where the previous
+    backfill of its job ended: backfills never overlap) selects ``all`` slots. A backfill
+    of only the ``missing`` slots of a job that missed none queues nothing, and a plan
+    whose every backfill did so would run no backfill at all."""
+    ended: dict[str, float] = {}
+    widest: tuple[float, int] | None = None
+    for index, op in enumerate(drawn):  # in the order of their times
+        if op.kind != "backfill":
+            continue
+        window = min(op.span, op.at - ended.get(op.target, 0.0))
+        ended[op.target] = op.at
+        if widest is None or window > widest[0]:
+            widest = (window, index)
+    if widest is not None:
+        drawn[widest[1]] = replace(drawn[widest[1]], selection="all")

@@ -110,6 +110,15 @@ def test_every_kind_of_fault_is_planned_in_two_minutes(seed):
     assert all(counts[kind] > 0 for kind in KINDS), counts
 
 
+def test_every_two_minute_plan_backfills_all_slots_of_a_window_at_least_once():
+    # Seed 72463 planned three backfills of the missing slots only: with none missing, the
+    # soak ran no backfill, and the test above found it vacuous.
+    for seed in [72463, *range(200)]:
+        ops = make_plan(seed, SOAK_SECONDS, 40).ops
+        backfills = [op for op in ops if op.kind == "backfill"]
+        assert any(op.selection == "all" and op.span >= 6 for op in backfills), (seed, backfills)
+
+
 # -- the checker, on made-up facts -------------------------------------------------------------
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
